@@ -1,0 +1,1 @@
+//! aurora (skeleton; being written).

@@ -1,0 +1,1 @@
+//! gateway (skeleton; being written).

@@ -1,0 +1,367 @@
+//! [`LocalChromium`]: the embedded default provider, a headless Chromium child process.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::{BoxFuture, Provider, Session};
+use crate::endpoint::CdpEndpoint;
+use crate::error::{Error, ErrorKind};
+
+/// Where Chromium is looked for when `$CHROME` is not set, in order.
+const CANDIDATES: &[&str] = &[
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+    "/usr/bin/google-chrome-stable",
+];
+
+/// Flags every launch gets: headless, and quiet on a machine with a closed network.
+const BASE_ARGS: &[&str] = &[
+    "--headless",
+    "--remote-debugging-port=0",
+    "--remote-debugging-address=127.0.0.1",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--mute-audio",
+    "--password-store=basic",
+    "--use-mock-keychain",
+];
+
+/// Launches headless Chromium on this machine, one process (group) and one temporary
+/// profile per session.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), outlive::Error> {
+/// let provider = outlive::LocalChromium::new();
+/// let browser = provider.start().await?; // a LocalBrowser; dropping it kills Chromium
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LocalChromium {
+    executable: Option<PathBuf>,
+    args: Vec<String>,
+    profile_root: Option<PathBuf>,
+    launch_timeout: Duration,
+}
+
+impl Default for LocalChromium {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LocalChromium {
+    /// A provider with the defaults below.
+    pub fn new() -> Self {
+        Self {
+            executable: None,
+            args: Vec::new(),
+            profile_root: None,
+            launch_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The Chromium (or Chrome) binary to run.
+    ///
+    /// # Default
+    ///
+    /// `$CHROME` if set, else the first of `/usr/bin/chromium`, `/usr/bin/chromium-browser`,
+    /// `/usr/bin/google-chrome`, `/usr/bin/google-chrome-stable` that exists.
+    pub fn executable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.executable = Some(path.into());
+        self
+    }
+
+    /// One more command-line flag for every launch (e.g. `--lang=de`).
+    ///
+    /// # Default
+    ///
+    /// Only the built-in flags: headless, no GPU, no background networking, and
+    /// `--no-sandbox` when running as root.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// The directory the temporary profiles are created in.
+    ///
+    /// # Default
+    ///
+    /// The system temp dir (`$TMPDIR` or `/tmp`).
+    pub fn profile_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.profile_root = Some(dir.into());
+        self
+    }
+
+    /// How long a launch may take until Chromium prints its DevTools endpoint.
+    ///
+    /// # Default
+    ///
+    /// 30 s.
+    pub fn launch_timeout(mut self, timeout: Duration) -> Self {
+        self.launch_timeout = timeout;
+        self
+    }
+
+    /// The binary a launch would run.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Launch`] naming what was tried and how to install Chromium.
+    pub fn resolve_executable(&self) -> Result<PathBuf, Error> {
+        if let Some(path) = &self.executable {
+            return if path.is_file() {
+                Ok(path.clone())
+            } else {
+                Err(Error::new(
+                    ErrorKind::Launch,
+                    format!("no Chromium at {} (set by LocalChromium::executable)", path.display()),
+                ))
+            };
+        }
+        if let Some(path) = std::env::var_os("CHROME").filter(|p| !p.is_empty()) {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(Error::new(
+                    ErrorKind::Launch,
+                    format!("no Chromium at {} (set by $CHROME)", path.display()),
+                ))
+            };
+        }
+        CANDIDATES
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Launch,
+                    format!(
+                        "Chromium not found (looked at $CHROME and {}); install it with \
+                         `apt-get install -y chromium` or point $CHROME at a Chrome binary",
+                        CANDIDATES.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// Starts one headless Chromium and waits for its DevTools endpoint.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Launch`] if the binary is missing, exits early, or does not print its
+    /// endpoint within the launch timeout; [`ErrorKind::Io`] if no temp profile can be made.
+    /// Whatever was started is killed and removed before the error is returned.
+    pub async fn start(&self) -> Result<LocalBrowser, Error> {
+        let exe = self.resolve_executable()?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("outlive-chromium-");
+        let profile = match &self.profile_root {
+            Some(root) => builder.tempdir_in(root),
+            None => builder.tempdir(),
+        }
+        .map_err(|e| {
+            Error::new(ErrorKind::Io, "could not create a temporary Chromium profile").with_source(e)
+        })?;
+
+        let mut cmd = Command::new(&exe);
+        cmd.args(BASE_ARGS)
+            .arg(format!("--user-data-dir={}", profile.path().display()));
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("--no-sandbox");
+        }
+        cmd.args(&self.args)
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group, so one signal ends the browser and every helper it forked.
+            .process_group(0);
+
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::new(
+                ErrorKind::Launch,
+                format!("could not start {}", exe.display()),
+            )
+            .with_source(e)
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stderr = child.stderr.take().expect("stderr is piped");
+
+        // From here on, the browser owns the process: an early return kills it.
+        let mut browser = LocalBrowser {
+            child,
+            pgid: Pid::from_raw(pid as i32),
+            profile: Some(profile),
+            endpoint: None,
+            reaped: false,
+        };
+
+        let mut lines = BufReader::new(stderr).lines();
+        let mut tail: Vec<String> = Vec::new();
+        let found = tokio::time::timeout(self.launch_timeout, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("DevTools listening on ") {
+                    return Some(url.trim().to_owned());
+                }
+                if tail.len() == 5 {
+                    tail.remove(0);
+                }
+                tail.push(line);
+            }
+            None
+        })
+        .await;
+
+        match found {
+            Ok(Some(url)) => {
+                browser.endpoint = Some(CdpEndpoint::new(url)?);
+                // Keep draining stderr so Chromium never blocks on a full pipe; the task ends
+                // at EOF, when the process exits.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                tracing::debug!(pid, profile = %browser.profile_dir().display(), "chromium started");
+                Ok(browser)
+            }
+            Ok(None) => Err(Error::new(
+                ErrorKind::Launch,
+                format!(
+                    "Chromium exited before it printed its DevTools endpoint; its last output: {}",
+                    crate::redact::redact(&tail.join(" | "), crate::Diagnostics::Safe)
+                ),
+            )),
+            Err(_) => Err(Error::new(
+                ErrorKind::Launch,
+                format!(
+                    "Chromium did not print its DevTools endpoint within {:?}",
+                    self.launch_timeout
+                ),
+            )),
+        }
+    }
+}
+
+impl Provider for LocalChromium {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+        Box::pin(async move { Ok(Box::new(self.start().await?) as Box<dyn Session>) })
+    }
+}
+
+/// A running local Chromium: its process group and its temporary profile.
+///
+/// Dropping it kills the whole process group with `SIGKILL`, reaps the browser process and
+/// removes the profile directory.
+#[derive(Debug)]
+pub struct LocalBrowser {
+    child: Child,
+    pgid: Pid,
+    profile: Option<tempfile::TempDir>,
+    endpoint: Option<CdpEndpoint>,
+    reaped: bool,
+}
+
+impl LocalBrowser {
+    /// The browser's DevTools websocket endpoint.
+    pub fn endpoint(&self) -> &CdpEndpoint {
+        self.endpoint.as_ref().expect("set before the browser is handed out")
+    }
+
+    /// The browser process's id (also its process-group id).
+    pub fn pid(&self) -> u32 {
+        self.pgid.as_raw() as u32
+    }
+
+    /// The temporary profile directory, removed when the browser is closed.
+    pub fn profile_dir(&self) -> &Path {
+        self.profile.as_ref().map(|p| p.path()).unwrap_or(Path::new(""))
+    }
+
+    /// Resolves when the browser process has exited (for whatever reason).
+    pub async fn wait_exit(&mut self) {
+        if !self.reaped {
+            let _ = self.child.wait().await;
+            self.reaped = true;
+        }
+    }
+
+    /// Sends `SIGKILL` to the whole process group, without waiting.
+    pub fn kill(&mut self) {
+        if self.pgid.as_raw() > 0 && !self.reaped {
+            // ESRCH (already gone) is the only expected failure and is fine.
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+    }
+
+    /// Kills the browser, waits for it to exit, and removes its profile.
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.kill();
+        self.wait_exit().await;
+        self.remove_profile()
+    }
+
+    fn remove_profile(&mut self) -> Result<(), Error> {
+        match self.profile.take() {
+            Some(dir) => {
+                let path = dir.path().to_owned();
+                dir.close().map_err(|e| {
+                    Error::new(
+                        ErrorKind::Release,
+                        format!("could not remove the Chromium profile {}", path.display()),
+                    )
+                    .with_source(e)
+                })
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LocalBrowser {
+    fn drop(&mut self) {
+        self.kill();
+        if !self.reaped {
+            // A SIGKILLed process exits within milliseconds; reap it so the profile can go.
+            for _ in 0..200 {
+                if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+                    self.reaped = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = self.remove_profile();
+    }
+}
+
+impl Session for LocalBrowser {
+    fn endpoint(&self) -> &CdpEndpoint {
+        LocalBrowser::endpoint(self)
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.wait_exit())
+    }
+
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        Box::pin(async move { (*self).close().await })
+    }
+}

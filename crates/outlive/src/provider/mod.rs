@@ -1,0 +1,84 @@
+//! Providers: where browsers come from, and where they go back to.
+//!
+//! A [`Provider`] launches one browser session and hands back a [`Session`]; the session is
+//! released through [`Session::release`], or — if the owner is dropped first — by the
+//! session's own `Drop`, so nothing leaks on any path.
+
+mod endpoint_fn;
+mod local;
+
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use endpoint_fn::Endpoint;
+pub use local::{LocalBrowser, LocalChromium};
+
+
+use crate::endpoint::CdpEndpoint;
+use crate::error::Error;
+
+/// A boxed, sendable future; the return type of the object-safe traits here.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Launches browser sessions. Small on purpose, and usable as `Box<dyn Provider>`.
+pub trait Provider: Send + Sync {
+    /// A short name for logs and the wide event (`"local"`, `"solari"`, …).
+    fn name(&self) -> &str;
+
+    /// Launches one browser and returns its session, ready for a CDP connection.
+    ///
+    /// A launch that fails must clean up whatever it started before it returns.
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>>;
+}
+
+/// One launched browser, owned. Dropping it without [`Session::release`] still ends it
+/// (best effort, synchronously), but `release` is the path that can report failure.
+pub trait Session: Send {
+    /// The browser's CDP websocket endpoint (a secret; see [`CdpEndpoint`]).
+    fn endpoint(&self) -> &CdpEndpoint;
+
+    /// Resolves when the provider learns by its own means that the browser is gone — for a
+    /// local browser, when the process exits. Providers without such a signal never resolve;
+    /// the connection-level signals cover them.
+    fn exited(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
+
+    /// Ends the session and confirms it. Called once, after the last CDP message.
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
+}
+
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+        (**self).launch()
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+        (**self).launch()
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for &P {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+        (**self).launch()
+    }
+}
+
+// Both traits must stay object-safe.
+const _: fn() = || {
+    fn obj_safe(_: &dyn Provider, _: Box<dyn Session>) {}
+    let _ = obj_safe;
+};

@@ -1,0 +1,150 @@
+//! Redaction of text outlive did not write (task errors, provider failures) before it reaches
+//! a log line or the wide event.
+//!
+//! It is a net, not a proof: it knows the common shapes of a secret — URLs with paths and
+//! queries, `name=value` pairs whose name looks like a credential, `Bearer …`/`Basic …`,
+//! JWTs and long opaque tokens — and removes them. It cannot know every shape.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// The longest text redaction returns, in characters.
+pub const MAX_LEN: usize = 300;
+
+/// How much outlive may reveal in logs and the wide event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Diagnostics {
+    /// URLs reduced to scheme and host, credential-shaped values blanked, text clipped to
+    /// 300 characters.
+    #[default]
+    Safe,
+    /// Raw text: URLs, tokens and all. Use only where you trust every log sink.
+    Full,
+}
+
+static URL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)\b([a-z][a-z0-9+.\-]*)://(?:[^\s/?#@"'<>]*@)?([^\s/?#"'<>:]+)(:\d+)?[^\s"'<>]*"#)
+        .expect("valid regex")
+});
+static AUTH_SCHEME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9\-._~+/=]+").expect("valid regex")
+});
+static JWT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]*)?").expect("valid regex")
+});
+static PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?i)(["']?)([A-Za-z0-9_.\-]*(?:token|key|secret|passw(?:or)?d|pwd|pass|auth|session|sig|code|cookie|credential|otp|jwt|bearer)[A-Za-z0-9_.\-]*)(["']?)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;"'}\])]+)"#,
+    )
+    .expect("valid regex")
+});
+static OPAQUE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/_\-]{32,}={0,2}").expect("valid regex"));
+
+/// Redacts `text` as `mode` says, then clips it to [`MAX_LEN`] characters.
+pub fn redact(text: &str, mode: Diagnostics) -> String {
+    match mode {
+        Diagnostics::Full => text.to_owned(),
+        Diagnostics::Safe => clip(&scrub(text), MAX_LEN),
+    }
+}
+
+/// Reduces a URL to `scheme://host[:port]`; anything unparseable becomes `<url>`.
+pub fn redact_url(url: &str) -> String {
+    let scrubbed = URL.replace_all(url, "$1://$2$3").into_owned();
+    if scrubbed.contains("://") { scrubbed } else { "<url>".to_owned() }
+}
+
+fn scrub(text: &str) -> String {
+    let text = URL.replace_all(text, "$1://$2$3");
+    let text = AUTH_SCHEME.replace_all(&text, "$1 [redacted]");
+    let text = JWT.replace_all(&text, "[redacted]");
+    let text = PAIR.replace_all(&text, "$1$2$3$4[redacted]");
+    let text = OPAQUE.replace_all(&text, |c: &regex::Captures<'_>| {
+        let s = &c[0];
+        // Long words of letters only are prose or identifiers, not tokens.
+        if s.chars().any(|ch| ch.is_ascii_digit()) {
+            "[redacted]".to_owned()
+        } else {
+            s.to_owned()
+        }
+    });
+    text.into_owned()
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRETS: &[(&str, &str)] = &[
+        ("goto failed: wss://cdp.solari.dev/cdp/abc123?token=tok_live_9f8e7d", "tok_live_9f8e7d"),
+        ("GET https://bank.example/account/987654321/statement failed", "987654321"),
+        ("https://user:hunter2@db.example.com/x", "hunter2"),
+        ("Authorization: Bearer sk-abcdef0123456789", "sk-abcdef0123456789"),
+        ("header bearer abc.def.ghi rejected", "abc.def.ghi"),
+        ("request with api_key=AKIA1234SECRET failed", "AKIA1234SECRET"),
+        ("login password=correct-horse-battery", "correct-horse-battery"),
+        ("{\"password\": \"p@ss w0rd\"}", "p@ss w0rd"),
+        ("session_id=sess_42_abcdef; path=/", "sess_42_abcdef"),
+        ("totp code: 123456 rejected", "123456"),
+        ("X-Amz-Signature=0badc0ffee", "0badc0ffee"),
+        (
+            "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sflKxwRJSMeKKF2QT4fwpM",
+            "sflKxwRJSMeKKF2QT4fwpM",
+        ),
+        ("raw token 3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c", "3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c"),
+        ("secret:'quoted value'", "quoted value"),
+    ];
+
+    #[test]
+    fn safe_mode_removes_every_secret_shape() {
+        for (input, secret) in SECRETS {
+            let out = redact(input, Diagnostics::Safe);
+            assert!(!out.contains(secret), "{secret:?} survived in {out:?}");
+            assert!(out.chars().count() <= MAX_LEN);
+        }
+    }
+
+    #[test]
+    fn full_mode_keeps_everything() {
+        for (input, secret) in SECRETS {
+            let out = redact(input, Diagnostics::Full);
+            assert!(out.contains(secret), "{secret:?} lost in Full mode");
+            assert_eq!(&out, input);
+        }
+    }
+
+    #[test]
+    fn urls_keep_scheme_and_host() {
+        assert_eq!(
+            redact("at https://bank.example:8443/a/b?x=1#f now", Diagnostics::Safe),
+            "at https://bank.example:8443 now"
+        );
+        assert_eq!(redact_url("wss://h.example/cdp/1?token=t"), "wss://h.example");
+        assert_eq!(redact_url("nonsense"), "<url>");
+    }
+
+    #[test]
+    fn plain_prose_survives() {
+        let text = "navigation timed out after 45000 ms while loading the account page";
+        assert_eq!(redact(text, Diagnostics::Safe), text);
+    }
+
+    #[test]
+    fn output_is_clipped_on_a_char_boundary() {
+        let long = "é".repeat(1000);
+        let out = redact(&long, Diagnostics::Safe);
+        assert_eq!(out.chars().count(), MAX_LEN);
+        assert!(out.ends_with('…'));
+    }
+}
