@@ -7,7 +7,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
+use tokio::sync::watch;
 
 use super::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
@@ -203,14 +204,20 @@ impl LocalChromium {
         })?;
         let pid = child.id().unwrap_or(0);
         let stderr = child.stderr.take().expect("stderr is piped");
+        // The reaper owns the child: it waits for the exit and publishes it. It ends by itself
+        // once the process is gone, which `LocalBrowser`'s drop makes sure of.
+        let (exited_tx, exited) = watch::channel(false);
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            let _ = exited_tx.send(true);
+        });
 
         // From here on, the browser owns the process: an early return kills it.
         let mut browser = LocalBrowser {
-            child,
             pgid: Pid::from_raw(pid as i32),
             profile: Some(profile),
             endpoint: None,
-            reaped: false,
+            exited,
         };
 
         let mut lines = BufReader::new(stderr).lines();
@@ -272,11 +279,10 @@ impl Provider for LocalChromium {
 /// removes the profile directory.
 #[derive(Debug)]
 pub struct LocalBrowser {
-    child: Child,
     pgid: Pid,
     profile: Option<tempfile::TempDir>,
     endpoint: Option<CdpEndpoint>,
-    reaped: bool,
+    exited: watch::Receiver<bool>,
 }
 
 impl LocalBrowser {
@@ -297,15 +303,18 @@ impl LocalBrowser {
 
     /// Resolves when the browser process has exited (for whatever reason).
     pub async fn wait_exit(&mut self) {
-        if !self.reaped {
-            let _ = self.child.wait().await;
-            self.reaped = true;
-        }
+        let _ = self.exited.wait_for(|exited| *exited).await;
+    }
+
+    /// Whether the browser process has exited.
+    pub fn has_exited(&self) -> bool {
+        *self.exited.borrow()
     }
 
     /// Sends `SIGKILL` to the whole process group, without waiting.
     pub fn kill(&mut self) {
-        if self.pgid.as_raw() > 0 && !self.reaped {
+        // Still unreaped, so the id cannot have been reused.
+        if self.pgid.as_raw() > 0 && !self.has_exited() {
             // ESRCH (already gone) is the only expected failure and is fine.
             let _ = killpg(self.pgid, Signal::SIGKILL);
         }
@@ -338,17 +347,19 @@ impl LocalBrowser {
 impl Drop for LocalBrowser {
     fn drop(&mut self) {
         self.kill();
-        if !self.reaped {
-            // A SIGKILLed process exits within milliseconds; reap it so the profile can go.
-            for _ in 0..200 {
-                if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
-                    self.reaped = true;
-                    break;
+        // A SIGKILLed process runs no more user code, so the profile can go now; retry in case
+        // a file operation that was already in the kernel lands after the first pass.
+        if let Some(dir) = self.profile.take() {
+            let path = dir.keep();
+            for _ in 0..20 {
+                match std::fs::remove_dir_all(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    _ => break,
                 }
-                std::thread::sleep(Duration::from_millis(5));
             }
         }
-        let _ = self.remove_profile();
     }
 }
 
@@ -357,8 +368,11 @@ impl Session for LocalBrowser {
         LocalBrowser::endpoint(self)
     }
 
-    fn exited(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(self.wait_exit())
+    fn exited(&self) -> BoxFuture<'static, ()> {
+        let mut exited = self.exited.clone();
+        Box::pin(async move {
+            let _ = exited.wait_for(|e| *e).await;
+        })
     }
 
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {

@@ -35,14 +35,15 @@ pub trait Provider: Send + Sync {
 
 /// One launched browser, owned. Dropping it without [`Session::release`] still ends it
 /// (best effort, synchronously), but `release` is the path that can report failure.
-pub trait Session: Send {
+pub trait Session: Send + Sync {
     /// The browser's CDP websocket endpoint (a secret; see [`CdpEndpoint`]).
     fn endpoint(&self) -> &CdpEndpoint;
 
-    /// Resolves when the provider learns by its own means that the browser is gone — for a
-    /// local browser, when the process exits. Providers without such a signal never resolve;
-    /// the connection-level signals cover them.
-    fn exited(&mut self) -> BoxFuture<'_, ()> {
+    /// A future that resolves when the provider learns by its own means that the browser is
+    /// gone — for a local browser, when the process exits. It must not borrow the session.
+    /// Providers without such a signal return one that never resolves; the connection-level
+    /// signals cover them.
+    fn exited(&self) -> BoxFuture<'static, ()> {
         Box::pin(std::future::pending())
     }
 

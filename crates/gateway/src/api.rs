@@ -1,0 +1,519 @@
+//! The REST surface: Solari's session contract, plus the `/__chaos` controls.
+//!
+//! Every error is JSON `{"error": <message>, "code": <code>}`, which is what the
+//! `solari-browser` client parses into `SolariError::Api { status, code, .. }`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::header::{AUTHORIZATION, HOST};
+use axum::http::{HeaderMap, StatusCode, uri::Authority};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::chaos::{Death, Overrides};
+use crate::config::DeathMode;
+use crate::relay;
+use crate::session::{
+    CreateError, IdempotencyBegin, KillError, Phase, Shared, Snapshot, constant_time_eq,
+};
+
+/// Request bodies larger than this are answered 413.
+const MAX_BODY: usize = 64 * 1024;
+/// Solari refuses a `timeoutSeconds` under a minute.
+const MIN_TIMEOUT_SECONDS: u32 = 60;
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 100;
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The whole HTTP surface of the gateway.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let authed = Router::new()
+        .route("/sessions", post(create).get(list))
+        .route("/sessions/{id}", get(get_session).delete(release))
+        .route("/__chaos/sessions/{id}/kill", post(kill))
+        .route("/__chaos/status", get(status))
+        .route_layer(from_fn_with_state(shared.clone(), require_api_key));
+    Router::new()
+        .merge(authed)
+        .route("/cdp/{id}", get(relay::upgrade))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(shared)
+}
+
+/// A JSON error body the Solari client understands.
+pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({ "error": message.into(), "code": code })),
+    )
+        .into_response()
+}
+
+fn invalid_session_id() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "InvalidSessionId",
+        "no such session on this gateway",
+    )
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "NotFound", "no such route")
+}
+
+async fn require_api_key(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim());
+    match presented {
+        Some(key) if constant_time_eq(key.as_bytes(), shared.config.api_key.as_bytes()) => {
+            next.run(req).await
+        }
+        Some(_) => error(StatusCode::UNAUTHORIZED, "Unauthorized", "wrong API key"),
+        None => error(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "missing API key; send Authorization: Bearer <key>",
+        ),
+    }
+}
+
+/// `POST /sessions` body. Unknown fields are ignored; the options this gateway cannot honour
+/// (profiles, proxies, stealth, recording, captcha, keep-alive) are accepted and ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBody {
+    #[serde(default)]
+    timeout_seconds: Option<u32>,
+    #[serde(default)]
+    user_metadata: Option<Map<String, Value>>,
+}
+
+async fn create(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => return body_rejection(rejection),
+    };
+    let parsed: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(e) if e.is_data() => {
+                return error(StatusCode::BAD_REQUEST, "ValidationError", e.to_string());
+            }
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidJson",
+                    format!("the body is not valid JSON: {e}"),
+                );
+            }
+        }
+    };
+    let deadline = match parsed.timeout_seconds {
+        None | Some(0) => None,
+        Some(s) if s < MIN_TIMEOUT_SECONDS => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "ValidationError",
+                format!("timeoutSeconds must be at least {MIN_TIMEOUT_SECONDS}, got {s}"),
+            );
+        }
+        Some(s) => Some(Duration::from_secs(u64::from(s))),
+    };
+    let overrides = match Overrides::from_metadata(parsed.user_metadata.as_ref()) {
+        Ok(o) => o,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "ValidationError", message),
+    };
+
+    let guard = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let key = match v.to_str() {
+                Ok(k) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY => k,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "ValidationError",
+                        format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+                    );
+                }
+            };
+            match shared.idempotency_begin(key) {
+                IdempotencyBegin::Fresh(guard) => Some(guard),
+                IdempotencyBegin::Done(first) => {
+                    return (StatusCode::CREATED, Json(first)).into_response();
+                }
+                IdempotencyBegin::InProgress => {
+                    return (
+                        StatusCode::CONFLICT,
+                        Json(json!({
+                            "error": "a create with this Idempotency-Key is still in progress",
+                            "code": "IdempotencyKeyInUse",
+                            "retryable": true,
+                        })),
+                    )
+                        .into_response();
+                }
+            }
+        }
+    };
+
+    let host = request_host(&headers, &shared);
+    match shared
+        .create(parsed.user_metadata, overrides, deadline)
+        .await
+    {
+        Ok(session) => {
+            let mut body = session_json(&session, &host, "active");
+            if let Some(obj) = body.as_object_mut() {
+                obj.insert("sessionId".into(), Value::String(session.id.to_string()));
+            }
+            if let Some(guard) = guard {
+                guard.complete(body.clone());
+            }
+            (StatusCode::CREATED, Json(body)).into_response()
+        }
+        Err(CreateError::Concurrency { max }) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "ConcurrencyLimitExceeded",
+            format!("at most {max} sessions at once; release one first"),
+        ),
+        Err(CreateError::ShuttingDown) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "error": "the gateway is shutting down",
+                "code": "ShuttingDown",
+                "retryable": false,
+            })),
+        )
+            .into_response(),
+        Err(CreateError::Launch(e)) => {
+            tracing::warn!(error = %e, "chromium launch failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "BrowserUnhealthy",
+                format!("could not start a browser: {e}"),
+            )
+        }
+    }
+}
+
+fn body_rejection(rejection: BytesRejection) -> Response {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            format!("request bodies are limited to {MAX_BODY} bytes"),
+        )
+    } else {
+        error(
+            StatusCode::BAD_REQUEST,
+            "InvalidBody",
+            "the request body could not be read",
+        )
+    }
+}
+
+/// The authority clients reached this gateway by, for the websocket URLs it hands out.
+fn request_host(headers: &HeaderMap, shared: &Shared) -> String {
+    headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.contains('@'))
+        .and_then(|h| Authority::from_str(h).ok())
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| shared.local_addr.to_string())
+}
+
+/// The wire status of a session. A dead session is still "active" unless the gateway is
+/// honest.
+fn wire_status(phase: Phase, honest: bool) -> &'static str {
+    match phase {
+        Phase::Live => "active",
+        Phase::Dead(_) if honest => "ended",
+        Phase::Dead(_) => "active",
+        Phase::Released => "released",
+    }
+}
+
+/// A session as `GET /sessions/:id` shows it, with the given wire status.
+fn session_json(s: &Snapshot, host: &str, status: &str) -> Value {
+    let mut obj = Map::new();
+    obj.insert("id".into(), Value::String(s.id.to_string()));
+    obj.insert("status".into(), Value::String(status.into()));
+    obj.insert("kind".into(), Value::String("fast".into()));
+    obj.insert("org".into(), Value::String("local".into()));
+    obj.insert("createdAt".into(), Value::String(iso8601(s.created)));
+    obj.insert("expiresAt".into(), Value::String(iso8601(s.expires)));
+    if let Some(m) = &s.metadata {
+        obj.insert("userMetadata".into(), Value::Object(m.clone()));
+    }
+    if status == "active" {
+        let url = format!("ws://{host}/cdp/{}?token={}", s.id, s.token);
+        obj.insert("wsEndpoint".into(), Value::String(url.clone()));
+        obj.insert("cdpEndpoint".into(), Value::String(url));
+    }
+    Value::Object(obj)
+}
+
+fn parse_id(id: Result<Path<String>, PathRejection>) -> Option<Uuid> {
+    let Path(id) = id.ok()?;
+    Uuid::try_parse(&id).ok()
+}
+
+async fn get_session(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let Some(session) = parse_id(id).and_then(|id| shared.get(id)) else {
+        return invalid_session_id();
+    };
+    let host = request_host(&headers, &shared);
+    let status = wire_status(session.phase, shared.config.honest);
+    Json(session_json(&session, &host, status)).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
+    q: Option<String>,
+}
+
+async fn list(
+    State(shared): State<Arc<Shared>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "ValidationError",
+            "malformed query string",
+        );
+    };
+    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
+        None => DEFAULT_PAGE,
+        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "ValidationError",
+                format!("limit must be 1-{MAX_PAGE}"),
+            );
+        }
+    };
+    let start = match query.cursor.as_deref().map(str::parse::<usize>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            return error(StatusCode::BAD_REQUEST, "ValidationError", "unknown cursor");
+        }
+    };
+    let filter = match query.q.as_deref().map(parse_metadata_filter) {
+        None => Vec::new(),
+        Some(Ok(f)) => f,
+        Some(Err(message)) => return error(StatusCode::BAD_REQUEST, "ValidationError", message),
+    };
+
+    let honest = shared.config.honest;
+    let matching: Vec<Snapshot> = shared
+        .list()
+        .into_iter()
+        .filter(|s| {
+            filter.iter().all(|(k, v)| {
+                s.metadata
+                    .as_ref()
+                    .and_then(|m| m.get(k))
+                    .and_then(Value::as_str)
+                    == Some(v.as_str())
+            })
+        })
+        .collect();
+    let rows: Vec<Value> = matching
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|s| {
+            let mut row = Map::new();
+            row.insert("id".into(), Value::String(s.id.to_string()));
+            row.insert(
+                "status".into(),
+                Value::String(wire_status(s.phase, honest).into()),
+            );
+            row.insert("kind".into(), Value::String("fast".into()));
+            row.insert("createdAt".into(), Value::String(iso8601(s.created)));
+            row.insert("expiresAt".into(), Value::String(iso8601(s.expires)));
+            if let Some(m) = &s.metadata {
+                row.insert("userMetadata".into(), Value::Object(m.clone()));
+            }
+            Value::Object(row)
+        })
+        .collect();
+    let next = start + rows.len();
+    let next_cursor = (next < matching.len()).then(|| next.to_string());
+    Json(json!({ "sessions": rows, "nextCursor": next_cursor })).into_response()
+}
+
+/// Parses Solari's list filter: `user_metadata['k']:'v'` clauses joined by ` AND `.
+fn parse_metadata_filter(q: &str) -> Result<Vec<(String, String)>, String> {
+    let bad = || format!("q must be user_metadata['key']:'value' clauses joined by AND, got {q:?}");
+    q.split(" AND ")
+        .map(|clause| {
+            let rest = clause
+                .trim()
+                .strip_prefix("user_metadata['")
+                .and_then(|r| r.strip_suffix('\''))
+                .ok_or_else(bad)?;
+            let (k, v) = rest.split_once("']:'").ok_or_else(bad)?;
+            if k.is_empty() || k.contains('\'') || v.contains('\'') {
+                return Err(bad());
+            }
+            Ok((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+async fn release(
+    State(shared): State<Arc<Shared>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let Some(id) = parse_id(id) else {
+        return invalid_session_id();
+    };
+    if shared.release(id).await {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        invalid_session_id()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct KillQuery {
+    mode: Option<String>,
+}
+
+async fn kill(
+    State(shared): State<Arc<Shared>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<KillQuery>, QueryRejection>,
+) -> Response {
+    let Some(id) = parse_id(id) else {
+        return invalid_session_id();
+    };
+    let death = match query.ok().and_then(|Query(q)| q.mode) {
+        None => None,
+        Some(m) => match m.parse::<DeathMode>() {
+            Ok(mode) => Some(Death::resolve(mode)),
+            Err(e) => return error(StatusCode::BAD_REQUEST, "ValidationError", format!("mode: {e}")),
+        },
+    };
+    match shared.kill(id, death).await {
+        Ok(death) => Json(json!({ "id": id.to_string(), "death": death.mode().as_str() }))
+            .into_response(),
+        Err(KillError::Unknown) => invalid_session_id(),
+        Err(KillError::Ended) => error(
+            StatusCode::CONFLICT,
+            "SessionEnded",
+            "the session's browser is already dead or released",
+        ),
+    }
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> Response {
+    let s = shared.status();
+    Json(json!({
+        "liveSessions": s.live_sessions,
+        "deadSessions": s.dead_sessions,
+        "chromiumProcesses": s.chromium_processes,
+    }))
+    .into_response()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub(crate) fn iso8601(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs() as i64;
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = date_of(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn date_of(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_iso8601_utc() {
+        let at = |s: u64, ms: u64| UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
+        assert_eq!(iso8601(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(at(951_782_400, 5)), "2000-02-29T00:00:00.005Z");
+        assert_eq!(iso8601(at(1_768_000_000, 0)), "2026-01-09T23:06:40.000Z");
+        assert_eq!(iso8601(at(4_102_444_800, 0)), "2100-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn parses_the_metadata_filter() {
+        assert_eq!(
+            parse_metadata_filter("user_metadata['env']:'prod' AND user_metadata['team']:'x'")
+                .unwrap(),
+            vec![
+                ("env".to_owned(), "prod".to_owned()),
+                ("team".to_owned(), "x".to_owned())
+            ]
+        );
+        for bad in ["", "env:prod", "user_metadata['']:'x'", "user_metadata['a']:'b"] {
+            assert!(parse_metadata_filter(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dead_sessions_look_active_unless_honest() {
+        let dead = Phase::Dead(Death::Reset);
+        assert_eq!(wire_status(dead, false), "active");
+        assert_eq!(wire_status(dead, true), "ended");
+        assert_eq!(wire_status(Phase::Released, false), "released");
+    }
+}

@@ -1,0 +1,154 @@
+//! The Chromium behind each session: launched through outlive's [`LocalChromium`], and
+//! counted by process group so that a leak shows up in [`Status`](crate::Status).
+
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use outlive::{LocalBrowser, LocalChromium};
+
+/// Every process group this gateway started, until the group is empty and its leader reaped.
+#[derive(Debug, Default)]
+pub(crate) struct Processes {
+    groups: Mutex<Vec<Group>>,
+}
+
+#[derive(Debug)]
+struct Group {
+    pgid: u32,
+    /// The leader has been waited for. Until then its pid (= the group id) cannot be reused,
+    /// so signalling the group cannot hit an unrelated process.
+    reaped: bool,
+}
+
+impl Processes {
+    fn track(&self, pgid: u32) {
+        lock(&self.groups).push(Group {
+            pgid,
+            reaped: false,
+        });
+    }
+
+    fn mark_reaped(&self, pgid: u32) {
+        for g in lock(&self.groups).iter_mut().filter(|g| g.pgid == pgid) {
+            g.reaped = true;
+        }
+    }
+
+    /// Live (non-zombie) processes in the groups this gateway started. Groups that are empty
+    /// and whose leader was reaped are forgotten.
+    pub(crate) fn alive(&self) -> usize {
+        let mut groups = lock(&self.groups);
+        if groups.is_empty() {
+            return 0;
+        }
+        let pgids: Vec<u32> = groups.iter().map(|g| g.pgid).collect();
+        let members = live_members(&pgids);
+        groups.retain(|g| !g.reaped || members.iter().any(|(pgid, _)| *pgid == g.pgid));
+        members.len()
+    }
+
+    /// Sends `SIGKILL` to every group whose leader has not been reaped yet. Synchronous, for
+    /// `Drop`; the owners of the processes reap them afterwards.
+    pub(crate) fn kill_unreaped(&self) {
+        for g in lock(&self.groups).iter().filter(|g| !g.reaped) {
+            let _ = killpg(Pid::from_raw(g.pgid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// `(pgid, pid)` of every live process whose process group is one of `pgids`, read from
+/// `/proc` (the gateway runs where Chromium runs: Linux).
+fn live_members(pgids: &[u32]) -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue; // exited meanwhile
+        };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|s| s.parse::<u32>().ok());
+        match pgrp {
+            Some(pgrp) if pgids.contains(&pgrp) && !matches!(state, "Z" | "X" | "x") => {
+                out.push((pgrp, pid));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One running Chromium, tracked in [`Processes`]. Dropping it kills the process group.
+#[derive(Debug)]
+pub(crate) struct Browser {
+    inner: Option<LocalBrowser>,
+    pgid: u32,
+    processes: Arc<Processes>,
+}
+
+impl Browser {
+    /// Starts one headless Chromium.
+    pub(crate) async fn launch(
+        launcher: &LocalChromium,
+        processes: &Arc<Processes>,
+    ) -> Result<Self, outlive::Error> {
+        let inner = launcher.start().await?;
+        let pgid = inner.pid();
+        processes.track(pgid);
+        Ok(Self {
+            inner: Some(inner),
+            pgid,
+            processes: processes.clone(),
+        })
+    }
+
+    /// The browser's own DevTools websocket URL (a capability: never logged).
+    pub(crate) fn endpoint(&self) -> String {
+        self.inner
+            .as_ref()
+            .map(|b| b.endpoint().expose().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Resolves when the browser process exits on its own (or was killed).
+    pub(crate) async fn exited(&mut self) {
+        match self.inner.as_mut() {
+            Some(b) => b.wait_exit().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Kills the process group, reaps the browser and removes its profile.
+    pub(crate) async fn close(mut self) {
+        if let Some(b) = self.inner.take() {
+            if let Err(e) = b.close().await {
+                tracing::warn!(error = %e, pgid = self.pgid, "chromium profile not removed");
+            }
+            self.processes.mark_reaped(self.pgid);
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(b) = self.inner.take() {
+            // LocalBrowser's Drop kills the group and reaps the leader.
+            drop(b);
+            self.processes.mark_reaped(self.pgid);
+        }
+    }
+}

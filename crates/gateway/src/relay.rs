@@ -1,0 +1,337 @@
+//! The CDP relay at `/cdp/:id?token=…`: one client websocket per session, forwarded frame by
+//! frame to the session's Chromium, and killed the way the session's fate says.
+//!
+//! The upgrade is done by hand (not with axum's `WebSocketUpgrade`) so that the relay gets the
+//! raw [`TcpStream`] back from hyper: a [`Death::Reset`] needs it to set `SO_LINGER` to zero
+//! before dropping the socket, which makes the kernel answer with a TCP RST instead of a FIN.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_tungstenite::WebSocketStream;
+use async_tungstenite::tokio::{TokioAdapter, connect_async_with_config};
+use async_tungstenite::tungstenite::handshake::derive_accept_key;
+use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use async_tungstenite::tungstenite::Message;
+use async_tungstenite::{WebSocketReceiver, WebSocketSender};
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header::{CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use futures::io::{AsyncRead, AsyncWrite};
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep_until, timeout};
+use uuid::Uuid;
+
+use crate::api::error;
+use crate::chaos::Death;
+use crate::session::{AttachError, Attachment, Phase, Shared};
+
+/// How long the relay waits for Chromium to accept its websocket.
+const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
+/// How long a closing relay waits to send its close frame, and then for the client's reply.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// CDP messages (screenshots, big DOM snapshots) can be large.
+const MAX_MESSAGE: usize = 256 << 20;
+
+type ClientWs = WebSocketStream<TokioAdapter<TcpStream>>;
+
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenQuery {
+    token: Option<String>,
+}
+
+/// `GET /cdp/:id?token=…`: checks the session and its token, answers `101`, and hands the
+/// upgraded socket to a relay task owned by the session registry.
+pub(crate) async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<TokenQuery>, QueryRejection>,
+    mut req: Request,
+) -> Response {
+    let Some(id) = id.ok().and_then(|Path(id)| Uuid::try_parse(&id).ok()) else {
+        return error(StatusCode::NOT_FOUND, "InvalidSessionId", "no such session on this gateway");
+    };
+    let token = query.ok().and_then(|Query(q)| q.token);
+    let Some(key) = websocket_key(req.headers()) else {
+        // Checked before the token only in the sense that it costs nothing; no session state
+        // is revealed by it.
+        return error(
+            StatusCode::BAD_REQUEST,
+            "NotAWebSocket",
+            "this endpoint speaks CDP over a websocket (Upgrade: websocket, version 13)",
+        );
+    };
+    let attachment = match shared.attach(id, token.as_deref()) {
+        Ok(a) => a,
+        Err(AttachError::Unknown) => {
+            return error(StatusCode::NOT_FOUND, "InvalidSessionId", "no such session on this gateway");
+        }
+        Err(AttachError::BadToken) => {
+            return error(StatusCode::UNAUTHORIZED, "Unauthorized", "missing or wrong token");
+        }
+        Err(AttachError::Released) => {
+            return error(StatusCode::GONE, "SessionReleased", "the session was released");
+        }
+        Err(AttachError::Busy) => {
+            return error(
+                StatusCode::CONFLICT,
+                "SessionBusy",
+                "another client is connected to this session",
+            );
+        }
+        Err(AttachError::ShuttingDown) => {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown", "the gateway is shutting down");
+        }
+    };
+
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let delay = shared.config.rtt / 2;
+    let detach = Detach {
+        shared: shared.clone(),
+        id,
+    };
+    let spawned = shared.spawn(async move {
+        let _detach = detach;
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(session = %id, error = %e, "websocket upgrade failed");
+                return;
+            }
+        };
+        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+            tracing::error!(session = %id, "upgraded connection is not a plain TCP stream");
+            return;
+        };
+        let client = WebSocketStream::from_partially_read(
+            TokioAdapter::new(parts.io.into_inner()),
+            parts.read_buf.to_vec(),
+            Role::Server,
+            Some(ws_config()),
+        )
+        .await;
+        tracing::debug!(session = %id, "relay connected");
+        run(client, attachment, delay).await;
+        tracing::debug!(session = %id, "relay ended");
+    });
+    if !spawned {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown", "the gateway is shutting down");
+    }
+
+    let mut res = Response::new(Body::empty());
+    *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = res.headers_mut();
+    headers.insert(UPGRADE, "websocket".parse().expect("static header value"));
+    headers.insert(CONNECTION, "Upgrade".parse().expect("static header value"));
+    match derive_accept_key(key.as_bytes()).parse() {
+        Ok(accept) => {
+            headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        Err(_) => return error(StatusCode::BAD_REQUEST, "NotAWebSocket", "bad Sec-WebSocket-Key"),
+    }
+    res
+}
+
+/// The client's `Sec-WebSocket-Key`, if this is a websocket upgrade request we can serve.
+fn websocket_key(headers: &HeaderMap) -> Option<String> {
+    let has_token = |name, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+                .unwrap_or(false)
+        })
+    };
+    if !has_token(UPGRADE, "websocket") || !has_token(CONNECTION, "upgrade") {
+        return None;
+    }
+    if headers.get(SEC_WEBSOCKET_VERSION)?.as_bytes() != b"13" {
+        return None;
+    }
+    let key = headers.get(SEC_WEBSOCKET_KEY)?.to_str().ok()?.trim();
+    (!key.is_empty()).then(|| key.to_owned())
+}
+
+/// Frees the session's relay slot when the relay task ends, however it ends.
+struct Detach {
+    shared: Arc<Shared>,
+    id: Uuid,
+}
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        self.shared.detach(self.id);
+    }
+}
+
+/// Why the forwarding stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client closed, went away, or sent garbage.
+    ClientGone,
+    /// Chromium's side closed or failed.
+    UpstreamGone,
+    /// The session's phase changed (death or release).
+    PhaseChanged,
+}
+
+/// Relays one client connection until it or the session ends.
+async fn run(client: ClientWs, att: Attachment, delay: Duration) {
+    let Attachment {
+        upstream, mut phase, ..
+    } = att;
+    if *phase.borrow_and_update() != Phase::Live {
+        return finish(client, phase).await;
+    }
+    let connect = timeout(
+        UPSTREAM_CONNECT,
+        connect_async_with_config(upstream.as_str(), Some(ws_config())),
+    );
+    let upstream = tokio::select! {
+        biased;
+        _ = phase.changed() => return finish(client, phase).await,
+        connected = connect => match connected {
+            Ok(Ok((ws, _))) => ws,
+            _ => return close_with(client, CloseCode::Error, "the browser is unreachable").await,
+        },
+    };
+
+    let (mut client_tx, mut client_rx) = client.split();
+    let (mut upstream_tx, mut upstream_rx) = upstream.split();
+    let end = tokio::select! {
+        biased;
+        _ = phase.changed() => End::PhaseChanged,
+        end = forward(&mut client_rx, &mut upstream_tx, delay, End::ClientGone, End::UpstreamGone) => end,
+        end = forward(&mut upstream_rx, &mut client_tx, delay, End::UpstreamGone, End::ClientGone) => end,
+    };
+    // Nothing more reaches Chromium, whatever happens to the client next.
+    drop((upstream_tx, upstream_rx));
+    let Ok(mut client) = WebSocketStream::reunite(client_tx, client_rx) else {
+        return;
+    };
+
+    match end {
+        End::ClientGone => {
+            // Let tungstenite send its close reply (or notice EOF) before the socket is dropped.
+            let _ = timeout(CLOSE_WAIT, async {
+                while let Some(Ok(_)) = client.next().await {}
+            })
+            .await;
+        }
+        // The keeper marks a session dead before it kills Chromium, so an upstream loss caused
+        // by a scheduled death already shows here; a loss while still live is a crash.
+        End::UpstreamGone if *phase.borrow() == Phase::Live => {
+            close_with(client, CloseCode::Error, "the browser closed the connection").await;
+        }
+        End::UpstreamGone | End::PhaseChanged => finish(client, phase).await,
+    }
+}
+
+/// Forwards data frames from one side to the other, each delayed by `delay`, in order.
+/// Pings are answered by tungstenite itself, on the side that received them.
+async fn forward<A, B>(
+    from: &mut WebSocketReceiver<A>,
+    to: &mut WebSocketSender<B>,
+    delay: Duration,
+    from_gone: End,
+    to_gone: End,
+) -> End
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(Instant, Message)>();
+    let read = async {
+        loop {
+            match from.next().await {
+                Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
+                    if queue_tx.send((Instant::now() + delay, m)).is_err() {
+                        return to_gone;
+                    }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return from_gone,
+            }
+        }
+    };
+    let write = async {
+        while let Some((at, m)) = queue_rx.recv().await {
+            if !delay.is_zero() {
+                sleep_until(at).await;
+            }
+            if to.send(m).await.is_err() {
+                return to_gone;
+            }
+        }
+        from_gone
+    };
+    tokio::select! {
+        end = read => end,
+        end = write => end,
+    }
+}
+
+/// Ends a client connection the way the session's current phase says.
+async fn finish(client: ClientWs, mut phase: watch::Receiver<Phase>) {
+    let current = *phase.borrow_and_update();
+    match current {
+        Phase::Dead(Death::Close) => {
+            close_with(client, CloseCode::Away, "the browser session ended").await;
+        }
+        Phase::Dead(Death::OnArrival) => {
+            close_with(client, CloseCode::Error, "the browser is dead").await;
+        }
+        Phase::Dead(Death::Reset) => reset(client),
+        Phase::Dead(Death::Silence) => hold_silently(client, phase).await,
+        Phase::Released | Phase::Live => {
+            close_with(client, CloseCode::Away, "the session was released").await;
+        }
+    }
+}
+
+/// Sends a close frame, waits for the client's close reply, then drops the socket (FIN).
+async fn close_with(mut client: ClientWs, code: CloseCode, reason: &str) {
+    let frame = CloseFrame {
+        code,
+        reason: reason.into(),
+    };
+    if let Ok(Ok(())) = timeout(CLOSE_WAIT, client.close(Some(frame))).await {
+        // Unread bytes at close() would turn the FIN into a reset: read up to the reply.
+        let _ = timeout(CLOSE_WAIT, async {
+            while let Some(Ok(_)) = client.next().await {}
+        })
+        .await;
+    }
+}
+
+/// Drops the socket with `SO_LINGER` 0: the kernel discards unsent data and sends RST.
+fn reset(client: ClientWs) {
+    if let Err(e) = client.get_ref().get_ref().set_zero_linger() {
+        tracing::warn!(error = %e, "could not set SO_LINGER 0; the socket closes with FIN");
+    }
+    drop(client);
+}
+
+/// Neither reads nor writes the client socket (so pings go unanswered) until the session is
+/// released or the gateway stops; then drops it.
+async fn hold_silently(client: ClientWs, mut phase: watch::Receiver<Phase>) {
+    while *phase.borrow_and_update() != Phase::Released {
+        if phase.changed().await.is_err() {
+            break;
+        }
+    }
+    drop(client);
+}

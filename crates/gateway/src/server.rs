@@ -1,0 +1,243 @@
+//! The accept loop ([`serve`]), and the in-process handle for tests ([`spawn`], [`Gateway`]).
+//!
+//! Connections are served by hyper directly (HTTP/1.1 with upgrades) rather than through
+//! `axum::serve`, so that an upgraded connection can be downcast back to its [`TcpStream`]
+//! (see [`relay`](crate::relay)).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+use uuid::Uuid;
+
+use crate::chaos::Death;
+use crate::config::{Config, DeathMode};
+use crate::error::{Error, ErrorKind};
+use crate::session::{KillError, Shared, Status};
+use crate::api;
+
+/// Serves the gateway on `listener` until `shutdown` resolves, then kills every Chromium it
+/// started and returns once they are gone.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), gateway::Error> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+/// gateway::serve(listener, gateway::Config::new(), async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// })
+/// .await
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`] before anything starts; [`ErrorKind::Io`] if the listener has
+/// no local address; [`ErrorKind::TaskPanicked`] (after a complete shutdown) if a connection or
+/// session task panicked.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    config.validate()?;
+    let addr = local_addr(&listener)?;
+    run(listener, Shared::new(config, addr), shutdown).await
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, Error> {
+    listener.local_addr().map_err(|e| {
+        Error::new(ErrorKind::Io, "the listener has no local address").with_source(e)
+    })
+}
+
+async fn run(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let router = api::router(shared.clone());
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    tracing::info!(addr = %shared.local_addr, "gateway listening");
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    connections.spawn(serve_connection(stream, router.clone()));
+                }
+                Err(e) => {
+                    // Per-connection failures (ECONNABORTED, EMFILE, …) must not end the server.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
+                if matches!(done, Err(e) if e.is_panic()) {
+                    shared.record_panic();
+                }
+            }
+        }
+    }
+    tracing::info!("gateway shutting down");
+    drop(listener);
+    // In-flight requests (a create mid-launch included) are dropped: whatever they started
+    // is killed by its owner's Drop.
+    connections.shutdown().await;
+    shared.close().await;
+    match shared.panics() {
+        0 => Ok(()),
+        n => Err(Error::new(
+            ErrorKind::TaskPanicked,
+            format!("{n} gateway task(s) panicked"),
+        )),
+    }
+}
+
+async fn serve_connection(stream: TcpStream, router: axum::Router) {
+    let _ = stream.set_nodelay(true);
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
+        .with_upgrades();
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Starts a gateway on `127.0.0.1:0` in this process and returns its handle.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), gateway::Error> {
+/// let gw = gateway::spawn(gateway::Config::new()).await?;
+/// println!("{} (key {})", gw.base_url(), gw.api_key());
+/// let status = gw.shutdown().await?;
+/// assert_eq!(status.chromium_processes, 0);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`] before anything starts; [`ErrorKind::Io`] if no port can be
+/// bound.
+pub async fn spawn(config: Config) -> Result<Gateway, Error> {
+    config.validate()?;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| Error::new(ErrorKind::Io, "could not bind 127.0.0.1:0").with_source(e))?;
+    let addr = local_addr(&listener)?;
+    let shared = Shared::new(config, addr);
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(listener, shared.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    Ok(Gateway {
+        base_url: format!("http://{addr}"),
+        shared,
+        stop: Some(stop_tx),
+        task: Some(task),
+    })
+}
+
+/// A running in-process gateway. Dropping it stops the gateway and kills its browsers;
+/// [`Gateway::shutdown`] does the same and waits for it.
+pub struct Gateway {
+    base_url: String,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), Error>>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// `http://127.0.0.1:PORT`, the base URL for a Solari client.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The address the gateway listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// The API key clients must present.
+    pub fn api_key(&self) -> &str {
+        &self.shared.config.api_key
+    }
+
+    /// Live and dead sessions, and the Chromium processes still alive.
+    pub fn status(&self) -> Status {
+        self.shared.status()
+    }
+
+    /// Kills a live session's browser now, the way `mode` says, and returns once Chromium is
+    /// gone; the answer is the mode applied ([`DeathMode::Mixed`] resolved).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnknownSession`] for an id this gateway never issued;
+    /// [`ErrorKind::SessionEnded`] if the browser is already dead or the session released.
+    pub async fn kill(&self, session_id: &str, mode: DeathMode) -> Result<DeathMode, Error> {
+        let id = Uuid::try_parse(session_id).map_err(|_| {
+            Error::new(ErrorKind::UnknownSession, "no session with this id on this gateway")
+        })?;
+        match self.shared.kill(id, Some(Death::resolve(mode))).await {
+            Ok(death) => Ok(death.mode()),
+            Err(KillError::Unknown) => Err(Error::new(
+                ErrorKind::UnknownSession,
+                "no session with this id on this gateway",
+            )),
+            Err(KillError::Ended) => Err(Error::new(
+                ErrorKind::SessionEnded,
+                "the session's browser is already dead or the session was released",
+            )),
+        }
+    }
+
+    /// Stops the gateway: refuses new connections, releases every session, kills every
+    /// Chromium, and returns the final [`Status`] once they are gone.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::TaskPanicked`] if a task of the gateway panicked (it is stopped anyway).
+    pub async fn shutdown(mut self) -> Result<Status, Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            match task.await {
+                Ok(result) => result?,
+                Err(e) if e.is_panic() => {
+                    return Err(Error::new(ErrorKind::TaskPanicked, "the gateway task panicked"));
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(self.shared.status())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            // The server task finishes the orderly shutdown if the runtime lives on; kill the
+            // browsers now in case it does not.
+            self.shared.processes.kill_unreaped();
+        }
+    }
+}

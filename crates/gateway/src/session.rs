@@ -1,0 +1,650 @@
+//! The session registry: one entry per session, one keeper task per live browser, and the
+//! orderly shutdown of all of them.
+//!
+//! A session's [`Phase`] is published on a `watch` channel: the keeper moves it to `Dead` just
+//! before it kills Chromium, a release moves it to `Released`, and the relay follows it.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::chaos::{Death, Fate, Overrides};
+use crate::chromium::{Browser, Processes};
+use crate::config::Config;
+
+/// Released sessions remembered (for an idempotent `DELETE` and an honest `GET`).
+const MAX_TOMBSTONES: usize = 256;
+/// Completed creates remembered per `Idempotency-Key`.
+const MAX_IDEMPOTENCY_KEYS: usize = 1024;
+/// How long shutdown waits for session tasks before aborting them.
+const TASK_DRAIN: Duration = Duration::from_secs(10);
+/// How long shutdown waits for the last Chromium process to disappear.
+const PROCESS_DRAIN: Duration = Duration::from_secs(5);
+
+/// A snapshot of the gateway's sessions and processes.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Unreleased sessions whose browser is alive.
+    pub live_sessions: usize,
+    /// Unreleased sessions whose browser is dead (they still hold a concurrency slot).
+    pub dead_sessions: usize,
+    /// Chromium processes (browser and helpers) this gateway started that are still alive.
+    pub chromium_processes: usize,
+}
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Live,
+    Dead(Death),
+    Released,
+}
+
+/// What the REST layer may know about a session (its token included: it builds the URLs).
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) id: Uuid,
+    pub(crate) token: String,
+    pub(crate) created: SystemTime,
+    pub(crate) expires: SystemTime,
+    pub(crate) metadata: Option<Map<String, Value>>,
+    pub(crate) phase: Phase,
+}
+
+/// Why a create was refused.
+#[derive(Debug)]
+pub(crate) enum CreateError {
+    Concurrency { max: usize },
+    ShuttingDown,
+    Launch(outlive::Error),
+}
+
+/// Why a kill was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KillError {
+    Unknown,
+    Ended,
+}
+
+/// Why a relay attach was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AttachError {
+    Unknown,
+    BadToken,
+    Released,
+    Busy,
+    ShuttingDown,
+}
+
+/// What a relay needs about its session.
+#[derive(Debug)]
+pub(crate) struct Attachment {
+    pub(crate) id: Uuid,
+    pub(crate) upstream: String,
+    pub(crate) phase: watch::Receiver<Phase>,
+}
+
+/// The answer to a keyed create.
+pub(crate) enum IdempotencyBegin {
+    /// First use of the key: create, then [`IdempotencyGuard::complete`].
+    Fresh(IdempotencyGuard),
+    /// A create with this key is still running.
+    InProgress,
+    /// The first create's response body.
+    Done(Value),
+}
+
+enum Keyed {
+    InProgress,
+    Done(Value),
+}
+
+enum Command {
+    /// Kill now, with this death or (`None`) the session's own.
+    Kill {
+        death: Option<Death>,
+        done: oneshot::Sender<Death>,
+    },
+    Release {
+        done: oneshot::Sender<()>,
+    },
+}
+
+struct Entry {
+    token: String,
+    created: SystemTime,
+    expires: SystemTime,
+    metadata: Option<Map<String, Value>>,
+    upstream: String,
+    phase: watch::Sender<Phase>,
+    keeper: Option<mpsc::UnboundedSender<Command>>,
+    relay_attached: bool,
+}
+
+impl Entry {
+    fn snapshot(&self, id: Uuid) -> Snapshot {
+        Snapshot {
+            id,
+            token: self.token.clone(),
+            created: self.created,
+            expires: self.expires,
+            metadata: self.metadata.clone(),
+            phase: *self.phase.borrow(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<Uuid, Entry>,
+    /// Creation order, for listing.
+    order: Vec<Uuid>,
+    /// Creates in flight; each holds a concurrency slot.
+    creating: usize,
+    keyed: HashMap<String, Keyed>,
+    keyed_order: VecDeque<String>,
+    tasks: JoinSet<()>,
+    closing: bool,
+}
+
+impl Registry {
+    fn unreleased(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|e| *e.phase.borrow() != Phase::Released)
+            .count()
+    }
+
+    fn forget_old_tombstones(&mut self) {
+        let released: Vec<Uuid> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|e| *e.phase.borrow() == Phase::Released)
+            })
+            .collect();
+        if released.len() > MAX_TOMBSTONES {
+            let drop_ids = &released[..released.len() - MAX_TOMBSTONES];
+            for id in drop_ids {
+                self.sessions.remove(id);
+            }
+            self.order.retain(|id| self.sessions.contains_key(id));
+        }
+    }
+}
+
+/// State shared by the server, the REST handlers, the relays and the [`Gateway`](crate::Gateway)
+/// handle.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) local_addr: SocketAddr,
+    pub(crate) processes: Arc<Processes>,
+    registry: Mutex<Registry>,
+    panics: AtomicUsize,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, local_addr: SocketAddr) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            local_addr,
+            processes: Arc::new(Processes::default()),
+            registry: Mutex::new(Registry::default()),
+            panics: AtomicUsize::new(0),
+        })
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts a panicked task (reported by shutdown).
+    pub(crate) fn record_panic(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn panics(&self) -> usize {
+        self.panics.load(Ordering::Relaxed)
+    }
+
+    /// Runs `task` as one of the session tasks shutdown waits for; refused (and dropped)
+    /// once shutdown has begun.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
+        let mut reg = self.registry();
+        self.spawn_locked(&mut reg, task)
+    }
+
+    fn spawn_locked(
+        &self,
+        reg: &mut Registry,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        if reg.closing {
+            return false;
+        }
+        while let Some(done) = reg.tasks.try_join_next() {
+            if matches!(done, Err(e) if e.is_panic()) {
+                self.record_panic();
+            }
+        }
+        reg.tasks.spawn(task);
+        true
+    }
+
+    /// Counts sessions and processes.
+    pub(crate) fn status(&self) -> Status {
+        let (live, dead) = {
+            let reg = self.registry();
+            reg.sessions
+                .values()
+                .fold((0, 0), |(l, d), e| match *e.phase.borrow() {
+                    Phase::Live => (l + 1, d),
+                    Phase::Dead(_) => (l, d + 1),
+                    Phase::Released => (l, d),
+                })
+        };
+        Status {
+            live_sessions: live,
+            dead_sessions: dead,
+            chromium_processes: self.processes.alive(),
+        }
+    }
+
+    /// Starts (or answers) a create carrying `key`.
+    pub(crate) fn idempotency_begin(self: &Arc<Self>, key: &str) -> IdempotencyBegin {
+        let mut reg = self.registry();
+        match reg.keyed.get(key) {
+            Some(Keyed::InProgress) => IdempotencyBegin::InProgress,
+            Some(Keyed::Done(v)) => IdempotencyBegin::Done(v.clone()),
+            None => {
+                reg.keyed.insert(key.to_owned(), Keyed::InProgress);
+                IdempotencyBegin::Fresh(IdempotencyGuard {
+                    shared: self.clone(),
+                    key: Some(key.to_owned()),
+                })
+            }
+        }
+    }
+
+    /// Creates one session: a concurrency slot, a Chromium, and (unless dead on arrival) a
+    /// keeper task that kills it at its death time.
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        metadata: Option<Map<String, Value>>,
+        overrides: Overrides,
+        deadline: Option<Duration>,
+    ) -> Result<Snapshot, CreateError> {
+        let slot = self.reserve_slot()?;
+        let fate = Fate::draw(&self.config, overrides, deadline);
+        let browser = Browser::launch(&self.config.chromium, &self.processes)
+            .await
+            .map_err(CreateError::Launch)?;
+
+        let id = Uuid::new_v4();
+        let created = SystemTime::now();
+        let started = Instant::now();
+        let token = new_token();
+        let upstream = browser.endpoint();
+        let (phase_tx, _) = watch::channel(Phase::Live);
+
+        let keeper = if fate.death == Death::OnArrival {
+            // Created, and dead at once.
+            phase_tx.send_replace(Phase::Dead(Death::OnArrival));
+            browser.close().await;
+            tracing::info!(session = %id, "session created dead on arrival");
+            None
+        } else {
+            Some((browser, mpsc::unbounded_channel()))
+        };
+
+        let mut reg = self.registry();
+        slot.consume(&mut reg);
+        if reg.closing {
+            drop(reg);
+            return Err(CreateError::ShuttingDown); // the browser (if any) is killed on drop
+        }
+        let mut entry = Entry {
+            token,
+            created,
+            expires: created + fate.nominal,
+            metadata,
+            upstream,
+            phase: phase_tx,
+            keeper: None,
+            relay_attached: false,
+        };
+        if let Some((browser, (cmd_tx, cmd_rx))) = keeper {
+            let task = keep(self.clone(), id, browser, started + fate.after, fate.death, cmd_rx);
+            self.spawn_locked(&mut reg, task);
+            entry.keeper = Some(cmd_tx);
+            tracing::info!(
+                session = %id,
+                death = ?fate.death,
+                after_ms = fate.after.as_millis() as u64,
+                "session created"
+            );
+        }
+        let snapshot = entry.snapshot(id);
+        reg.sessions.insert(id, entry);
+        reg.order.push(id);
+        Ok(snapshot)
+    }
+
+    fn reserve_slot(self: &Arc<Self>) -> Result<Slot, CreateError> {
+        let mut reg = self.registry();
+        if reg.closing {
+            return Err(CreateError::ShuttingDown);
+        }
+        let max = self.config.max_sessions;
+        if reg.unreleased() + reg.creating >= max {
+            return Err(CreateError::Concurrency { max });
+        }
+        reg.creating += 1;
+        Ok(Slot {
+            shared: Some(self.clone()),
+        })
+    }
+
+    /// One session, if it exists.
+    pub(crate) fn get(&self, id: Uuid) -> Option<Snapshot> {
+        self.registry().sessions.get(&id).map(|e| e.snapshot(id))
+    }
+
+    /// Every remembered session, oldest first.
+    pub(crate) fn list(&self) -> Vec<Snapshot> {
+        let reg = self.registry();
+        reg.order
+            .iter()
+            .filter_map(|id| reg.sessions.get(id).map(|e| e.snapshot(*id)))
+            .collect()
+    }
+
+    /// Releases a session: kills its browser if alive and closes its relay connection.
+    /// Releasing a released session is fine. Returns `false` for an unknown id.
+    pub(crate) async fn release(&self, id: Uuid) -> bool {
+        let keeper = {
+            let mut reg = self.registry();
+            let Some(entry) = reg.sessions.get_mut(&id) else {
+                return false;
+            };
+            if *entry.phase.borrow() == Phase::Released {
+                return true;
+            }
+            entry.phase.send_replace(Phase::Released);
+            let keeper = entry.keeper.take();
+            reg.forget_old_tombstones();
+            keeper
+        };
+        tracing::info!(session = %id, "session released");
+        if let Some(keeper) = keeper {
+            stop_keeper(keeper).await;
+        }
+        true
+    }
+
+    /// Kills a live session's browser now, with `death` or (`None`) the one it was created
+    /// with, and returns the death applied once Chromium is gone.
+    pub(crate) async fn kill(&self, id: Uuid, death: Option<Death>) -> Result<Death, KillError> {
+        let keeper = {
+            let reg = self.registry();
+            let entry = reg.sessions.get(&id).ok_or(KillError::Unknown)?;
+            match (*entry.phase.borrow(), &entry.keeper) {
+                (Phase::Live, Some(k)) => k.clone(),
+                _ => return Err(KillError::Ended),
+            }
+        };
+        let (done, finished) = oneshot::channel();
+        keeper
+            .send(Command::Kill { death, done })
+            .map_err(|_| KillError::Ended)?;
+        // A dropped answer means the keeper was already killing the browser for another reason.
+        finished.await.map_err(|_| KillError::Ended)
+    }
+
+    /// Moves a live session to `Dead`, before its browser is killed.
+    fn mark_dead(&self, id: Uuid, death: Death) {
+        let reg = self.registry();
+        if let Some(entry) = reg.sessions.get(&id) {
+            if *entry.phase.borrow() == Phase::Live {
+                entry.phase.send_replace(Phase::Dead(death));
+            }
+        }
+    }
+
+    /// Claims the session's one relay connection.
+    pub(crate) fn attach(&self, id: Uuid, token: Option<&str>) -> Result<Attachment, AttachError> {
+        let mut reg = self.registry();
+        if reg.closing {
+            return Err(AttachError::ShuttingDown);
+        }
+        let entry = reg.sessions.get_mut(&id).ok_or(AttachError::Unknown)?;
+        match token {
+            Some(t) if constant_time_eq(t.as_bytes(), entry.token.as_bytes()) => {}
+            _ => return Err(AttachError::BadToken),
+        }
+        if *entry.phase.borrow() == Phase::Released {
+            return Err(AttachError::Released);
+        }
+        if entry.relay_attached {
+            return Err(AttachError::Busy);
+        }
+        entry.relay_attached = true;
+        Ok(Attachment {
+            id,
+            upstream: entry.upstream.clone(),
+            phase: entry.phase.subscribe(),
+        })
+    }
+
+    /// Frees the session's relay connection slot.
+    pub(crate) fn detach(&self, id: Uuid) {
+        if let Some(entry) = self.registry().sessions.get_mut(&id) {
+            entry.relay_attached = false;
+        }
+    }
+
+    /// Stops everything: refuses new work, releases every session, waits for every session
+    /// task, and returns once no Chromium process this gateway started is alive.
+    pub(crate) async fn close(&self) {
+        let (keepers, mut tasks) = {
+            let mut reg = self.registry();
+            reg.closing = true;
+            let mut keepers = Vec::new();
+            for entry in reg.sessions.values_mut() {
+                entry.phase.send_replace(Phase::Released);
+                keepers.extend(entry.keeper.take());
+            }
+            (keepers, std::mem::take(&mut reg.tasks))
+        };
+        futures::future::join_all(keepers.into_iter().map(stop_keeper)).await;
+
+        let drained = tokio::time::timeout(TASK_DRAIN, async {
+            while let Some(done) = tasks.join_next().await {
+                if matches!(done, Err(e) if e.is_panic()) {
+                    self.record_panic();
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(left = tasks.len(), "session tasks did not finish; aborting them");
+            tasks.shutdown().await;
+        }
+
+        let deadline = Instant::now() + PROCESS_DRAIN;
+        loop {
+            let alive = self.processes.alive();
+            if alive == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::error!(alive, "chromium processes survived shutdown");
+                break;
+            }
+            self.processes.kill_unreaped();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Tells a keeper to kill its browser and waits until it has.
+async fn stop_keeper(keeper: mpsc::UnboundedSender<Command>) {
+    let (done, finished) = oneshot::channel();
+    if keeper.send(Command::Release { done }).is_ok() {
+        // Ok or a dropped sender: either way the keeper has closed the browser.
+        let _ = finished.await;
+    }
+}
+
+/// Owns one session's browser: kills it at its death time, on command, or at release, and
+/// notices when it exits on its own.
+async fn keep(
+    shared: Arc<Shared>,
+    id: Uuid,
+    mut browser: Browser,
+    death_at: Instant,
+    death: Death,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    enum Why {
+        Scheduled,
+        Crashed,
+        Killed(Option<Death>, oneshot::Sender<Death>),
+        Released(Option<oneshot::Sender<()>>),
+    }
+    let why = tokio::select! {
+        _ = tokio::time::sleep_until(death_at) => Why::Scheduled,
+        _ = browser.exited() => Why::Crashed,
+        command = commands.recv() => match command {
+            Some(Command::Kill { death, done }) => Why::Killed(death, done),
+            Some(Command::Release { done }) => Why::Released(Some(done)),
+            None => Why::Released(None),
+        },
+    };
+    let dies = match &why {
+        Why::Scheduled => Some(death),
+        Why::Crashed => {
+            tracing::warn!(session = %id, "chromium exited on its own");
+            Some(Death::Close)
+        }
+        Why::Killed(chosen, _) => Some(chosen.unwrap_or(death)),
+        Why::Released(_) => None,
+    };
+    if let Some(death) = dies {
+        tracing::info!(session = %id, ?death, "session dies");
+        shared.mark_dead(id, death);
+    }
+    browser.close().await;
+    match why {
+        Why::Killed(_, done) => {
+            let _ = done.send(dies.unwrap_or(death));
+        }
+        Why::Released(Some(done)) => {
+            let _ = done.send(());
+        }
+        _ => {}
+    }
+    // Dropping `commands` here answers any queued command: the browser is gone.
+}
+
+/// A held concurrency slot; dropping it unconsumed gives it back.
+struct Slot {
+    shared: Option<Arc<Shared>>,
+}
+
+impl Slot {
+    /// Turns the slot into a session: the caller holds the registry lock.
+    fn consume(mut self, reg: &mut Registry) {
+        if self.shared.take().is_some() {
+            reg.creating -= 1;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.registry().creating -= 1;
+        }
+    }
+}
+
+/// Marks a keyed create in progress; dropping it without [`complete`](Self::complete) forgets
+/// the key, so a retry can create.
+pub(crate) struct IdempotencyGuard {
+    shared: Arc<Shared>,
+    key: Option<String>,
+}
+
+impl IdempotencyGuard {
+    /// Stores the first create's response body for every later use of the key.
+    pub(crate) fn complete(mut self, body: Value) {
+        if let Some(key) = self.key.take() {
+            let mut reg = self.shared.registry();
+            reg.keyed.insert(key.clone(), Keyed::Done(body));
+            reg.keyed_order.push_back(key);
+            while reg.keyed_order.len() > MAX_IDEMPOTENCY_KEYS {
+                if let Some(old) = reg.keyed_order.pop_front() {
+                    reg.keyed.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for IdempotencyGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.shared.registry().keyed.remove(&key);
+        }
+    }
+}
+
+/// A random per-session relay capability: 256 bits, hex.
+fn new_token() -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_long_and_distinct() {
+        let (a, b) = (new_token(), new_token());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn constant_time_eq_compares() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,169 @@
+//! [`Ctx`]: what the task learns about its entry, and how it asks for a checkpoint.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::Error;
+use crate::provider::BoxFuture;
+
+/// Captures a checkpoint from the entry's page.
+pub(crate) type Capturer = Arc<dyn Fn() -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
+
+/// Where a re-entered task resumes: the checkpoint restored into its browser.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResumedFrom {
+    /// The URL the page was navigated to (the top frame's URL at the checkpoint).
+    pub url: String,
+    /// When that checkpoint was taken.
+    pub checkpoint_at: SystemTime,
+}
+
+impl fmt::Debug for ResumedFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResumedFrom")
+            .field("url", &crate::redact::redact_url(&self.url))
+            .field("checkpoint_at", &self.checkpoint_at)
+            .finish()
+    }
+}
+
+/// The run's checkpoints: the newest one and how many were written.
+#[derive(Default)]
+pub(crate) struct Store {
+    latest: Mutex<Option<Arc<Checkpoint>>>,
+    count: AtomicU32,
+    last_bytes: AtomicU32,
+}
+
+impl Store {
+    /// Keeps `fresh` if it is newer than what is stored, merging in origins only older
+    /// checkpoints saw. Answers whether it was kept.
+    pub(crate) fn offer(&self, mut fresh: Checkpoint) -> bool {
+        let mut latest = self.latest.lock().expect("checkpoint store poisoned");
+        if let Some(older) = latest.as_ref() {
+            if older.taken > fresh.taken {
+                return false;
+            }
+            fresh.merge_older(older);
+        }
+        self.last_bytes.store(fresh.bytes() as u32, Ordering::Relaxed);
+        *latest = Some(Arc::new(fresh));
+        self.count.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    pub(crate) fn latest(&self) -> Option<Arc<Checkpoint>> {
+        self.latest.lock().expect("checkpoint store poisoned").clone()
+    }
+
+    pub(crate) fn latest_taken(&self) -> Option<Instant> {
+        self.latest().map(|c| c.taken)
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn last_bytes(&self) -> u32 {
+        self.last_bytes.load(Ordering::Relaxed)
+    }
+}
+
+struct Inner {
+    attempt: u32,
+    resumed_from: Option<ResumedFrom>,
+    retired: AtomicBool,
+    capture: Capturer,
+    store: Arc<Store>,
+    capture_timeout: Duration,
+}
+
+/// The task's handle on its entry: which attempt this is, what was restored, and
+/// [`Ctx::checkpoint`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Ctx {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx")
+            .field("attempt", &self.inner.attempt)
+            .field("resumed_from", &self.inner.resumed_from)
+            .field("retired", &self.is_retired())
+            .finish()
+    }
+}
+
+impl Ctx {
+    pub(crate) fn new(
+        attempt: u32,
+        resumed_from: Option<ResumedFrom>,
+        capture: Capturer,
+        store: Arc<Store>,
+        capture_timeout: Duration,
+    ) -> Self {
+        Ctx {
+            inner: Arc::new(Inner {
+                attempt,
+                resumed_from,
+                retired: AtomicBool::new(false),
+                capture,
+                store,
+                capture_timeout,
+            }),
+        }
+    }
+
+    /// 1 on the first entry, 2 after the first relaunch, and so on. This, not
+    /// [`Ctx::resumed_from`], is the re-entry signal.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// The checkpoint restored into this browser. `None` on the first entry, and also after
+    /// a death that happened before any checkpoint existed.
+    pub fn resumed_from(&self) -> Option<&ResumedFrom> {
+        self.inner.resumed_from.as_ref()
+    }
+
+    /// Captures cookies, localStorage and the URL now. Never fails: answers `true` if a
+    /// checkpoint was written, `false` if not (the browser is dying, the capture timed out,
+    /// or this entry was retired after a death).
+    pub async fn checkpoint(&self) -> bool {
+        if self.is_retired() {
+            return false;
+        }
+        let captured = tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;
+        match captured {
+            Ok(Ok(cp)) if !self.is_retired() => {
+                let bytes = cp.bytes();
+                let kept = self.inner.store.offer(cp);
+                tracing::debug!(attempt = self.inner.attempt, bytes, kept, "checkpoint captured");
+                kept
+            }
+            Ok(Ok(_)) => false,
+            Ok(Err(e)) => {
+                tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "checkpoint capture failed");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(attempt = self.inner.attempt, "checkpoint capture timed out");
+                false
+            }
+        }
+    }
+
+    pub(crate) fn retire(&self) {
+        self.inner.retired.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.inner.retired.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,302 @@
+//! [`Options`]: how a run behaves, validated once before anything is launched.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::redact::Diagnostics;
+use crate::report::WideEvent;
+
+/// A page size in CSS pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Viewport {
+    /// Width in CSS pixels.
+    pub width: u32,
+    /// Height in CSS pixels.
+    pub height: u32,
+}
+
+type OnEvent = Arc<dyn Fn(&WideEvent) + Send + Sync>;
+
+/// Options of one [`outlive`](crate::outlive()) run. Chain the setters; every value is
+/// checked when the run starts, before anything is launched, and a bad one is reported as
+/// [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = outlive::Options::new()
+///     .checkpoint_every(Duration::from_secs(10))
+///     .max_relaunches(8)
+///     .start_url("https://bank.example/login");
+/// ```
+#[derive(Clone)]
+pub struct Options {
+    pub(crate) checkpoint_every: Duration,
+    pub(crate) max_relaunches: u32,
+    pub(crate) relaunch_backoff: Duration,
+    pub(crate) viewport: Viewport,
+    pub(crate) start_url: Option<String>,
+    pub(crate) navigation_timeout: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) diagnostics: Diagnostics,
+    pub(crate) on_event: Option<OnEvent>,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) heartbeat_timeout: Duration,
+    pub(crate) capture_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("checkpoint_every", &self.checkpoint_every)
+            .field("max_relaunches", &self.max_relaunches)
+            .field("relaunch_backoff", &self.relaunch_backoff)
+            .field("viewport", &self.viewport)
+            .field("start_url", &self.start_url.as_deref().map(crate::redact::redact_url))
+            .field("navigation_timeout", &self.navigation_timeout)
+            .field("grace", &self.grace)
+            .field("diagnostics", &self.diagnostics)
+            .field("on_event", &self.on_event.is_some())
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("capture_timeout", &self.capture_timeout)
+            .finish()
+    }
+}
+
+impl Options {
+    /// The defaults listed on each setter.
+    pub fn new() -> Self {
+        Self {
+            checkpoint_every: Duration::from_secs(30),
+            max_relaunches: 5,
+            relaunch_backoff: Duration::from_secs(2),
+            viewport: Viewport {
+                width: 1280,
+                height: 800,
+            },
+            start_url: None,
+            navigation_timeout: Duration::from_secs(45),
+            grace: Duration::from_millis(250),
+            diagnostics: Diagnostics::Safe,
+            on_event: None,
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(2),
+            capture_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Interval of the automatic checkpoint. A target, not a guarantee: a capture that fails
+    /// (the browser is already dying) is simply not written.
+    ///
+    /// # Default
+    ///
+    /// 30 s.
+    pub fn checkpoint_every(mut self, every: Duration) -> Self {
+        self.checkpoint_every = every;
+        self
+    }
+
+    /// How many times the browser may die (or fail to launch) before the run gives up.
+    /// `0` means the first death ends the run with `GaveUp`.
+    ///
+    /// # Default
+    ///
+    /// 5 (about an hour of task on a ten-minute session).
+    pub fn max_relaunches(mut self, n: u32) -> Self {
+        self.max_relaunches = n;
+        self
+    }
+
+    /// Wait after a launch that failed. A death relaunches at once.
+    ///
+    /// # Default
+    ///
+    /// 2 s.
+    pub fn relaunch_backoff(mut self, backoff: Duration) -> Self {
+        self.relaunch_backoff = backoff;
+        self
+    }
+
+    /// Size of the task's page.
+    ///
+    /// # Default
+    ///
+    /// 1280 × 800.
+    pub fn viewport(mut self, width: u32, height: u32) -> Self {
+        self.viewport = Viewport { width, height };
+        self
+    }
+
+    /// Navigated to before the first entry only; later entries start at the checkpoint URL.
+    ///
+    /// # Default
+    ///
+    /// None: the first entry starts on `about:blank`.
+    pub fn start_url(mut self, url: impl Into<String>) -> Self {
+        self.start_url = Some(url.into());
+        self
+    }
+
+    /// Cap on the resume navigation (and on the `start_url` navigation). When it is hit the
+    /// task is entered anyway, on whatever the page shows.
+    ///
+    /// # Default
+    ///
+    /// 45 s.
+    pub fn navigation_timeout(mut self, timeout: Duration) -> Self {
+        self.navigation_timeout = timeout;
+        self
+    }
+
+    /// How long a death waits for the running entry to finish before the entry is dropped.
+    ///
+    /// # Default
+    ///
+    /// 250 ms.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How much outlive may reveal in logs and the wide event.
+    ///
+    /// # Default
+    ///
+    /// [`Diagnostics::Safe`].
+    pub fn diagnostics(mut self, diagnostics: Diagnostics) -> Self {
+        self.diagnostics = diagnostics;
+        self
+    }
+
+    /// Called once per run, on every path, with the wide event.
+    ///
+    /// # Default
+    ///
+    /// None; the event still goes to `tracing` at INFO under target `outlive::event`.
+    pub fn on_event(mut self, f: impl Fn(&WideEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// How long the connection may be quiet before outlive asks the browser whether it is
+    /// still there (a CDP `Browser.getVersion` sent by the relay).
+    ///
+    /// # Default
+    ///
+    /// 1 s.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// How long the heartbeat waits for an answer before the browser is declared dead
+    /// (the half-open, silent connection). Silence is detected within interval + timeout.
+    ///
+    /// # Default
+    ///
+    /// 2 s.
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Cap on one checkpoint capture.
+    ///
+    /// # Default
+    ///
+    /// 10 s.
+    pub fn capture_timeout(mut self, timeout: Duration) -> Self {
+        self.capture_timeout = timeout;
+        self
+    }
+
+    /// Checks every value; the run calls this before launching anything.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption) naming the first bad option.
+    pub fn validate(&self) -> Result<(), Error> {
+        fn positive(name: &'static str, d: Duration) -> Result<(), Error> {
+            if d.is_zero() {
+                Err(Error::invalid_option(
+                    name,
+                    format!("option `{name}` must be greater than zero"),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        positive("checkpoint_every", self.checkpoint_every)?;
+        positive("navigation_timeout", self.navigation_timeout)?;
+        positive("heartbeat_interval", self.heartbeat_interval)?;
+        positive("heartbeat_timeout", self.heartbeat_timeout)?;
+        positive("capture_timeout", self.capture_timeout)?;
+        let Viewport { width, height } = self.viewport;
+        if !(1..=10_000).contains(&width) || !(1..=10_000).contains(&height) {
+            return Err(Error::invalid_option(
+                "viewport",
+                format!("option `viewport` must be between 1×1 and 10000×10000, got {width}×{height}"),
+            ));
+        }
+        if self.max_relaunches > 1_000 {
+            return Err(Error::invalid_option(
+                "max_relaunches",
+                format!("option `max_relaunches` must be at most 1000, got {}", self.max_relaunches),
+            ));
+        }
+        if let Some(url) = &self.start_url {
+            let ok = url::Url::parse(url)
+                .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
+                .unwrap_or(false);
+            if !ok {
+                return Err(Error::invalid_option(
+                    "start_url",
+                    format!(
+                        "option `start_url` must be an absolute http(s) URL, got {}",
+                        crate::redact::redact(url, self.diagnostics)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn defaults_are_valid() {
+        Options::new().validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_value_names_its_option() {
+        let cases = [
+            (Options::new().checkpoint_every(Duration::ZERO), "checkpoint_every"),
+            (Options::new().navigation_timeout(Duration::ZERO), "navigation_timeout"),
+            (Options::new().viewport(0, 0), "viewport"),
+            (Options::new().viewport(1280, 0), "viewport"),
+            (Options::new().heartbeat_timeout(Duration::ZERO), "heartbeat_timeout"),
+            (Options::new().start_url("not a url"), "start_url"),
+            (Options::new().start_url("/relative"), "start_url"),
+            (Options::new().max_relaunches(5000), "max_relaunches"),
+        ];
+        for (options, name) in cases {
+            let err = options.validate().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidOption);
+            assert_eq!(err.option(), Some(name));
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The wide event: one structured record per run, on every path.
+
+use serde::Serialize;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The task returned `Ok`.
+    Completed,
+    /// The task returned `Err` with its browser alive, panicked, an option was invalid, or
+    /// the caller dropped the run.
+    Failed,
+    /// The browser died (or failed to launch) more than `max_relaunches` times.
+    GaveUp,
+}
+
+impl Outcome {
+    /// `"completed"`, `"failed"` or `"gave_up"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Failed => "failed",
+            Outcome::GaveUp => "gave_up",
+        }
+    }
+}
+
+/// One record per run. Serialises with the same JSON field names as the TypeScript original
+/// (`runId`, `checkpointCount`, `lostWorkMs`, …).
+///
+/// It carries no secret outlive holds: no cookie, no checkpoint, no URL. `error` is redacted
+/// under [`Diagnostics::Safe`](crate::Diagnostics::Safe).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct WideEvent {
+    /// Random id of this run.
+    pub run_id: String,
+    /// How the run ended.
+    pub outcome: Outcome,
+    /// Browsers launched to replace one that died or failed to launch.
+    pub relaunches: u32,
+    /// Checkpoints written (automatic and `ctx.checkpoint()`).
+    pub checkpoint_count: u32,
+    /// Sum over deaths of the work lost: from the newest checkpoint (or the start of the
+    /// entry that died, if later) to the moment the death was detected, grace excluded.
+    pub lost_work_ms: u64,
+    /// The worst single death by the same rule.
+    pub max_lost_work_ms: u64,
+    /// Wall time of the whole run.
+    pub total_ms: u64,
+    /// Entries of the task (1 when no browser died).
+    pub attempts: u32,
+    /// Sessions whose release could not be confirmed. Anything but 0 means a browser may
+    /// still be holding a slot.
+    pub release_failed: u32,
+    /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
+    /// task error's type name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_name: Option<String>,
+    /// On failure: a stable code (`"gave_up"`, `"invalid_option"`, `"task_error"`, `"panic"`,
+    /// `"cancelled"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// On failure: the error's message, redacted and at most 300 characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl WideEvent {
+    /// The event as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a WideEvent always serialises")
+    }
+
+    pub(crate) fn emit(&self, on_event: Option<&(dyn Fn(&WideEvent) + Send + Sync)>) {
+        tracing::info!(
+            target: "outlive::event",
+            run_id = %self.run_id,
+            outcome = self.outcome.as_str(),
+            relaunches = self.relaunches,
+            checkpoint_count = self.checkpoint_count,
+            lost_work_ms = self.lost_work_ms,
+            max_lost_work_ms = self.max_lost_work_ms,
+            total_ms = self.total_ms,
+            attempts = self.attempts,
+            release_failed = self.release_failed,
+            error_name = self.error_name.as_deref(),
+            error_code = self.error_code.as_deref(),
+            error = self.error.as_deref(),
+            "outlive run finished"
+        );
+        if let Some(f) = on_event {
+            f(self);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialises_with_the_original_field_names() {
+        let event = WideEvent {
+            run_id: "r".into(),
+            outcome: Outcome::GaveUp,
+            relaunches: 1,
+            checkpoint_count: 24,
+            lost_work_ms: 2315,
+            max_lost_work_ms: 2315,
+            total_ms: 751_943,
+            attempts: 2,
+            release_failed: 0,
+            error_name: Some("GaveUp".into()),
+            error_code: Some("gave_up".into()),
+            error: Some("x".into()),
+        };
+        let json: serde_json::Value = serde_json::from_str(&event.to_json()).unwrap();
+        for key in [
+            "runId", "outcome", "relaunches", "checkpointCount", "lostWorkMs", "maxLostWorkMs",
+            "totalMs", "attempts", "releaseFailed", "errorName", "errorCode", "error",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(json["outcome"], "gave_up");
+    }
+}

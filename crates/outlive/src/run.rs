@@ -1,0 +1,437 @@
+//! The run loop: launch, restore, enter, watch, and on a death, grace, drop, relaunch.
+//!
+//! The loop is generic over a [`Backend`] so that its timing logic (grace, backoff, lost
+//! work) can be tested with a paused clock against a scripted fake; the real backend is
+//! [`crate::browser::CdpBackend`].
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::OptionFuture;
+use tokio::time::{Instant, sleep, sleep_until};
+use tracing::Instrument;
+
+use crate::checkpoint::Checkpoint;
+use crate::ctx::{Capturer, Ctx, ResumedFrom, Store};
+use crate::error::{Error, ErrorKind, RunError};
+use crate::options::Options;
+use crate::redact::redact;
+use crate::relay::Death;
+use crate::report::{Outcome, WideEvent};
+
+/// How long one release may take before it is counted as failed.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where browsers come from, for the run loop.
+pub(crate) trait Backend {
+    type Page: Clone;
+    type Browser: LiveBrowser<Page = Self::Page>;
+
+    /// Launches and connects a browser whose page is ready for the task.
+    fn launch(&self, options: &Options) -> impl Future<Output = Result<Self::Browser, Error>> + Send;
+}
+
+/// One connected browser, for the run loop.
+pub(crate) trait LiveBrowser: Send {
+    type Page: Clone;
+
+    fn page(&self) -> Self::Page;
+    fn capturer(&self) -> Capturer;
+    /// Resolves with the first death detected. Cancel-safe.
+    fn died(&self) -> impl Future<Output = Death> + Send;
+    /// The death, if one has been detected.
+    fn death(&self) -> Option<Death>;
+    /// Asks the browser whether it is alive; records a death if it is not.
+    fn confirm_alive(&self, timeout: Duration) -> impl Future<Output = bool> + Send;
+    /// Cuts the connection so every page call fails at once.
+    fn cut(&mut self);
+    fn restore(&self, checkpoint: &Checkpoint) -> impl Future<Output = Result<(), Error>> + Send;
+    fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// Counters of one run; become the wide event.
+#[derive(Debug, Default)]
+struct Tally {
+    relaunches: u32,
+    attempts: u32,
+    /// Deaths plus failed launches: what `max_relaunches` limits.
+    failures: u32,
+    lost_work: Duration,
+    max_lost_work: Duration,
+    release_failed: u32,
+}
+
+/// Builds and emits the wide event exactly once; if the run future is dropped first, its
+/// `Drop` emits a `failed`/`cancelled` event.
+struct Reporter<'o> {
+    run_id: String,
+    started: Instant,
+    options: &'o Options,
+    store: Arc<Store>,
+    tally: Tally,
+    emitted: bool,
+}
+
+impl Reporter<'_> {
+    fn event(&self, outcome: Outcome, failure: Option<(String, &str, String)>) -> WideEvent {
+        let (error_name, error_code, error) = match failure {
+            Some((name, code, message)) => (
+                Some(name),
+                Some(code.to_owned()),
+                Some(redact(&message, self.options.diagnostics)),
+            ),
+            None => (None, None, None),
+        };
+        WideEvent {
+            run_id: self.run_id.clone(),
+            outcome,
+            relaunches: self.tally.relaunches,
+            checkpoint_count: self.store.count(),
+            lost_work_ms: self.tally.lost_work.as_millis() as u64,
+            max_lost_work_ms: self.tally.max_lost_work.as_millis() as u64,
+            total_ms: self.started.elapsed().as_millis() as u64,
+            attempts: self.tally.attempts,
+            release_failed: self.tally.release_failed,
+            error_name,
+            error_code,
+            error,
+        }
+    }
+
+    fn emit(&mut self, outcome: Outcome, failure: Option<(String, &str, String)>) {
+        if self.emitted {
+            return;
+        }
+        self.emitted = true;
+        let event = self.event(outcome, failure);
+        event.emit(self.options.on_event.as_deref());
+    }
+
+    fn outlive_error<T, E>(&mut self, e: Error) -> Result<T, RunError<E>> {
+        let outcome = if e.kind() == ErrorKind::GaveUp { Outcome::GaveUp } else { Outcome::Failed };
+        let name = match e.kind() {
+            ErrorKind::GaveUp => "GaveUp",
+            ErrorKind::InvalidOption => "InvalidOption",
+            _ => "OutliveError",
+        };
+        self.emit(outcome, Some((name.to_owned(), e.code(), e.to_string())));
+        Err(RunError::Outlive(e))
+    }
+
+    fn record_death(&mut self, death: Death, entry_started: Option<Instant>) -> Duration {
+        let lost = match entry_started {
+            Some(entry) => {
+                let from = self.store.latest_taken().map_or(entry, |cp| cp.max(entry));
+                death.at.saturating_duration_since(from)
+            }
+            // Died before the task was entered: no task work was lost.
+            None => Duration::ZERO,
+        };
+        self.tally.lost_work += lost;
+        self.tally.max_lost_work = self.tally.max_lost_work.max(lost);
+        self.tally.failures += 1;
+        lost
+    }
+
+    async fn release<B: LiveBrowser>(&mut self, browser: B) {
+        match tokio::time::timeout(RELEASE_TIMEOUT, browser.release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.tally.release_failed += 1;
+                tracing::warn!(error = %redact(&e.to_string(), self.options.diagnostics), "release failed");
+            }
+            Err(_) => {
+                self.tally.release_failed += 1;
+                tracing::warn!(timeout = ?RELEASE_TIMEOUT, "release did not finish in time");
+            }
+        }
+    }
+}
+
+impl Drop for Reporter<'_> {
+    fn drop(&mut self) {
+        if !self.emitted {
+            let (name, code) = if std::thread::panicking() {
+                ("Panic", "panic")
+            } else {
+                ("Cancelled", "cancelled")
+            };
+            let message = format!("the run ended early: {code}");
+            self.emit(Outcome::Failed, Some((name.to_owned(), code, message)));
+        }
+    }
+}
+
+fn type_name_of<E>() -> String {
+    let full = std::any::type_name::<E>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_owned()
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the task panicked".to_owned()
+    }
+}
+
+/// The run loop. See the crate docs for the semantics.
+pub(crate) async fn run<B, F, Fut, T, E>(
+    backend: &B,
+    mut task: F,
+    options: &Options,
+) -> Result<T, RunError<E>>
+where
+    B: Backend,
+    F: FnMut(B::Page, Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Display,
+{
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let span = tracing::info_span!("outlive", run_id = %run_id);
+    let store = Arc::new(Store::default());
+    let mut reporter = Reporter {
+        run_id,
+        started: Instant::now(),
+        options,
+        store: store.clone(),
+        tally: Tally::default(),
+        emitted: false,
+    };
+    async move {
+        if let Err(e) = options.validate() {
+            return reporter.outlive_error(e);
+        }
+        let mut first = true;
+        loop {
+            if !first {
+                reporter.tally.relaunches += 1;
+            }
+            first = false;
+
+            let launch_started = Instant::now();
+            let mut browser = match backend.launch(options).await {
+                Ok(b) => b,
+                Err(e) => {
+                    reporter.tally.failures += 1;
+                    tracing::warn!(
+                        failures = reporter.tally.failures,
+                        error = %redact(&e.to_string(), options.diagnostics),
+                        "launch failed"
+                    );
+                    if reporter.tally.failures > options.max_relaunches {
+                        let msg = format!(
+                            "gave up after {} browser failures (max_relaunches is {}); the last launch failed: {}",
+                            reporter.tally.failures, options.max_relaunches, e
+                        );
+                        return reporter.outlive_error(Error::new(ErrorKind::GaveUp, msg).with_source(e));
+                    }
+                    sleep(options.relaunch_backoff).await;
+                    continue;
+                }
+            };
+            let launched_in = launch_started.elapsed();
+
+            // Restore (or the first navigation); a death here is a death before any entry.
+            let latest = store.latest();
+            let prepare = async {
+                match &latest {
+                    Some(cp) => {
+                        browser.restore(cp).await?;
+                        let restored_in = launch_started.elapsed();
+                        if let Err(e) = navigate(&browser, &cp.url, options).await {
+                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
+                        }
+                        tracing::debug!(?launched_in, ?restored_in, ready_in = ?launch_started.elapsed(), "checkpoint restored");
+                        Ok(Some(ResumedFrom { url: cp.url.clone(), checkpoint_at: cp.at }))
+                    }
+                    None => {
+                        if reporter.tally.attempts == 0 {
+                            if let Some(url) = &options.start_url {
+                                if let Err(e) = navigate(&browser, url, options).await {
+                                    tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "start_url navigation failed; entering anyway");
+                                }
+                            }
+                        }
+                        Ok::<_, Error>(None)
+                    }
+                }
+            };
+            let prepared = tokio::select! {
+                biased;
+                death = browser.died() => Err(Some(death)),
+                r = prepare => r.map_err(|e| { tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed"); None }),
+            };
+            let resumed_from = match prepared {
+                Ok(r) => r,
+                Err(death) => {
+                    let death = death.or(browser.death());
+                    browser.cut();
+                    reporter.release(browser).await;
+                    match death {
+                        Some(d) => {
+                            reporter.record_death(d, None);
+                            tracing::info!(cause = d.cause.as_str(), "browser died before the task was entered");
+                        }
+                        None => reporter.tally.failures += 1,
+                    }
+                    if reporter.tally.failures > options.max_relaunches {
+                        return reporter.outlive_error(gave_up(&reporter.tally, options, death));
+                    }
+                    if death.is_none() {
+                        sleep(options.relaunch_backoff).await;
+                    }
+                    continue;
+                }
+            };
+
+            reporter.tally.attempts += 1;
+            let attempt = reporter.tally.attempts;
+            let ctx = Ctx::new(
+                attempt,
+                resumed_from,
+                browser.capturer(),
+                store.clone(),
+                options.capture_timeout,
+            );
+            let entry_started = Instant::now();
+            tracing::info!(attempt, resumed = ctx.resumed_from().is_some(), "entering the task");
+            let entry = AssertUnwindSafe(
+                task(browser.page(), ctx.clone()).instrument(tracing::info_span!("entry", attempt)),
+            )
+            .catch_unwind();
+            let mut entry = std::pin::pin!(entry);
+
+            // Watch the entry, the connection and the checkpoint clock together.
+            let mut periodic: Option<std::pin::Pin<Box<dyn Future<Output = bool> + Send>>> = None;
+            let mut last_periodic = entry_started;
+            let ended = loop {
+                let base = store.latest_taken().map_or(entry_started, |t| t.max(entry_started)).max(last_periodic);
+                let due = base + options.checkpoint_every;
+                tokio::select! {
+                    biased;
+                    out = &mut entry => break Ok(out),
+                    death = browser.died() => break Err(death),
+                    Some(_) = OptionFuture::from(periodic.as_mut()), if periodic.is_some() => {
+                        periodic = None;
+                    }
+                    _ = sleep_until(due), if periodic.is_none() => {
+                        last_periodic = Instant::now();
+                        let ctx = ctx.clone();
+                        periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
+                    }
+                }
+            };
+            drop(periodic);
+
+            let death = match ended {
+                Ok(Ok(Ok(value))) => {
+                    ctx.retire();
+                    reporter.release(browser).await;
+                    reporter.emit(Outcome::Completed, None);
+                    return Ok(value);
+                }
+                Ok(Ok(Err(e))) => {
+                    // The task's error is its own unless its browser is already dead.
+                    let dead = browser.death().is_some()
+                        || !browser.confirm_alive(options.heartbeat_timeout).await;
+                    match (dead, browser.death()) {
+                        (true, Some(death)) => {
+                            tracing::info!(cause = death.cause.as_str(), "the task failed because its browser died");
+                            ctx.retire();
+                            browser.cut();
+                            death
+                        }
+                        _ => {
+                            ctx.retire();
+                            reporter.release(browser).await;
+                            reporter.emit(
+                                Outcome::Failed,
+                                Some((type_name_of::<E>(), "task_error", e.to_string())),
+                            );
+                            return Err(RunError::Task(e));
+                        }
+                    }
+                }
+                Ok(Err(panic)) => {
+                    ctx.retire();
+                    reporter.release(browser).await;
+                    let message = panic_message(&*panic);
+                    reporter.emit(Outcome::Failed, Some(("Panic".to_owned(), "panic", message)));
+                    std::panic::resume_unwind(panic);
+                }
+                Err(death) => {
+                    ctx.retire();
+                    browser.cut();
+                    tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "browser died; waiting out the grace period");
+                    match tokio::time::timeout(options.grace, &mut entry).await {
+                        Ok(Ok(Ok(value))) => {
+                            tracing::info!("the task finished within the grace period");
+                            reporter.release(browser).await;
+                            reporter.emit(Outcome::Completed, None);
+                            return Ok(value);
+                        }
+                        Ok(Err(panic)) => {
+                            reporter.release(browser).await;
+                            let message = panic_message(&*panic);
+                            reporter.emit(Outcome::Failed, Some(("Panic".to_owned(), "panic", message)));
+                            std::panic::resume_unwind(panic);
+                        }
+                        // An error after the death is the death's doing; a timeout drops the entry.
+                        Ok(Ok(Err(_))) | Err(_) => death,
+                    }
+                }
+            };
+
+            // At most one entry alive: the dead one is dropped before anything relaunches.
+            drop(entry);
+            let lost = reporter.record_death(death, Some(entry_started));
+            tracing::info!(
+                attempt,
+                cause = death.cause.as_str(),
+                lost_work_ms = lost.as_millis() as u64,
+                "entry abandoned after a browser death"
+            );
+            reporter.release(browser).await;
+            if reporter.tally.failures > options.max_relaunches {
+                return reporter.outlive_error(gave_up(&reporter.tally, options, Some(death)));
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The resume (or start) navigation, capped by `navigation_timeout`. Non-web URLs
+/// (`about:blank`, an error page) are not navigated to.
+async fn navigate<L: LiveBrowser>(browser: &L, url: &str, options: &Options) -> Result<(), Error> {
+    if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")) {
+        return Ok(());
+    }
+    match tokio::time::timeout(options.navigation_timeout, browser.navigate(url)).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            ErrorKind::Cdp,
+            format!("navigation did not finish within navigation_timeout ({:?})", options.navigation_timeout),
+        )),
+    }
+}
+
+fn gave_up(tally: &Tally, options: &Options, death: Option<Death>) -> Error {
+    let cause = death.map_or("a failed restore", |d| d.cause.as_str());
+    Error::new(
+        ErrorKind::GaveUp,
+        format!(
+            "gave up after {} browser failures (max_relaunches is {}); the last was: {}",
+            tally.failures, options.max_relaunches, cause
+        ),
+    )
+}
