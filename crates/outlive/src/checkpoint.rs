@@ -259,7 +259,7 @@ fn restore_document(items: &[(String, String)]) -> String {
     // Keep the data inside the <script> element whatever it contains.
     let data = data.replace("</", "<\\/").replace("<!--", "<\\!--");
     format!(
-        "<!doctype html><title>outlive restore</title><script>(function(){{var d={data};\
+        "<!doctype html><title>outlive restore</title><link rel=\"icon\" href=\"data:,\"><script>(function(){{var d={data};\
          localStorage.clear();for(var i=0;i<d.length;i++){{localStorage.setItem(d[i][0],d[i][1]);}}}})()</script>"
     )
 }

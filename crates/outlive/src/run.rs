@@ -435,3 +435,319 @@ fn gave_up(tally: &Tally, options: &Options, death: Option<Death>) -> Error {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    //! The loop's accounting, pinned with a paused clock and a scripted backend.
+
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::relay::DeathCause;
+
+    /// What one launch does.
+    #[derive(Clone, Copy)]
+    enum Plan {
+        /// The launch fails.
+        Fail,
+        /// The browser dies this long after launch.
+        DieAfter(Duration),
+        /// The browser lives forever.
+        Live,
+    }
+
+    struct Fake {
+        plans: Mutex<VecDeque<Plan>>,
+        launches: Mutex<Vec<Instant>>,
+        releases: AtomicU32,
+        capture_cost: Duration,
+    }
+
+    impl Fake {
+        fn new(plans: &[Plan]) -> Arc<Fake> {
+            Arc::new(Fake {
+                plans: Mutex::new(plans.iter().copied().collect()),
+                launches: Mutex::default(),
+                releases: AtomicU32::new(0),
+                capture_cost: Duration::from_millis(200),
+            })
+        }
+    }
+
+    struct FakeBrowser {
+        dies_at: Option<Instant>,
+        fake: Arc<Fake>,
+    }
+
+    impl Backend for Arc<Fake> {
+        type Page = ();
+        type Browser = FakeBrowser;
+
+        async fn launch(&self, _options: &Options) -> Result<FakeBrowser, Error> {
+            self.launches.lock().unwrap().push(Instant::now());
+            let plan = self.plans.lock().unwrap().pop_front().unwrap_or(Plan::Live);
+            match plan {
+                Plan::Fail => Err(Error::new(ErrorKind::Launch, "scripted launch failure")),
+                Plan::DieAfter(d) => Ok(FakeBrowser { dies_at: Some(Instant::now() + d), fake: self.clone() }),
+                Plan::Live => Ok(FakeBrowser { dies_at: None, fake: self.clone() }),
+            }
+        }
+    }
+
+    impl LiveBrowser for FakeBrowser {
+        type Page = ();
+
+        fn page(&self) {}
+
+        fn capturer(&self) -> Capturer {
+            let (dies_at, cost) = (self.dies_at, self.fake.capture_cost);
+            Arc::new(move || {
+                Box::pin(async move {
+                    let taken = Instant::now();
+                    tokio::time::sleep(cost).await;
+                    if dies_at.is_some_and(|d| Instant::now() >= d) {
+                        return Err(Error::new(ErrorKind::Cdp, "browser gone"));
+                    }
+                    Ok(Checkpoint::at_url("https://example.test/", taken))
+                })
+            })
+        }
+
+        fn died(&self) -> impl Future<Output = Death> + Send {
+            let dies_at = self.dies_at;
+            async move {
+                match dies_at {
+                    Some(at) => {
+                        sleep_until(at).await;
+                        Death { cause: DeathCause::Closed, at }
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+        }
+
+        fn death(&self) -> Option<Death> {
+            self.dies_at
+                .filter(|at| Instant::now() >= *at)
+                .map(|at| Death { cause: DeathCause::Closed, at })
+        }
+
+        async fn confirm_alive(&self, _timeout: Duration) -> bool {
+            self.death().is_none()
+        }
+
+        fn cut(&mut self) {}
+
+        async fn restore(&self, _checkpoint: &Checkpoint) -> Result<(), Error> {
+            Ok(())
+        }
+
+        async fn navigate(&self, _url: &str) -> Result<(), Error> {
+            Ok(())
+        }
+
+        async fn release(self) -> Result<(), Error> {
+            self.fake.releases.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn options(event: &Arc<Mutex<Option<WideEvent>>>) -> Options {
+        let slot = event.clone();
+        Options::new()
+            .checkpoint_every(Duration::from_secs(10))
+            .on_event(move |e| *slot.lock().unwrap() = Some(e.clone()))
+    }
+
+    /// Attempt 1 works until it is dropped; later attempts finish at once.
+    async fn work_forever_then_finish(attempt: u32) -> Result<u32, String> {
+        if attempt == 1 {
+            std::future::pending::<()>().await;
+        }
+        Ok(attempt)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_work_counts_from_the_newest_checkpoint_to_detection() {
+        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(25)), Plan::Live]);
+        let event = Arc::default();
+        let v = run(&fake, |(), ctx| work_forever_then_finish(ctx.attempt()), &options(&event)).await.unwrap();
+        assert_eq!(v, 2);
+        let e = event.lock().unwrap().clone().unwrap();
+        // Checkpoints taken at 10 s and 20 s; death detected at 25 s; grace not counted.
+        assert_eq!(e.lost_work_ms, 5_000);
+        assert_eq!(e.max_lost_work_ms, 5_000);
+        assert_eq!(e.checkpoint_count, 2);
+        assert_eq!((e.attempts, e.relaunches), (2, 1));
+        assert_eq!(e.total_ms, 25_250, "the relaunch follows the 250 ms grace at once");
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_work_starts_at_the_entry_when_the_checkpoint_is_older() {
+        let fake = Fake::new(&[
+            Plan::DieAfter(Duration::from_secs(15)),
+            Plan::DieAfter(Duration::from_secs(3)),
+            Plan::Live,
+        ]);
+        let event = Arc::default();
+        let v = run(
+            &fake,
+            |(), ctx| async move {
+                if ctx.attempt() < 3 {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, String>(ctx.attempt())
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, 3);
+        let e = event.lock().unwrap().clone().unwrap();
+        // First death: 15 s − checkpoint at 10 s = 5 s. Second: 3 s since its entry began
+        // (the 10 s checkpoint belongs to the first browser and is older).
+        assert_eq!(e.lost_work_ms, 8_000);
+        assert_eq!(e.max_lost_work_ms, 5_000);
+        assert_eq!((e.attempts, e.relaunches), (3, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_follows_failed_launches_only() {
+        let fake = Fake::new(&[Plan::Fail, Plan::Fail, Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
+        let event = Arc::default();
+        let started = Instant::now();
+        run(&fake, |(), ctx| work_forever_then_finish(ctx.attempt()), &options(&event)).await.unwrap();
+        let launches: Vec<u128> = fake
+            .launches
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| t.duration_since(started).as_millis())
+            .collect();
+        // Two failures, 2 s apart each; the death at 5 s relaunches after the grace only.
+        assert_eq!(launches, vec![0, 2_000, 4_000, 5_250]);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.attempts, e.relaunches, e.lost_work_ms), (2, 3, 1_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn more_deaths_than_max_relaunches_give_up() {
+        let die = Plan::DieAfter(Duration::from_secs(1));
+        let fake = Fake::new(&[die, die, die, die]);
+        let event = Arc::default();
+        let err = run(
+            &fake,
+            |(), _ctx| std::future::pending::<Result<(), String>>(),
+            &options(&event).max_relaunches(2),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(e.outcome, Outcome::GaveUp);
+        assert_eq!((e.attempts, e.relaunches), (3, 2));
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 3, "every browser released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn launch_failures_count_toward_the_budget() {
+        let fake = Fake::new(&[Plan::Fail, Plan::Fail]);
+        let event = Arc::default();
+        let err = run(&fake, |(), _ctx| async { Ok::<(), String>(()) }, &options(&event).max_relaunches(1))
+            .await
+            .unwrap_err();
+        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.attempts, e.relaunches), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_that_finishes_within_the_grace_completes() {
+        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1))]);
+        let event = Arc::default();
+        let v = run(
+            &fake,
+            |(), _ctx| async {
+                tokio::time::sleep(Duration::from_millis(1_100)).await;
+                Ok::<_, String>("done")
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, "done");
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.outcome, e.attempts, e.relaunches, e.lost_work_ms), (Outcome::Completed, 1, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_after_the_death_is_a_death_not_a_failure() {
+        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
+        let event = Arc::default();
+        let v = run(
+            &fake,
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    tokio::time::sleep(Duration::from_millis(1_100)).await;
+                    return Err("page call failed: connection closed".to_owned());
+                }
+                Ok(ctx.attempt())
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_error_with_a_live_browser_is_returned_unchanged() {
+        let fake = Fake::new(&[Plan::Live]);
+        let event = Arc::default();
+        let calls = AtomicU32::new(0);
+        let err = run(
+            &fake,
+            |(), _ctx| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Err::<(), _>(vec![1, 2, 3]).map_err(|v| format!("{v:?}")) }
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.into_task().unwrap(), "[1, 2, 3]");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(e.error_code.as_deref(), Some("task_error"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn checkpoints_after_the_death_are_refused() {
+        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
+        let event = Arc::default();
+        let answers = Mutex::new(Vec::new());
+        run(
+            &fake,
+            |(), ctx| {
+                let answers = &answers;
+                async move {
+                    if ctx.attempt() == 1 {
+                        tokio::time::sleep(Duration::from_millis(1_050)).await;
+                        // Dead browser, retired ctx: no checkpoint.
+                        answers.lock().unwrap().push(ctx.checkpoint().await);
+                        std::future::pending::<()>().await;
+                    }
+                    answers.lock().unwrap().push(ctx.checkpoint().await);
+                    Ok::<_, String>(())
+                }
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(*answers.lock().unwrap(), vec![false, true]);
+    }
+}

@@ -103,7 +103,12 @@ async fn cookies_local_storage_of_two_origins_and_url_survive() {
                 let cookie = text(&page, "#cookie").await?;
                 page.goto(NavigateParams::new(format!("{}/page/again", b.base))).await?;
                 let b_item = page.evaluate("localStorage.getItem('b-token')").await?.into_value::<String>()?;
-                assert_eq!(b_hits_after_restore, b_hits_at_death.load(Ordering::SeqCst));
+                assert_eq!(
+                    b_hits_after_restore,
+                    b_hits_at_death.load(Ordering::SeqCst),
+                    "requests reached origin B during the restore: {:?}",
+                    b.hit_paths()
+                );
                 *seen.lock().unwrap() = Some((resumed, url_now, pref, cookie, b_item));
                 Ok::<_, outlive::chromiumoxide::error::CdpError>(())
             }

@@ -62,6 +62,12 @@ impl Site {
             .sum()
     }
 
+    pub fn hit_paths(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<_> = self.hits.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+        v.sort();
+        v
+    }
+
     pub fn total_hits(&self) -> usize {
         self.hits(" ") + self.hits("/")
     }
