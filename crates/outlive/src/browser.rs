@@ -86,7 +86,10 @@ async fn connect(
     let died_early = |d: Death| {
         Error::new(
             ErrorKind::Launch,
-            format!("the browser died while it was being connected ({})", d.cause.as_str()),
+            format!(
+                "the browser died while it was being connected ({})",
+                d.cause.as_str()
+            ),
         )
     };
     let client_url = relay.client_url().to_owned();

@@ -122,14 +122,18 @@ impl Checkpoint {
             + self
                 .origins
                 .iter()
-                .map(|(o, items)| o.len() + items.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>())
+                .map(|(o, items)| {
+                    o.len() + items.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+                })
                 .sum::<usize>()
     }
 
     /// Keeps origins captured earlier that this capture did not see.
     pub(crate) fn merge_older(&mut self, older: &Checkpoint) {
         for (origin, items) in &older.origins {
-            self.origins.entry(origin.clone()).or_insert_with(|| items.clone());
+            self.origins
+                .entry(origin.clone())
+                .or_insert_with(|| items.clone());
         }
     }
 }
@@ -197,11 +201,20 @@ pub(crate) async fn capture(page: &Page) -> Result<Checkpoint, Error> {
         page.evaluate_expression(eval),
         page.execute(GetFrameTreeParams::default()),
     );
-    let cookies = cookies.map_err(|e| cdp_error("Storage.getCookies", e))?.result.cookies;
+    let cookies = cookies
+        .map_err(|e| cdp_error("Storage.getCookies", e))?
+        .result
+        .cookies;
     let top: TopFrameState = top
         .map_err(|e| cdp_error("reading the page's URL and localStorage", e))?
         .into_value()
-        .map_err(|e| Error::new(ErrorKind::Cdp, "decoding the page's URL and localStorage failed").with_source(e))?;
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Cdp,
+                "decoding the page's URL and localStorage failed",
+            )
+            .with_source(e)
+        })?;
 
     let mut origins = BTreeMap::new();
     if let (true, Some(items)) = (is_storable_origin(&top.origin), top.items) {
@@ -270,7 +283,11 @@ fn restore_document(items: &[(String, String)]) -> String {
 /// The page is left on the last origin's blank document; the caller navigates to the URL.
 pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), Error> {
     if !checkpoint.cookies.is_empty() {
-        let cookies = checkpoint.cookies.iter().map(StoredCookie::to_param).collect::<Vec<_>>();
+        let cookies = checkpoint
+            .cookies
+            .iter()
+            .map(StoredCookie::to_param)
+            .collect::<Vec<_>>();
         page.execute(SetCookiesParams::new(cookies))
             .await
             .map_err(|e| cdp_error("Storage.setCookies", e))?;
@@ -324,7 +341,10 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), 
     for (origin, _) in &origins {
         let nav = NavigateParams::new(format!("{origin}/__outlive_restore"));
         if let Err(e) = page.goto(nav).await {
-            result = Err(cdp_error("loading an origin to restore its localStorage", e));
+            result = Err(cdp_error(
+                "loading an origin to restore its localStorage",
+                e,
+            ));
             break;
         }
     }
@@ -338,7 +358,11 @@ fn base64_encode(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -378,7 +402,10 @@ mod tests {
 
     #[test]
     fn debug_shows_sizes_never_values() {
-        let mut cp = Checkpoint::at_url("https://bank.example/account?sid=SECRET-URL", Instant::now());
+        let mut cp = Checkpoint::at_url(
+            "https://bank.example/account?sid=SECRET-URL",
+            Instant::now(),
+        );
         cp.origins.insert(
             "https://bank.example".into(),
             vec![("token".into(), "SECRET-ITEM".into())],
@@ -392,10 +419,16 @@ mod tests {
     fn merge_keeps_origins_only_the_older_checkpoint_saw() {
         let now = Instant::now();
         let mut older = Checkpoint::at_url("https://a.example/", now);
-        older.origins.insert("https://a.example".into(), vec![("k".into(), "old".into())]);
-        older.origins.insert("https://b.example".into(), vec![("k".into(), "b".into())]);
+        older
+            .origins
+            .insert("https://a.example".into(), vec![("k".into(), "old".into())]);
+        older
+            .origins
+            .insert("https://b.example".into(), vec![("k".into(), "b".into())]);
         let mut newer = Checkpoint::at_url("https://a.example/", now);
-        newer.origins.insert("https://a.example".into(), vec![("k".into(), "new".into())]);
+        newer
+            .origins
+            .insert("https://a.example".into(), vec![("k".into(), "new".into())]);
         newer.merge_older(&older);
         assert_eq!(newer.origins["https://a.example"][0].1, "new");
         assert_eq!(newer.origins["https://b.example"][0].1, "b");

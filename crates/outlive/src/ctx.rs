@@ -12,7 +12,8 @@ use crate::error::Error;
 use crate::provider::BoxFuture;
 
 /// Captures a checkpoint from the entry's page.
-pub(crate) type Capturer = Arc<dyn Fn() -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
+pub(crate) type Capturer =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
 
 /// Where a re-entered task resumes: the checkpoint restored into its browser.
 #[derive(Clone, PartialEq, Eq)]
@@ -37,7 +38,6 @@ impl fmt::Debug for ResumedFrom {
 pub(crate) struct Store {
     latest: Mutex<Option<Arc<Checkpoint>>>,
     count: AtomicU32,
-    last_bytes: AtomicU32,
 }
 
 impl Store {
@@ -51,14 +51,16 @@ impl Store {
             }
             fresh.merge_older(older);
         }
-        self.last_bytes.store(fresh.bytes() as u32, Ordering::Relaxed);
         *latest = Some(Arc::new(fresh));
         self.count.fetch_add(1, Ordering::Relaxed);
         true
     }
 
     pub(crate) fn latest(&self) -> Option<Arc<Checkpoint>> {
-        self.latest.lock().expect("checkpoint store poisoned").clone()
+        self.latest
+            .lock()
+            .expect("checkpoint store poisoned")
+            .clone()
     }
 
     pub(crate) fn latest_taken(&self) -> Option<Instant> {
@@ -67,10 +69,6 @@ impl Store {
 
     pub(crate) fn count(&self) -> u32 {
         self.count.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn last_bytes(&self) -> u32 {
-        self.last_bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -139,12 +137,18 @@ impl Ctx {
         if self.is_retired() {
             return false;
         }
-        let captured = tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;
+        let captured =
+            tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;
         match captured {
             Ok(Ok(cp)) if !self.is_retired() => {
                 let bytes = cp.bytes();
                 let kept = self.inner.store.offer(cp);
-                tracing::debug!(attempt = self.inner.attempt, bytes, kept, "checkpoint captured");
+                tracing::debug!(
+                    attempt = self.inner.attempt,
+                    bytes,
+                    kept,
+                    "checkpoint captured"
+                );
                 kept
             }
             Ok(Ok(_)) => false,

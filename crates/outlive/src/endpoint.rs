@@ -80,10 +80,7 @@ mod tests {
         assert_eq!(e.redacted(), "wss://cdp.example.com");
         assert!(!format!("{e:?}{e}").contains("s3cret"));
         assert!(!format!("{e:?}{e}").contains("abc"));
-        assert_eq!(
-            e.expose(),
-            "wss://cdp.example.com/cdp/abc?token=s3cret"
-        );
+        assert_eq!(e.expose(), "wss://cdp.example.com/cdp/abc?token=s3cret");
     }
 
     #[test]

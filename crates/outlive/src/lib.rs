@@ -1,15 +1,92 @@
 //! outlive: make a browser-automation task outlive the browser it runs in.
+//!
+//! Cloud browser sessions end on their own schedule (Solari's after about ten minutes,
+//! quietly, while its control plane still says "active"). [`outlive()`] runs your async task
+//! against a Chromium [`Page`], checkpoints cookies + localStorage + URL, notices the death
+//! from the connection, launches a new browser through a [`Provider`], restores the
+//! checkpoint, and calls the task again with [`Ctx::attempt`] and [`Ctx::resumed_from`] so it
+//! can skip what it already did.
+//!
+//! ```no_run
+//! use std::sync::Mutex;
+//! use outlive::{chromiumoxide::cdp::browser_protocol::page::NavigateParams, LocalChromium, Options};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let done = Mutex::new(Vec::<String>::new()); // progress lives outside the task: it survives
+//! let rows = outlive::outlive(
+//!     &LocalChromium::new(),
+//!     |page, ctx| {
+//!         let done = &done;
+//!         async move {
+//!             if ctx.resumed_from().is_none() {
+//!                 page.goto(NavigateParams::new("https://bank.example/login")).await?;
+//!                 // … sign in: the expensive, non-repeatable part …
+//!                 ctx.checkpoint().await; // never do that twice
+//!             }
+//!             while done.lock().unwrap().len() < 36 {
+//!                 page.goto(NavigateParams::new("https://bank.example/account")).await?;
+//!                 let balance = page.evaluate("document.title").await?.into_value::<String>()?;
+//!                 done.lock().unwrap().push(balance);
+//!             }
+//!             Ok::<_, outlive::chromiumoxide::error::CdpError>(done.lock().unwrap().clone())
+//!         }
+//!     },
+//!     Options::new().max_relaunches(5),
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What survives a relaunch
+//!
+//! Cookies (HttpOnly included), localStorage of every origin the task had open at any
+//! checkpoint, and the top frame's URL. Nothing else: not the DOM, not in-page JavaScript
+//! state, not a half-filled form, not sessionStorage or IndexedDB, not the task's own local
+//! variables. State kept in the caller's scope, outside the task closure, is yours and
+//! survives.
+//!
+//! # How a run ends
+//!
+//! * `Ok(value)`: the task returned `Ok`.
+//! * [`RunError::Task`]: the task returned `Err` while its browser was alive. Returned
+//!   unchanged, never retried.
+//! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the browser died (or failed to
+//!   launch) more than `max_relaunches` times; with [`ErrorKind::InvalidOption`]: an option
+//!   was out of range, reported before anything was launched.
+//! * A panic in the task closes every browser, emits the event, and resumes unwinding.
+//!   Dropping the `outlive` future closes every browser too.
+//!
+//! # Re-entry is cancellation
+//!
+//! When a death is detected, the running entry gets the grace period (250 ms) to finish —
+//! a task whose last page call already succeeded usually does. After that it is dropped at
+//! its next `.await`: at most one entry of the task runs at a time. A non-browser side
+//! effect in flight at that moment (an HTTP POST, a database write) is cut at an await
+//! point, so write the task to be safe to re-run: checkpoint right after a non-repeatable
+//! step and check for its effect on re-entry.
+//!
+//! # Layout
+//!
+//! * [`provider`] — where browsers come from: [`LocalChromium`] (the default),
+//!   [`Solari`], [`Endpoint`] (any CDP websocket URL).
+//! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
+//!   detects a death first (close frame, reset, silent connection, process exit).
+//! * `checkpoint` — capturing cookies + localStorage + URL and restoring them.
+//! * `run` — the loop: launch, restore, enter, grace, relaunch; the accounting.
+//! * [`report`] — the wide event, one per run.
+//! * [`redact`] — what may reach a log line.
+//! * [`options`], [`error`], [`endpoint`] — the typed edges.
 #![forbid(unsafe_code)]
 
 mod browser;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 mod ctx;
 pub mod endpoint;
 pub mod error;
 pub mod options;
 pub mod provider;
 pub mod redact;
-pub mod relay;
+mod relay;
 pub mod report;
 mod run;
 mod task;
@@ -23,14 +100,29 @@ pub use ctx::{Ctx, ResumedFrom};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
 pub use options::{Options, Viewport};
-pub use provider::{BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session};
+pub use provider::{
+    BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
+};
 pub use redact::Diagnostics;
 pub use relay::{Death, DeathCause};
 pub use report::{Outcome, WideEvent};
+pub use solari_browser;
 
 /// Runs `task` against a browser from `provider` and returns what it returns, relaunching
 /// and re-entering it whenever the browser dies.
-pub async fn outlive<P, F, Fut, T, E>(provider: &P, task: F, options: Options) -> Result<T, RunError<E>>
+///
+/// The task is called once per browser with a fresh [`Page`] and a [`Ctx`]; it is called
+/// again after each death, until it returns. Every browser outlive launched is closed and
+/// released before this returns, on every path. The provider stays yours.
+///
+/// # Errors
+///
+/// See [How a run ends](crate#how-a-run-ends).
+pub async fn outlive<P, F, Fut, T, E>(
+    provider: &P,
+    task: F,
+    options: Options,
+) -> Result<T, RunError<E>>
 where
     P: Provider + ?Sized,
     F: FnMut(Page, Ctx) -> Fut,

@@ -59,7 +59,10 @@ impl fmt::Debug for Options {
             .field("max_relaunches", &self.max_relaunches)
             .field("relaunch_backoff", &self.relaunch_backoff)
             .field("viewport", &self.viewport)
-            .field("start_url", &self.start_url.as_deref().map(crate::redact::redact_url))
+            .field(
+                "start_url",
+                &self.start_url.as_deref().map(crate::redact::redact_url),
+            )
             .field("navigation_timeout", &self.navigation_timeout)
             .field("grace", &self.grace)
             .field("diagnostics", &self.diagnostics)
@@ -243,13 +246,18 @@ impl Options {
         if !(1..=10_000).contains(&width) || !(1..=10_000).contains(&height) {
             return Err(Error::invalid_option(
                 "viewport",
-                format!("option `viewport` must be between 1×1 and 10000×10000, got {width}×{height}"),
+                format!(
+                    "option `viewport` must be between 1×1 and 10000×10000, got {width}×{height}"
+                ),
             ));
         }
         if self.max_relaunches > 1_000 {
             return Err(Error::invalid_option(
                 "max_relaunches",
-                format!("option `max_relaunches` must be at most 1000, got {}", self.max_relaunches),
+                format!(
+                    "option `max_relaunches` must be at most 1000, got {}",
+                    self.max_relaunches
+                ),
             ));
         }
         if let Some(url) = &self.start_url {
@@ -283,11 +291,20 @@ mod tests {
     #[test]
     fn each_bad_value_names_its_option() {
         let cases = [
-            (Options::new().checkpoint_every(Duration::ZERO), "checkpoint_every"),
-            (Options::new().navigation_timeout(Duration::ZERO), "navigation_timeout"),
+            (
+                Options::new().checkpoint_every(Duration::ZERO),
+                "checkpoint_every",
+            ),
+            (
+                Options::new().navigation_timeout(Duration::ZERO),
+                "navigation_timeout",
+            ),
             (Options::new().viewport(0, 0), "viewport"),
             (Options::new().viewport(1280, 0), "viewport"),
-            (Options::new().heartbeat_timeout(Duration::ZERO), "heartbeat_timeout"),
+            (
+                Options::new().heartbeat_timeout(Duration::ZERO),
+                "heartbeat_timeout",
+            ),
             (Options::new().start_url("not a url"), "start_url"),
             (Options::new().start_url("/relative"), "start_url"),
             (Options::new().max_relaunches(5000), "max_relaunches"),

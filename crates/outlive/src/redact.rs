@@ -24,8 +24,10 @@ pub enum Diagnostics {
 }
 
 static URL: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\b([a-z][a-z0-9+.\-]*)://(?:[^\s/?#@"'<>]*@)?([^\s/?#"'<>:]+)(:\d+)?[^\s"'<>]*"#)
-        .expect("valid regex")
+    Regex::new(
+        r#"(?i)\b([a-z][a-z0-9+.\-]*)://(?:[^\s/?#@"'<>]*@)?([^\s/?#"'<>:]+)(:\d+)?[^\s"'<>]*"#,
+    )
+    .expect("valid regex")
 });
 static AUTH_SCHEME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9\-._~+/=]+").expect("valid regex")
@@ -53,7 +55,11 @@ pub fn redact(text: &str, mode: Diagnostics) -> String {
 /// Reduces a URL to `scheme://host[:port]`; anything unparseable becomes `<url>`.
 pub fn redact_url(url: &str) -> String {
     let scrubbed = URL.replace_all(url, "$1://$2$3").into_owned();
-    if scrubbed.contains("://") { scrubbed } else { "<url>".to_owned() }
+    if scrubbed.contains("://") {
+        scrubbed
+    } else {
+        "<url>".to_owned()
+    }
 }
 
 fn scrub(text: &str) -> String {
@@ -87,13 +93,28 @@ mod tests {
     use super::*;
 
     const SECRETS: &[(&str, &str)] = &[
-        ("goto failed: wss://cdp.solari.dev/cdp/abc123?token=tok_live_9f8e7d", "tok_live_9f8e7d"),
-        ("GET https://bank.example/account/987654321/statement failed", "987654321"),
+        (
+            "goto failed: wss://cdp.solari.dev/cdp/abc123?token=tok_live_9f8e7d",
+            "tok_live_9f8e7d",
+        ),
+        (
+            "GET https://bank.example/account/987654321/statement failed",
+            "987654321",
+        ),
         ("https://user:hunter2@db.example.com/x", "hunter2"),
-        ("Authorization: Bearer sk-abcdef0123456789", "sk-abcdef0123456789"),
+        (
+            "Authorization: Bearer sk-abcdef0123456789",
+            "sk-abcdef0123456789",
+        ),
         ("header bearer abc.def.ghi rejected", "abc.def.ghi"),
-        ("request with api_key=AKIA1234SECRET failed", "AKIA1234SECRET"),
-        ("login password=correct-horse-battery", "correct-horse-battery"),
+        (
+            "request with api_key=AKIA1234SECRET failed",
+            "AKIA1234SECRET",
+        ),
+        (
+            "login password=correct-horse-battery",
+            "correct-horse-battery",
+        ),
         ("{\"password\": \"p@ss w0rd\"}", "p@ss w0rd"),
         ("session_id=sess_42_abcdef; path=/", "sess_42_abcdef"),
         ("totp code: 123456 rejected", "123456"),
@@ -102,7 +123,10 @@ mod tests {
             "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sflKxwRJSMeKKF2QT4fwpM",
             "sflKxwRJSMeKKF2QT4fwpM",
         ),
-        ("raw token 3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c", "3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c"),
+        (
+            "raw token 3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c",
+            "3f9a1c2b7d8e4f60a1b2c3d4e5f60718293a4b5c",
+        ),
         ("secret:'quoted value'", "quoted value"),
     ];
 
@@ -127,10 +151,16 @@ mod tests {
     #[test]
     fn urls_keep_scheme_and_host() {
         assert_eq!(
-            redact("at https://bank.example:8443/a/b?x=1#f now", Diagnostics::Safe),
+            redact(
+                "at https://bank.example:8443/a/b?x=1#f now",
+                Diagnostics::Safe
+            ),
             "at https://bank.example:8443 now"
         );
-        assert_eq!(redact_url("wss://h.example/cdp/1?token=t"), "wss://h.example");
+        assert_eq!(
+            redact_url("wss://h.example/cdp/1?token=t"),
+            "wss://h.example"
+        );
         assert_eq!(redact_url("nonsense"), "<url>");
     }
 

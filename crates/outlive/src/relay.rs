@@ -87,7 +87,10 @@ pub(crate) async fn wait_death(rx: &mut watch::Receiver<Option<Death>>) -> Death
         }
         if rx.changed().await.is_err() {
             // The relay is gone without reporting; treat it as a closed connection.
-            return Death { cause: DeathCause::Closed, at: Instant::now() };
+            return Death {
+                cause: DeathCause::Closed,
+                at: Instant::now(),
+            };
         }
     }
 }
@@ -99,7 +102,10 @@ pub(crate) struct DeathSender(watch::Sender<Option<Death>>);
 impl DeathSender {
     /// Records `cause` now unless a death is already recorded; returns the recorded one.
     pub fn declare(&self, cause: DeathCause) -> Death {
-        let mut recorded = Death { cause, at: Instant::now() };
+        let mut recorded = Death {
+            cause,
+            at: Instant::now(),
+        };
         self.0.send_if_modified(|d| match d {
             Some(existing) => {
                 recorded = *existing;
@@ -150,7 +156,10 @@ impl Relay {
             .map_err(|e| {
                 Error::new(
                     ErrorKind::Connect,
-                    format!("could not open the CDP websocket at {}", upstream.redacted()),
+                    format!(
+                        "could not open the CDP websocket at {}",
+                        upstream.redacted()
+                    ),
                 )
                 .with_source(ws_error_without_url(e))
             })?;
@@ -158,9 +167,15 @@ impl Relay {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| {
             Error::new(ErrorKind::Io, "could not bind the relay on 127.0.0.1").with_source(e)
         })?;
-        let port = listener.local_addr().map_err(|e| Error::new(ErrorKind::Io, "relay address").with_source(e))?.port();
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Io, "relay address").with_source(e))?
+            .port();
         // A random path: any local process can reach the port, none can guess the path.
-        let path = format!("/devtools/browser/outlive-{}", uuid::Uuid::new_v4().simple());
+        let path = format!(
+            "/devtools/browser/outlive-{}",
+            uuid::Uuid::new_v4().simple()
+        );
         let client_url = format!("ws://127.0.0.1:{port}{path}");
 
         let (death_tx, death) = watch::channel(None);
@@ -239,7 +254,9 @@ impl Relay {
 /// the status.
 fn ws_error_without_url(e: WsError) -> Box<dyn std::error::Error + Send + Sync> {
     match e {
-        WsError::Http(resp) => format!("HTTP {} during the websocket handshake", resp.status()).into(),
+        WsError::Http(resp) => {
+            format!("HTTP {} during the websocket handshake", resp.status()).into()
+        }
         WsError::Url(_) => "invalid websocket URL".into(),
         other => Box::new(other),
     }
@@ -267,6 +284,7 @@ async fn run(
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
                 let expected = path.clone();
+                #[allow(clippy::result_large_err)] // the signature tungstenite's callback requires
                 let check = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
                     if req.uri().path() == expected {
                         Ok(resp)
@@ -375,7 +393,9 @@ fn probe_message(id: u64) -> Message {
 /// `"id"` first; anything else takes the slower, general path.
 fn probe_reply_id(text: &str) -> Option<u64> {
     let rest = text.strip_prefix("{\"id\":")?;
-    let digits: &str = &rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())];
+    let digits: &str = &rest[..rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len())];
     let id: u64 = digits.parse().ok()?;
     (id >= PROBE_ID_BASE).then_some(id)
 }
@@ -393,7 +413,10 @@ mod tests {
 
     #[test]
     fn recognises_only_its_own_replies() {
-        assert_eq!(probe_reply_id(r#"{"id":1900000003,"result":{}}"#), Some(1_900_000_003));
+        assert_eq!(
+            probe_reply_id(r#"{"id":1900000003,"result":{}}"#),
+            Some(1_900_000_003)
+        );
         assert_eq!(probe_reply_id(r#"{"id":12,"result":{}}"#), None);
         assert_eq!(probe_reply_id(r#"{"method":"Page.loadEventFired"}"#), None);
         assert_eq!(probe_reply_id(r#"{"id":"#), None);

@@ -119,8 +119,18 @@ mod tests {
         };
         let json: serde_json::Value = serde_json::from_str(&event.to_json()).unwrap();
         for key in [
-            "runId", "outcome", "relaunches", "checkpointCount", "lostWorkMs", "maxLostWorkMs",
-            "totalMs", "attempts", "releaseFailed", "errorName", "errorCode", "error",
+            "runId",
+            "outcome",
+            "relaunches",
+            "checkpointCount",
+            "lostWorkMs",
+            "maxLostWorkMs",
+            "totalMs",
+            "attempts",
+            "releaseFailed",
+            "errorName",
+            "errorCode",
+            "error",
         ] {
             assert!(json.get(key).is_some(), "missing {key}");
         }

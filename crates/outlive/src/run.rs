@@ -32,7 +32,10 @@ pub(crate) trait Backend {
     type Browser: LiveBrowser<Page = Self::Page>;
 
     /// Launches and connects a browser whose page is ready for the task.
-    fn launch(&self, options: &Options) -> impl Future<Output = Result<Self::Browser, Error>> + Send;
+    fn launch(
+        &self,
+        options: &Options,
+    ) -> impl Future<Output = Result<Self::Browser, Error>> + Send;
 }
 
 /// One connected browser, for the run loop.
@@ -113,7 +116,11 @@ impl Reporter<'_> {
     }
 
     fn outlive_error<T, E>(&mut self, e: Error) -> Result<T, RunError<E>> {
-        let outcome = if e.kind() == ErrorKind::GaveUp { Outcome::GaveUp } else { Outcome::Failed };
+        let outcome = if e.kind() == ErrorKind::GaveUp {
+            Outcome::GaveUp
+        } else {
+            Outcome::Failed
+        };
         let name = match e.kind() {
             ErrorKind::GaveUp => "GaveUp",
             ErrorKind::InvalidOption => "InvalidOption",
@@ -308,7 +315,8 @@ where
                 task(browser.page(), ctx.clone()).instrument(tracing::info_span!("entry", attempt)),
             )
             .catch_unwind();
-            let mut entry = std::pin::pin!(entry);
+            // Boxed so that dropping it really ends the entry, at the point the loop says.
+            let mut entry = Box::pin(entry);
 
             // Watch the entry, the connection and the checkpoint clock together.
             let mut periodic: Option<std::pin::Pin<Box<dyn Future<Output = bool> + Send>>> = None;
@@ -420,7 +428,10 @@ async fn navigate<L: LiveBrowser>(browser: &L, url: &str, options: &Options) -> 
         Ok(r) => r,
         Err(_) => Err(Error::new(
             ErrorKind::Cdp,
-            format!("navigation did not finish within navigation_timeout ({:?})", options.navigation_timeout),
+            format!(
+                "navigation did not finish within navigation_timeout ({:?})",
+                options.navigation_timeout
+            ),
         )),
     }
 }
@@ -490,8 +501,14 @@ mod tests {
             let plan = self.plans.lock().unwrap().pop_front().unwrap_or(Plan::Live);
             match plan {
                 Plan::Fail => Err(Error::new(ErrorKind::Launch, "scripted launch failure")),
-                Plan::DieAfter(d) => Ok(FakeBrowser { dies_at: Some(Instant::now() + d), fake: self.clone() }),
-                Plan::Live => Ok(FakeBrowser { dies_at: None, fake: self.clone() }),
+                Plan::DieAfter(d) => Ok(FakeBrowser {
+                    dies_at: Some(Instant::now() + d),
+                    fake: self.clone(),
+                }),
+                Plan::Live => Ok(FakeBrowser {
+                    dies_at: None,
+                    fake: self.clone(),
+                }),
             }
         }
     }
@@ -521,7 +538,10 @@ mod tests {
                 match dies_at {
                     Some(at) => {
                         sleep_until(at).await;
-                        Death { cause: DeathCause::Closed, at }
+                        Death {
+                            cause: DeathCause::Closed,
+                            at,
+                        }
                     }
                     None => std::future::pending().await,
                 }
@@ -531,7 +551,10 @@ mod tests {
         fn death(&self) -> Option<Death> {
             self.dies_at
                 .filter(|at| Instant::now() >= *at)
-                .map(|at| Death { cause: DeathCause::Closed, at })
+                .map(|at| Death {
+                    cause: DeathCause::Closed,
+                    at,
+                })
         }
 
         async fn confirm_alive(&self, _timeout: Duration) -> bool {
@@ -573,7 +596,13 @@ mod tests {
     async fn lost_work_counts_from_the_newest_checkpoint_to_detection() {
         let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(25)), Plan::Live]);
         let event = Arc::default();
-        let v = run(&fake, |(), ctx| work_forever_then_finish(ctx.attempt()), &options(&event)).await.unwrap();
+        let v = run(
+            &fake,
+            |(), ctx| work_forever_then_finish(ctx.attempt()),
+            &options(&event),
+        )
+        .await
+        .unwrap();
         assert_eq!(v, 2);
         let e = event.lock().unwrap().clone().unwrap();
         // Checkpoints taken at 10 s and 20 s; death detected at 25 s; grace not counted.
@@ -581,7 +610,10 @@ mod tests {
         assert_eq!(e.max_lost_work_ms, 5_000);
         assert_eq!(e.checkpoint_count, 2);
         assert_eq!((e.attempts, e.relaunches), (2, 1));
-        assert_eq!(e.total_ms, 25_250, "the relaunch follows the 250 ms grace at once");
+        assert_eq!(
+            e.total_ms, 25_250,
+            "the relaunch follows the 250 ms grace at once"
+        );
         assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
     }
 
@@ -616,10 +648,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn backoff_follows_failed_launches_only() {
-        let fake = Fake::new(&[Plan::Fail, Plan::Fail, Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
+        let fake = Fake::new(&[
+            Plan::Fail,
+            Plan::Fail,
+            Plan::DieAfter(Duration::from_secs(1)),
+            Plan::Live,
+        ]);
         let event = Arc::default();
         let started = Instant::now();
-        run(&fake, |(), ctx| work_forever_then_finish(ctx.attempt()), &options(&event)).await.unwrap();
+        run(
+            &fake,
+            |(), ctx| work_forever_then_finish(ctx.attempt()),
+            &options(&event),
+        )
+        .await
+        .unwrap();
         let launches: Vec<u128> = fake
             .launches
             .lock()
@@ -649,16 +692,24 @@ mod tests {
         let e = event.lock().unwrap().clone().unwrap();
         assert_eq!(e.outcome, Outcome::GaveUp);
         assert_eq!((e.attempts, e.relaunches), (3, 2));
-        assert_eq!(fake.releases.load(Ordering::SeqCst), 3, "every browser released");
+        assert_eq!(
+            fake.releases.load(Ordering::SeqCst),
+            3,
+            "every browser released"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn launch_failures_count_toward_the_budget() {
         let fake = Fake::new(&[Plan::Fail, Plan::Fail]);
         let event = Arc::default();
-        let err = run(&fake, |(), _ctx| async { Ok::<(), String>(()) }, &options(&event).max_relaunches(1))
-            .await
-            .unwrap_err();
+        let err = run(
+            &fake,
+            |(), _ctx| async { Ok::<(), String>(()) },
+            &options(&event).max_relaunches(1),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
         let e = event.lock().unwrap().clone().unwrap();
         assert_eq!((e.attempts, e.relaunches), (0, 1));
@@ -680,7 +731,10 @@ mod tests {
         .unwrap();
         assert_eq!(v, "done");
         let e = event.lock().unwrap().clone().unwrap();
-        assert_eq!((e.outcome, e.attempts, e.relaunches, e.lost_work_ms), (Outcome::Completed, 1, 0, 0));
+        assert_eq!(
+            (e.outcome, e.attempts, e.relaunches, e.lost_work_ms),
+            (Outcome::Completed, 1, 0, 0)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -737,10 +791,12 @@ mod tests {
                     if ctx.attempt() == 1 {
                         tokio::time::sleep(Duration::from_millis(1_050)).await;
                         // Dead browser, retired ctx: no checkpoint.
-                        answers.lock().unwrap().push(ctx.checkpoint().await);
+                        let answer = ctx.checkpoint().await;
+                        answers.lock().unwrap().push(answer);
                         std::future::pending::<()>().await;
                     }
-                    answers.lock().unwrap().push(ctx.checkpoint().await);
+                    let answer = ctx.checkpoint().await;
+                    answers.lock().unwrap().push(answer);
                     Ok::<_, String>(())
                 }
             },

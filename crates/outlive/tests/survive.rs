@@ -10,10 +10,15 @@ use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::{Options, Outcome, RunError, WideEvent, outlive};
 use support::{Kill, Killable, Profiles, Site, text};
 
-fn capture_event() -> (Arc<Mutex<Option<WideEvent>>>, impl Fn(&WideEvent) + Send + Sync + 'static) {
+fn capture_event() -> (
+    Arc<Mutex<Option<WideEvent>>>,
+    impl Fn(&WideEvent) + Send + Sync + 'static,
+) {
     let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
     let writer = slot.clone();
-    (slot, move |e: &WideEvent| *writer.lock().unwrap() = Some(e.clone()))
+    (slot, move |e: &WideEvent| {
+        *writer.lock().unwrap() = Some(e.clone())
+    })
 }
 
 fn quiet_options() -> Options {
@@ -36,7 +41,11 @@ async fn a_task_needing_three_browsers_completes() {
             async move {
                 while done.load(Ordering::SeqCst) < 6 {
                     let step = done.load(Ordering::SeqCst);
-                    page.goto(NavigateParams::new(format!("{}/page/step{step}", site.base))).await?;
+                    page.goto(NavigateParams::new(format!(
+                        "{}/page/step{step}",
+                        site.base
+                    )))
+                    .await?;
                     assert_eq!(text(&page, "#name").await?, format!("step{step}"));
                     done.fetch_add(1, Ordering::SeqCst);
                     ctx.checkpoint().await;
@@ -79,15 +88,24 @@ async fn cookies_local_storage_of_two_origins_and_url_survive() {
     outlive(
         &provider,
         |page, ctx| {
-            let (a, b, provider, b_hits_at_death, seen) = (&a, &b, &provider, &b_hits_at_death, &seen);
+            let (a, b, provider, b_hits_at_death, seen) =
+                (&a, &b, &provider, &b_hits_at_death, &seen);
             async move {
                 if ctx.attempt() == 1 {
-                    page.goto(NavigateParams::new(format!("{}/login/SID-4242", a.base))).await?;
-                    page.evaluate("localStorage.setItem('pref', 'dark-mode')").await?;
-                    page.goto(NavigateParams::new(format!("{}/page/other", b.base))).await?;
-                    page.evaluate("localStorage.setItem('b-token', 'from-b')").await?;
+                    page.goto(NavigateParams::new(format!("{}/login/SID-4242", a.base)))
+                        .await?;
+                    page.evaluate("localStorage.setItem('pref', 'dark-mode')")
+                        .await?;
+                    page.goto(NavigateParams::new(format!("{}/page/other", b.base)))
+                        .await?;
+                    page.evaluate("localStorage.setItem('b-token', 'from-b')")
+                        .await?;
                     assert!(ctx.checkpoint().await);
-                    page.goto(NavigateParams::new(format!("{}/page/final?x=1#frag", a.base))).await?;
+                    page.goto(NavigateParams::new(format!(
+                        "{}/page/final?x=1#frag",
+                        a.base
+                    )))
+                    .await?;
                     assert!(ctx.checkpoint().await);
                     b_hits_at_death.store(b.total_hits() as u32, Ordering::SeqCst);
                     provider.kill(Kill::Sigkill);
@@ -96,13 +114,25 @@ async fn cookies_local_storage_of_two_origins_and_url_survive() {
                 }
                 // Re-entered: nothing may have reached origin B while restoring.
                 let b_hits_after_restore = b.total_hits() as u32;
-                let resumed = ctx.resumed_from().expect("a checkpoint was restored").url.clone();
+                let resumed = ctx
+                    .resumed_from()
+                    .expect("a checkpoint was restored")
+                    .url
+                    .clone();
                 let url_now = page.url().await?.unwrap_or_default();
-                let pref = page.evaluate("localStorage.getItem('pref')").await?.into_value::<String>()?;
-                page.goto(NavigateParams::new(format!("{}/whoami", a.base))).await?;
+                let pref = page
+                    .evaluate("localStorage.getItem('pref')")
+                    .await?
+                    .into_value::<String>()?;
+                page.goto(NavigateParams::new(format!("{}/whoami", a.base)))
+                    .await?;
                 let cookie = text(&page, "#cookie").await?;
-                page.goto(NavigateParams::new(format!("{}/page/again", b.base))).await?;
-                let b_item = page.evaluate("localStorage.getItem('b-token')").await?.into_value::<String>()?;
+                page.goto(NavigateParams::new(format!("{}/page/again", b.base)))
+                    .await?;
+                let b_item = page
+                    .evaluate("localStorage.getItem('b-token')")
+                    .await?
+                    .into_value::<String>()?;
                 assert_eq!(
                     b_hits_after_restore,
                     b_hits_at_death.load(Ordering::SeqCst),
@@ -124,7 +154,10 @@ async fn cookies_local_storage_of_two_origins_and_url_survive() {
     assert_eq!(url_now, final_url);
     assert_eq!(pref, "dark-mode");
     assert_eq!(cookie, "sid=SID-4242", "the HttpOnly cookie came back");
-    assert_eq!(b_item, "from-b", "origin B's localStorage was restored though B was not open");
+    assert_eq!(
+        b_item, "from-b",
+        "origin B's localStorage was restored though B was not open"
+    );
     profiles.assert_nothing_left();
 }
 
@@ -140,8 +173,12 @@ async fn a_death_before_the_first_checkpoint_reenters_without_resumed_from() {
         |page, ctx| {
             let (site, provider, entries) = (&site, &provider, &entries);
             async move {
-                entries.lock().unwrap().push((ctx.attempt(), ctx.resumed_from().cloned()));
-                page.goto(NavigateParams::new(format!("{}/page/x", site.base))).await?;
+                entries
+                    .lock()
+                    .unwrap()
+                    .push((ctx.attempt(), ctx.resumed_from().cloned()));
+                page.goto(NavigateParams::new(format!("{}/page/x", site.base)))
+                    .await?;
                 if ctx.attempt() == 1 {
                     provider.kill(Kill::Sigkill);
                     page.evaluate("1").await?;
@@ -157,7 +194,10 @@ async fn a_death_before_the_first_checkpoint_reenters_without_resumed_from() {
     let entries = entries.into_inner().unwrap();
     assert_eq!(entries.len(), 2);
     assert_eq!(entries[1].0, 2);
-    assert!(entries[1].1.is_none(), "no checkpoint existed, so nothing was resumed");
+    assert!(
+        entries[1].1.is_none(),
+        "no checkpoint existed, so nothing was resumed"
+    );
     profiles.assert_nothing_left();
 }
 
@@ -173,7 +213,8 @@ async fn a_task_that_finishes_within_the_grace_is_not_reentered() {
         |page, _ctx| {
             let (site, provider) = (&site, &provider);
             async move {
-                page.goto(NavigateParams::new(format!("{}/page/last", site.base))).await?;
+                page.goto(NavigateParams::new(format!("{}/page/last", site.base)))
+                    .await?;
                 let last = text(&page, "#name").await?; // the last page call, succeeded
                 provider.kill(Kill::Sigkill);
                 // Non-browser tail that ends after outlive noticed the death: a page call
@@ -189,7 +230,10 @@ async fn a_task_that_finishes_within_the_grace_is_not_reentered() {
 
     assert_eq!(out, "last");
     let event = event.lock().unwrap().clone().unwrap();
-    assert_eq!((event.outcome, event.attempts, event.relaunches), (Outcome::Completed, 1, 0));
+    assert_eq!(
+        (event.outcome, event.attempts, event.relaunches),
+        (Outcome::Completed, 1, 0)
+    );
     profiles.assert_nothing_left();
 }
 
@@ -249,7 +293,9 @@ async fn too_many_deaths_give_up_and_release_everything() {
     .await
     .unwrap_err();
 
-    let RunError::Outlive(e) = err else { panic!("expected GaveUp, got a task error") };
+    let RunError::Outlive(e) = err else {
+        panic!("expected GaveUp, got a task error")
+    };
     assert_eq!(e.kind(), outlive::ErrorKind::GaveUp);
     let event = event.lock().unwrap().clone().unwrap();
     assert_eq!(event.outcome, Outcome::GaveUp);
@@ -357,7 +403,10 @@ async fn invalid_options_fail_before_any_browser_starts() {
         let err = outlive(&provider, |_p, _c| async { Ok::<(), MyError>(()) }, options)
             .await
             .unwrap_err();
-        assert_eq!(err.outlive().unwrap().kind(), outlive::ErrorKind::InvalidOption);
+        assert_eq!(
+            err.outlive().unwrap().kind(),
+            outlive::ErrorKind::InvalidOption
+        );
     }
     assert_eq!(provider.launches.load(Ordering::SeqCst), 0);
 }

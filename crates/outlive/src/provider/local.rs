@@ -130,7 +130,10 @@ impl LocalChromium {
             } else {
                 Err(Error::new(
                     ErrorKind::Launch,
-                    format!("no Chromium at {} (set by LocalChromium::executable)", path.display()),
+                    format!(
+                        "no Chromium at {} (set by LocalChromium::executable)",
+                        path.display()
+                    ),
                 ))
             };
         }
@@ -177,7 +180,11 @@ impl LocalChromium {
             None => builder.tempdir(),
         }
         .map_err(|e| {
-            Error::new(ErrorKind::Io, "could not create a temporary Chromium profile").with_source(e)
+            Error::new(
+                ErrorKind::Io,
+                "could not create a temporary Chromium profile",
+            )
+            .with_source(e)
         })?;
 
         let mut cmd = Command::new(&exe);
@@ -288,7 +295,9 @@ pub struct LocalBrowser {
 impl LocalBrowser {
     /// The browser's DevTools websocket endpoint.
     pub fn endpoint(&self) -> &CdpEndpoint {
-        self.endpoint.as_ref().expect("set before the browser is handed out")
+        self.endpoint
+            .as_ref()
+            .expect("set before the browser is handed out")
     }
 
     /// The browser process's id (also its process-group id).
@@ -298,7 +307,10 @@ impl LocalBrowser {
 
     /// The temporary profile directory, removed when the browser is closed.
     pub fn profile_dir(&self) -> &Path {
-        self.profile.as_ref().map(|p| p.path()).unwrap_or(Path::new(""))
+        self.profile
+            .as_ref()
+            .map(|p| p.path())
+            .unwrap_or(Path::new(""))
     }
 
     /// Resolves when the browser process has exited (for whatever reason).

@@ -6,7 +6,7 @@
 
 mod endpoint_fn;
 mod local;
-
+mod solari;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 pub use endpoint_fn::Endpoint;
 pub use local::{LocalBrowser, LocalChromium};
-
+pub use solari::{Solari, SolariLaunch};
 
 use crate::endpoint::CdpEndpoint;
 use crate::error::Error;

@@ -16,7 +16,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use outlive::{BoxFuture, CdpEndpoint, LocalBrowser, LocalChromium, Provider, Session};
 use tokio::sync::{Notify, oneshot};
 
@@ -49,7 +49,11 @@ impl Site {
                 .await
                 .unwrap();
         });
-        Site { base, hits, _stop: tx }
+        Site {
+            base,
+            hits,
+            _stop: tx,
+        }
     }
 
     pub fn hits(&self, path_prefix: &str) -> usize {
@@ -63,7 +67,13 @@ impl Site {
     }
 
     pub fn hit_paths(&self) -> Vec<(String, usize)> {
-        let mut v: Vec<_> = self.hits.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let mut v: Vec<_> = self
+            .hits
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         v.sort();
         v
     }
@@ -78,13 +88,20 @@ async fn count(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    *hits.lock().unwrap().entry(req.uri().path().to_owned()).or_default() += 1;
+    *hits
+        .lock()
+        .unwrap()
+        .entry(req.uri().path().to_owned())
+        .or_default() += 1;
     next.run(req).await
 }
 
 async fn login(UrlPath(sid): UrlPath<String>) -> impl IntoResponse {
     (
-        [(header::SET_COOKIE, format!("sid={sid}; HttpOnly; Path=/; SameSite=Lax"))],
+        [(
+            header::SET_COOKIE,
+            format!("sid={sid}; HttpOnly; Path=/; SameSite=Lax"),
+        )],
         Html("<title>logged in</title><p>ok</p>"),
     )
 }
@@ -95,7 +112,9 @@ async fn whoami(headers: HeaderMap) -> Html<String> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    Html(format!("<title>whoami</title><pre id=\"cookie\">{cookie}</pre>"))
+    Html(format!(
+        "<title>whoami</title><pre id=\"cookie\">{cookie}</pre>"
+    ))
 }
 
 async fn page(UrlPath(name): UrlPath<String>) -> Html<String> {
@@ -138,7 +157,13 @@ impl Killable {
 
     /// Ends the newest browser the way `how` says.
     pub fn kill(&self, how: Kill) {
-        let live = self.live.lock().unwrap().last().cloned().expect("a browser was launched");
+        let live = self
+            .live
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a browser was launched");
         let mut live = live.lock().unwrap();
         if let Kill::CloseFrame = how {
             if let Some(tx) = live.close.take() {
@@ -213,14 +238,16 @@ impl Session for KillableSession {
     }
 }
 
-async fn proxy(
-    listener: tokio::net::TcpListener,
-    upstream: String,
-    close: oneshot::Receiver<()>,
-) {
-    let Ok((stream, _)) = listener.accept().await else { return };
-    let Ok(client) = async_tungstenite::tokio::accept_async(stream).await else { return };
-    let Ok((up, _)) = async_tungstenite::tokio::connect_async(upstream).await else { return };
+async fn proxy(listener: tokio::net::TcpListener, upstream: String, close: oneshot::Receiver<()>) {
+    let Ok((stream, _)) = listener.accept().await else {
+        return;
+    };
+    let Ok(client) = async_tungstenite::tokio::accept_async(stream).await else {
+        return;
+    };
+    let Ok((up, _)) = async_tungstenite::tokio::connect_async(upstream).await else {
+        return;
+    };
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = up.split();
     let mut close = close;
@@ -252,7 +279,10 @@ pub struct Profiles {
 impl Profiles {
     pub fn new() -> Profiles {
         Profiles {
-            dir: tempfile::Builder::new().prefix("outlive-test-").tempdir().unwrap(),
+            dir: tempfile::Builder::new()
+                .prefix("outlive-test-")
+                .tempdir()
+                .unwrap(),
         }
     }
 
@@ -270,8 +300,15 @@ impl Profiles {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let alive = self.live_processes();
-        assert!(alive.is_empty(), "Chromium processes left behind: {alive:?}");
-        let left: Vec<_> = std::fs::read_dir(self.dir.path()).unwrap().flatten().map(|e| e.path()).collect();
+        assert!(
+            alive.is_empty(),
+            "Chromium processes left behind: {alive:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         assert!(left.is_empty(), "profiles left behind: {left:?}");
     }
 
@@ -297,14 +334,25 @@ impl Profiles {
 
 fn is_zombie(proc_dir: &Path) -> bool {
     std::fs::read_to_string(proc_dir.join("stat"))
-        .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(true)
 }
 
 /// Reads the text of the first element matching `selector`.
-pub async fn text(page: &outlive::Page, selector: &str) -> Result<String, outlive::chromiumoxide::error::CdpError> {
-    page.evaluate(format!("document.querySelector({selector:?})?.textContent ?? ''"))
-        .await?
-        .into_value::<String>()
-        .map_err(Into::into)
+pub async fn text(
+    page: &outlive::Page,
+    selector: &str,
+) -> Result<String, outlive::chromiumoxide::error::CdpError> {
+    page.evaluate(format!(
+        "document.querySelector({selector:?})?.textContent ?? ''"
+    ))
+    .await?
+    .into_value::<String>()
+    .map_err(Into::into)
 }

@@ -1,0 +1,111 @@
+//! A task that outlives two browser deaths on local Chromium.
+//!
+//! It serves two pages on 127.0.0.1, visits them in order, checkpoints after each, and kills
+//! its own browser twice along the way. Run with:
+//!
+//! ```text
+//! cargo run -p outlive --example local
+//! ```
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use outlive::{BoxFuture, CdpEndpoint, LocalBrowser, LocalChromium, Options, Provider, Session};
+
+/// LocalChromium, remembering the newest browser's pid so the example can kill it.
+#[derive(Default)]
+struct Remembering {
+    chromium: LocalChromium,
+    newest_pid: Mutex<Option<u32>>,
+}
+
+struct Held(LocalBrowser);
+
+impl Session for Held {
+    fn endpoint(&self) -> &CdpEndpoint {
+        self.0.endpoint()
+    }
+    fn exited(&self) -> BoxFuture<'static, ()> {
+        Session::exited(&self.0)
+    }
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
+        Box::pin(self.0.close())
+    }
+}
+
+impl Provider for Remembering {
+    fn name(&self) -> &str {
+        "local"
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let browser = self.chromium.start().await?;
+            *self.newest_pid.lock().unwrap() = Some(browser.pid());
+            Ok(Box::new(Held(browser)) as Box<dyn Session>)
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter("outlive=info")
+        .init();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new().route(
+        "/step/{n}",
+        axum::routing::get(
+            |axum::extract::Path(n): axum::extract::Path<u32>| async move {
+                axum::response::Html(format!("<title>step {n}</title>"))
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let provider = Remembering::default();
+    let visited = Mutex::new(Vec::new());
+    let titles = outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (visited, provider, base) = (&visited, &provider, &base);
+            async move {
+                println!(
+                    "entry {} (resumed: {:?})",
+                    ctx.attempt(),
+                    ctx.resumed_from().map(|r| &r.url)
+                );
+                while visited.lock().unwrap().len() < 5 {
+                    let n = visited.lock().unwrap().len();
+                    page.goto(NavigateParams::new(format!("{base}/step/{n}")))
+                        .await?;
+                    let title: String = page.evaluate("document.title").await?.into_value()?;
+                    visited.lock().unwrap().push(title);
+                    ctx.checkpoint().await;
+                    if (n == 1 && ctx.attempt() == 1) || (n == 3 && ctx.attempt() == 2) {
+                        let pid = provider.newest_pid.lock().unwrap().unwrap();
+                        println!("killing Chromium (pid {pid})");
+                        let _ = nix_kill(pid);
+                    }
+                }
+                Ok::<_, outlive::chromiumoxide::error::CdpError>(visited.lock().unwrap().clone())
+            }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_secs(5))
+            .on_event(|e| println!("wide event: {}", e.to_json())),
+    )
+    .await?;
+    println!("titles: {titles:?}");
+    Ok(())
+}
+
+fn nix_kill(pid: u32) -> std::io::Result<()> {
+    std::process::Command::new("kill")
+        .arg("-9")
+        .arg(pid.to_string())
+        .status()
+        .map(|_| ())
+}

@@ -1,0 +1,281 @@
+//! [`Solari`]: browsers from Solari (or anything speaking its REST contract), through the
+//! official `solari-browser` crate's control plane.
+
+use std::time::Duration;
+
+use async_tungstenite::tungstenite::Message;
+use futures::StreamExt;
+use solari_browser::{Client, CreateSessionOptions, SolariError};
+
+use super::{BoxFuture, Provider, Session};
+use crate::endpoint::CdpEndpoint;
+use crate::error::{Error, ErrorKind};
+use crate::redact::{Diagnostics, redact};
+
+/// How each Solari browser is launched.
+#[derive(Debug, Clone)]
+pub struct SolariLaunch {
+    create: CreateSessionOptions,
+    retries: u32,
+    probe: bool,
+    probe_timeout: Duration,
+}
+
+impl Default for SolariLaunch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SolariLaunch {
+    /// The defaults below.
+    pub fn new() -> Self {
+        Self {
+            create: CreateSessionOptions::default(),
+            retries: 0,
+            probe: false,
+            probe_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// Options passed to `POST /sessions` for every browser.
+    ///
+    /// # Default
+    ///
+    /// `CreateSessionOptions::default()`.
+    pub fn create(mut self, create: CreateSessionOptions) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Extra attempts when creating a session fails transiently (5xx, transport) or the
+    /// probe fails. Each failed attempt's session is released first.
+    ///
+    /// # Default
+    ///
+    /// 0. `2` is worth considering: about one Solari browser in ten comes back dead.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Before handing a session out, open its CDP websocket and require an answer to
+    /// `Browser.getVersion` within the probe timeout.
+    ///
+    /// # Default
+    ///
+    /// Off.
+    pub fn probe(mut self, on: bool) -> Self {
+        self.probe = on;
+        self
+    }
+
+    /// How long the probe waits.
+    ///
+    /// # Default
+    ///
+    /// 2 s.
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.probe_timeout = timeout;
+        self
+    }
+}
+
+/// A provider of Solari browser sessions. The client stays yours; outlive only creates and
+/// releases sessions with it. Liveness never comes from `GET /sessions/:id` (it reports
+/// dead sessions as active for minutes): it comes from the connection.
+///
+/// ```no_run
+/// use outlive::solari_browser::{Client, ClientOptions};
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = Client::new(ClientOptions::new("sk_live_…", "https://api.solari.example"))?;
+/// let provider = outlive::Solari::new(client)
+///     .launch(outlive::SolariLaunch::new().retries(2).probe(true));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Solari {
+    client: Client,
+    launch: SolariLaunch,
+}
+
+impl std::fmt::Debug for Solari {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Solari")
+            .field(
+                "base_url",
+                &crate::redact::redact_url(self.client.base_url()),
+            )
+            .field("launch", &self.launch)
+            .finish()
+    }
+}
+
+impl Solari {
+    /// A provider using `client` with default launch options.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            launch: SolariLaunch::new(),
+        }
+    }
+
+    /// How every browser is launched.
+    ///
+    /// # Default
+    ///
+    /// [`SolariLaunch::new()`].
+    pub fn launch(mut self, launch: SolariLaunch) -> Self {
+        self.launch = launch;
+        self
+    }
+
+    async fn create_once(&self) -> Result<SolariSession, (Error, bool)> {
+        let session = self
+            .client
+            .sessions()
+            .create(self.launch.create.clone())
+            .await
+            .map_err(|e| {
+                (
+                    solari_error("creating a Solari session failed", &e),
+                    is_transient(&e),
+                )
+            })?;
+        let endpoint = CdpEndpoint::new(session.cdp_endpoint.clone()).map_err(|e| (e, false))?;
+        let session = SolariSession {
+            client: self.client.clone(),
+            id: session.id.clone(),
+            endpoint,
+            released: false,
+        };
+        if self.launch.probe {
+            if let Err(e) = probe(&session.endpoint, self.launch.probe_timeout).await {
+                let _ = Box::new(session).release().await;
+                return Err((e, true));
+            }
+        }
+        Ok(session)
+    }
+}
+
+fn is_transient(e: &SolariError) -> bool {
+    match e {
+        SolariError::Transport { .. }
+        | SolariError::Protocol { .. }
+        | SolariError::Connect { .. } => true,
+        SolariError::Api { status, .. } => *status == 0 || *status >= 500 || *status == 429,
+        SolariError::Config { .. } => false,
+    }
+}
+
+fn solari_error(what: &str, e: &SolariError) -> Error {
+    let status = e
+        .status()
+        .map(|s| format!(" (HTTP {s})"))
+        .unwrap_or_default();
+    Error::new(
+        ErrorKind::Launch,
+        format!(
+            "{what}{status}: {}",
+            redact(&e.to_string(), Diagnostics::Safe)
+        ),
+    )
+}
+
+/// Opens the endpoint and asks for `Browser.getVersion`, within `timeout`.
+async fn probe(endpoint: &CdpEndpoint, timeout: Duration) -> Result<(), Error> {
+    let attempt = async {
+        let (mut ws, _) = async_tungstenite::tokio::connect_async(endpoint.expose())
+            .await
+            .ok()?;
+        ws.send(Message::Text(
+            r#"{"id":1,"method":"Browser.getVersion"}"#.into(),
+        ))
+        .await
+        .ok()?;
+        while let Some(Ok(msg)) = ws.next().await {
+            if let Message::Text(t) = msg {
+                if t.as_str().starts_with(r#"{"id":1,"#) {
+                    let _ = ws.close(None).await;
+                    return Some(());
+                }
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Some(())) => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::Launch,
+            format!(
+                "the new browser at {} did not pass its health probe within {timeout:?}",
+                endpoint.redacted()
+            ),
+        )),
+    }
+}
+
+impl Provider for Solari {
+    fn name(&self) -> &str {
+        "solari"
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+        Box::pin(async move {
+            let mut attempt = 0;
+            loop {
+                match self.create_once().await {
+                    Ok(s) => return Ok(Box::new(s) as Box<dyn Session>),
+                    Err((e, transient)) if transient && attempt < self.launch.retries => {
+                        attempt += 1;
+                        tracing::debug!(attempt, error = %e, "Solari launch failed; retrying");
+                    }
+                    Err((e, _)) => return Err(e),
+                }
+            }
+        })
+    }
+}
+
+/// One Solari session, released with `DELETE /sessions/:id` (confirmed by its answer).
+struct SolariSession {
+    client: Client,
+    id: String,
+    endpoint: CdpEndpoint,
+    released: bool,
+}
+
+impl Session for SolariSession {
+    fn endpoint(&self) -> &CdpEndpoint {
+        &self.endpoint
+    }
+
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        self.released = true;
+        let (client, id) = (self.client.clone(), self.id.clone());
+        Box::pin(async move {
+            client.sessions().release(&id).await.map_err(|e| {
+                let mut err = solari_error("releasing a Solari session failed", &e);
+                err = Error::new(ErrorKind::Release, err.to_string());
+                err
+            })
+        })
+    }
+}
+
+impl Drop for SolariSession {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // Dropped without a release (the run was cancelled): release in the background, if
+        // a runtime is still there to do it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (client, id) = (self.client.clone(), self.id.clone());
+            handle.spawn(async move {
+                let _ = client.sessions().release(&id).await;
+            });
+        }
+    }
+}
