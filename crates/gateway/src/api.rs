@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -16,7 +17,6 @@ use axum::http::{HeaderMap, StatusCode, uri::Authority};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -114,22 +114,9 @@ async fn create(
         Ok(b) => b,
         Err(rejection) => return body_rejection(rejection),
     };
-    let parsed: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateBody::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(b) => b,
-            Err(e) if e.is_data() => {
-                return error(StatusCode::BAD_REQUEST, "ValidationError", e.to_string());
-            }
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "InvalidJson",
-                    format!("the body is not valid JSON: {e}"),
-                );
-            }
-        }
+    let parsed = match parse_create_body(&body) {
+        Ok(b) => b,
+        Err((code, message)) => return error(StatusCode::BAD_REQUEST, code, message),
     };
     let deadline = match parsed.timeout_seconds {
         None | Some(0) => None,
@@ -156,7 +143,9 @@ async fn create(
                     return error(
                         StatusCode::BAD_REQUEST,
                         "ValidationError",
-                        format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+                        format!(
+                            "Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+                        ),
                     );
                 }
             };
@@ -218,6 +207,23 @@ async fn create(
             )
         }
     }
+}
+
+/// An empty body means all defaults; anything else must be a JSON object. The error is the
+/// `code` and message of a 400.
+fn parse_create_body(body: &[u8]) -> Result<CreateBody, (&'static str, String)> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(CreateBody::default());
+    }
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ("InvalidJson", format!("the body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err((
+            "ValidationError",
+            "the body must be a JSON object".to_owned(),
+        ));
+    }
+    CreateBody::deserialize(value).map_err(|e| ("ValidationError", e.to_string()))
 }
 
 fn body_rejection(rejection: BytesRejection) -> Response {
@@ -427,12 +433,19 @@ async fn kill(
         None => None,
         Some(m) => match m.parse::<DeathMode>() {
             Ok(mode) => Some(Death::resolve(mode)),
-            Err(e) => return error(StatusCode::BAD_REQUEST, "ValidationError", format!("mode: {e}")),
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "ValidationError",
+                    format!("mode: {e}"),
+                );
+            }
         },
     };
     match shared.kill(id, death).await {
-        Ok(death) => Json(json!({ "id": id.to_string(), "death": death.mode().as_str() }))
-            .into_response(),
+        Ok(death) => {
+            Json(json!({ "id": id.to_string(), "death": death.mode().as_str() })).into_response()
+        }
         Err(KillError::Unknown) => invalid_session_id(),
         Err(KillError::Ended) => error(
             StatusCode::CONFLICT,
@@ -504,9 +517,25 @@ mod tests {
                 ("team".to_owned(), "x".to_owned())
             ]
         );
-        for bad in ["", "env:prod", "user_metadata['']:'x'", "user_metadata['a']:'b"] {
+        for bad in [
+            "",
+            "env:prod",
+            "user_metadata['']:'x'",
+            "user_metadata['a']:'b",
+        ] {
             assert!(parse_metadata_filter(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn create_bodies_must_be_empty_or_an_object() {
+        assert!(parse_create_body(b"").is_ok());
+        assert!(parse_create_body(b" {} ").is_ok());
+        let code = |body: &[u8]| parse_create_body(body).unwrap_err().0;
+        assert_eq!(code(b"{\"timeoutSeconds\":"), "InvalidJson");
+        assert_eq!(code(b"[]"), "ValidationError");
+        assert_eq!(code(b"null"), "ValidationError");
+        assert_eq!(code(b"{\"userMetadata\": 3}"), "ValidationError");
     }
 
     #[test]

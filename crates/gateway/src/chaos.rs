@@ -109,7 +109,10 @@ impl Fate {
         let mode = overrides.death.unwrap_or(config.death);
         let (nominal, after) = match overrides.lifetime {
             Some(exact) => (exact, exact),
-            None => (config.lifetime, jittered(config.lifetime, config.jitter, &mut rng)),
+            None => (
+                config.lifetime,
+                jittered(config.lifetime, config.jitter, &mut rng),
+            ),
         };
         let (nominal, after) = match deadline {
             Some(d) => (d, after.min(d)),
@@ -157,7 +160,10 @@ mod tests {
         let mut rng = rand::rng();
         for _ in 0..1000 {
             let d = jittered(Duration::from_secs(10), Duration::from_secs(2), &mut rng);
-            assert!(d >= Duration::from_secs(8) && d <= Duration::from_secs(12), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(8) && d <= Duration::from_secs(12),
+                "{d:?}"
+            );
         }
     }
 

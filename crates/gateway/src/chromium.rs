@@ -48,6 +48,15 @@ impl Processes {
         members.len()
     }
 
+    /// Waits until no process of group `pgid` is alive (SIGKILLed helpers may outlive their
+    /// leader's reaping by a moment), for at most `limit`.
+    async fn wait_gone(&self, pgid: u32, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !live_members(&[pgid]).is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Sends `SIGKILL` to every group whose leader has not been reaped yet. Synchronous, for
     /// `Drop`; the owners of the processes reap them afterwards.
     pub(crate) fn kill_unreaped(&self) {
@@ -65,7 +74,11 @@ fn live_members(pgids: &[u32]) -> Vec<(u32, u32)> {
     };
     let mut out = Vec::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -132,13 +145,17 @@ impl Browser {
         }
     }
 
-    /// Kills the process group, reaps the browser and removes its profile.
+    /// Kills the process group, reaps the browser, removes its profile, and returns once no
+    /// process of the group is alive.
     pub(crate) async fn close(mut self) {
         if let Some(b) = self.inner.take() {
             if let Err(e) = b.close().await {
                 tracing::warn!(error = %e, pgid = self.pgid, "chromium profile not removed");
             }
             self.processes.mark_reaped(self.pgid);
+            self.processes
+                .wait_gone(self.pgid, std::time::Duration::from_secs(2))
+                .await;
         }
     }
 }

@@ -259,7 +259,10 @@ impl Config {
         if !(0.0..=1.0).contains(&self.doa) {
             return Err(Error::invalid_config(
                 "doa",
-                format!("doa is a probability and must be within 0.0..=1.0, got {}", self.doa),
+                format!(
+                    "doa is a probability and must be within 0.0..=1.0, got {}",
+                    self.doa
+                ),
             ));
         }
         if self.max_sessions == 0 {

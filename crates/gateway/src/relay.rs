@@ -10,19 +10,21 @@ use std::time::Duration;
 
 use async_tungstenite::WebSocketStream;
 use async_tungstenite::tokio::{TokioAdapter, connect_async_with_config};
+use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use async_tungstenite::tungstenite::Message;
 use async_tungstenite::{WebSocketReceiver, WebSocketSender};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::header::{CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE};
+use axum::http::header::{
+    CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
+};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use futures::io::{AsyncRead, AsyncWrite};
 use futures::StreamExt;
+use futures::io::{AsyncRead, AsyncWrite};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use tokio::net::TcpStream;
@@ -36,8 +38,12 @@ use crate::session::{AttachError, Attachment, Phase, Shared};
 
 /// How long the relay waits for Chromium to accept its websocket.
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
+/// How long the relay waits, after Chromium's side went away, to learn how the session died.
+const DEATH_NOTICE: Duration = Duration::from_secs(5);
 /// How long a closing relay waits to send its close frame, and then for the client's reply.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Messages in flight per direction (read, waiting out the added latency, not yet written).
+const QUEUE: usize = 1024;
 /// CDP messages (screenshots, big DOM snapshots) can be large.
 const MAX_MESSAGE: usize = 256 << 20;
 
@@ -63,28 +69,35 @@ pub(crate) async fn upgrade(
     mut req: Request,
 ) -> Response {
     let Some(id) = id.ok().and_then(|Path(id)| Uuid::try_parse(&id).ok()) else {
-        return error(StatusCode::NOT_FOUND, "InvalidSessionId", "no such session on this gateway");
-    };
-    let token = query.ok().and_then(|Query(q)| q.token);
-    let Some(key) = websocket_key(req.headers()) else {
-        // Checked before the token only in the sense that it costs nothing; no session state
-        // is revealed by it.
         return error(
-            StatusCode::BAD_REQUEST,
-            "NotAWebSocket",
-            "this endpoint speaks CDP over a websocket (Upgrade: websocket, version 13)",
+            StatusCode::NOT_FOUND,
+            "InvalidSessionId",
+            "no such session on this gateway",
         );
     };
+    let token = query.ok().and_then(|Query(q)| q.token);
     let attachment = match shared.attach(id, token.as_deref()) {
         Ok(a) => a,
         Err(AttachError::Unknown) => {
-            return error(StatusCode::NOT_FOUND, "InvalidSessionId", "no such session on this gateway");
+            return error(
+                StatusCode::NOT_FOUND,
+                "InvalidSessionId",
+                "no such session on this gateway",
+            );
         }
         Err(AttachError::BadToken) => {
-            return error(StatusCode::UNAUTHORIZED, "Unauthorized", "missing or wrong token");
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "missing or wrong token",
+            );
         }
         Err(AttachError::Released) => {
-            return error(StatusCode::GONE, "SessionReleased", "the session was released");
+            return error(
+                StatusCode::GONE,
+                "SessionReleased",
+                "the session was released",
+            );
         }
         Err(AttachError::Busy) => {
             return error(
@@ -94,10 +107,22 @@ pub(crate) async fn upgrade(
             );
         }
         Err(AttachError::ShuttingDown) => {
-            return error(StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown", "the gateway is shutting down");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ShuttingDown",
+                "the gateway is shutting down",
+            );
         }
     };
 
+    let Some(key) = websocket_key(req.headers()) else {
+        shared.detach(id);
+        return error(
+            StatusCode::BAD_REQUEST,
+            "NotAWebSocket",
+            "this endpoint speaks CDP over a websocket (Upgrade: websocket, version 13)",
+        );
+    };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let delay = shared.config.rtt / 2;
     let detach = Detach {
@@ -129,7 +154,11 @@ pub(crate) async fn upgrade(
         tracing::debug!(session = %id, "relay ended");
     });
     if !spawned {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown", "the gateway is shutting down");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ShuttingDown",
+            "the gateway is shutting down",
+        );
     }
 
     let mut res = Response::new(Body::empty());
@@ -141,7 +170,13 @@ pub(crate) async fn upgrade(
         Ok(accept) => {
             headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
         }
-        Err(_) => return error(StatusCode::BAD_REQUEST, "NotAWebSocket", "bad Sec-WebSocket-Key"),
+        Err(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "NotAWebSocket",
+                "bad Sec-WebSocket-Key",
+            );
+        }
     }
     res
 }
@@ -191,7 +226,8 @@ enum End {
 /// Relays one client connection until it or the session ends.
 async fn run(client: ClientWs, att: Attachment, delay: Duration) {
     let Attachment {
-        upstream, mut phase, ..
+        upstream,
+        mut phase,
     } = att;
     if *phase.borrow_and_update() != Phase::Live {
         return finish(client, phase).await;
@@ -231,12 +267,30 @@ async fn run(client: ClientWs, att: Attachment, delay: Duration) {
             })
             .await;
         }
-        // The keeper marks a session dead before it kills Chromium, so an upstream loss caused
-        // by a scheduled death already shows here; a loss while still live is a crash.
-        End::UpstreamGone if *phase.borrow() == Phase::Live => {
-            close_with(client, CloseCode::Error, "the browser closed the connection").await;
+        End::UpstreamGone => {
+            // Chromium's side went first: the keeper publishes how the session died once the
+            // browser is gone. Without word from it, the browser only hung up on the relay.
+            let told = timeout(DEATH_NOTICE, async {
+                while *phase.borrow_and_update() == Phase::Live {
+                    if phase.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+            match told {
+                Ok(()) => finish(client, phase).await,
+                Err(_) => {
+                    close_with(
+                        client,
+                        CloseCode::Error,
+                        "the browser closed the connection",
+                    )
+                    .await;
+                }
+            }
         }
-        End::UpstreamGone | End::PhaseChanged => finish(client, phase).await,
+        End::PhaseChanged => finish(client, phase).await,
     }
 }
 
@@ -253,12 +307,13 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(Instant, Message)>();
+    // Bounded, so a side that stops reading pushes back instead of filling memory.
+    let (queue_tx, mut queue_rx) = mpsc::channel::<(Instant, Message)>(QUEUE);
     let read = async {
         loop {
             match from.next().await {
                 Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
-                    if queue_tx.send((Instant::now() + delay, m)).is_err() {
+                    if queue_tx.send((Instant::now() + delay, m)).await.is_err() {
                         return to_gone;
                     }
                 }

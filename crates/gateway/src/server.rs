@@ -17,11 +17,11 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use uuid::Uuid;
 
+use crate::api;
 use crate::chaos::Death;
 use crate::config::{Config, DeathMode};
 use crate::error::{Error, ErrorKind};
 use crate::session::{KillError, Shared, Status};
-use crate::api;
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then kills every Chromium it
 /// started and returns once they are gone.
@@ -52,9 +52,9 @@ pub async fn serve(
 }
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, Error> {
-    listener.local_addr().map_err(|e| {
-        Error::new(ErrorKind::Io, "the listener has no local address").with_source(e)
-    })
+    listener
+        .local_addr()
+        .map_err(|e| Error::new(ErrorKind::Io, "the listener has no local address").with_source(e))
 }
 
 async fn run(
@@ -193,7 +193,10 @@ impl Gateway {
     /// [`ErrorKind::SessionEnded`] if the browser is already dead or the session released.
     pub async fn kill(&self, session_id: &str, mode: DeathMode) -> Result<DeathMode, Error> {
         let id = Uuid::try_parse(session_id).map_err(|_| {
-            Error::new(ErrorKind::UnknownSession, "no session with this id on this gateway")
+            Error::new(
+                ErrorKind::UnknownSession,
+                "no session with this id on this gateway",
+            )
         })?;
         match self.shared.kill(id, Some(Death::resolve(mode))).await {
             Ok(death) => Ok(death.mode()),
@@ -222,7 +225,10 @@ impl Gateway {
             match task.await {
                 Ok(result) => result?,
                 Err(e) if e.is_panic() => {
-                    return Err(Error::new(ErrorKind::TaskPanicked, "the gateway task panicked"));
+                    return Err(Error::new(
+                        ErrorKind::TaskPanicked,
+                        "the gateway task panicked",
+                    ));
                 }
                 Err(_) => {}
             }

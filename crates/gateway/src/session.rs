@@ -1,10 +1,10 @@
 //! The session registry: one entry per session, one keeper task per live browser, and the
 //! orderly shutdown of all of them.
 //!
-//! A session's [`Phase`] is published on a `watch` channel: the keeper moves it to `Dead` just
-//! before it kills Chromium, a release moves it to `Released`, and the relay follows it.
+//! A session's [`Phase`] is published on a `watch` channel: the keeper moves it to `Dead` once
+//! it has killed Chromium, a release moves it to `Released`, and the relay follows it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +22,8 @@ use crate::chaos::{Death, Fate, Overrides};
 use crate::chromium::{Browser, Processes};
 use crate::config::Config;
 
-/// Released sessions remembered (for an idempotent `DELETE` and an honest `GET`).
+/// Released sessions remembered in full (for `GET` and the list); older ones are remembered
+/// by id only, so that `DELETE` stays idempotent for every id this gateway issued.
 const MAX_TOMBSTONES: usize = 256;
 /// Completed creates remembered per `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEYS: usize = 1024;
@@ -90,7 +91,6 @@ pub(crate) enum AttachError {
 /// What a relay needs about its session.
 #[derive(Debug)]
 pub(crate) struct Attachment {
-    pub(crate) id: Uuid,
     pub(crate) upstream: String,
     pub(crate) phase: watch::Receiver<Phase>,
 }
@@ -152,6 +152,8 @@ struct Registry {
     order: Vec<Uuid>,
     /// Creates in flight; each holds a concurrency slot.
     creating: usize,
+    /// Released sessions no longer kept in `sessions`.
+    forgotten: HashSet<Uuid>,
     keyed: HashMap<String, Keyed>,
     keyed_order: VecDeque<String>,
     tasks: JoinSet<()>,
@@ -178,9 +180,9 @@ impl Registry {
             })
             .collect();
         if released.len() > MAX_TOMBSTONES {
-            let drop_ids = &released[..released.len() - MAX_TOMBSTONES];
-            for id in drop_ids {
+            for id in &released[..released.len() - MAX_TOMBSTONES] {
                 self.sessions.remove(id);
+                self.forgotten.insert(*id);
             }
             self.order.retain(|id| self.sessions.contains_key(id));
         }
@@ -330,7 +332,14 @@ impl Shared {
             relay_attached: false,
         };
         if let Some((browser, (cmd_tx, cmd_rx))) = keeper {
-            let task = keep(self.clone(), id, browser, started + fate.after, fate.death, cmd_rx);
+            let task = keep(
+                self.clone(),
+                id,
+                browser,
+                started + fate.after,
+                fate.death,
+                cmd_rx,
+            );
             self.spawn_locked(&mut reg, task);
             entry.keeper = Some(cmd_tx);
             tracing::info!(
@@ -381,7 +390,7 @@ impl Shared {
         let keeper = {
             let mut reg = self.registry();
             let Some(entry) = reg.sessions.get_mut(&id) else {
-                return false;
+                return reg.forgotten.contains(&id);
             };
             if *entry.phase.borrow() == Phase::Released {
                 return true;
@@ -417,7 +426,7 @@ impl Shared {
         finished.await.map_err(|_| KillError::Ended)
     }
 
-    /// Moves a live session to `Dead`, before its browser is killed.
+    /// Moves a live session to `Dead`, once its browser is gone.
     fn mark_dead(&self, id: Uuid, death: Death) {
         let reg = self.registry();
         if let Some(entry) = reg.sessions.get(&id) {
@@ -446,7 +455,6 @@ impl Shared {
         }
         entry.relay_attached = true;
         Ok(Attachment {
-            id,
             upstream: entry.upstream.clone(),
             phase: entry.phase.subscribe(),
         })
@@ -483,7 +491,10 @@ impl Shared {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!(left = tasks.len(), "session tasks did not finish; aborting them");
+            tracing::warn!(
+                left = tasks.len(),
+                "session tasks did not finish; aborting them"
+            );
             tasks.shutdown().await;
         }
 
@@ -546,11 +557,13 @@ async fn keep(
         Why::Killed(chosen, _) => Some(chosen.unwrap_or(death)),
         Why::Released(_) => None,
     };
+    browser.close().await;
+    // Published only now, so that whoever sees the death (the relay, `GET`, `status`) also
+    // sees the browser gone.
     if let Some(death) = dies {
-        tracing::info!(session = %id, ?death, "session dies");
+        tracing::info!(session = %id, ?death, "session died");
         shared.mark_dead(id, death);
     }
-    browser.close().await;
     match why {
         Why::Killed(_, done) => {
             let _ = done.send(dies.unwrap_or(death));

@@ -1,0 +1,254 @@
+//! The Aurora Bank task: sign in with a password and a TOTP, checkpoint, then poll the
+//! account page until enough polls have succeeded. Written to be safe to re-enter: it signs
+//! in only when the page shows it is signed out, and its progress lives in [`BankProgress`],
+//! outside the task.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use outlive::chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
+use outlive::chromiumoxide::error::CdpError;
+use outlive::{Ctx, Page};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+/// What the task is asked to do.
+#[derive(Debug, Clone)]
+pub struct BankTask {
+    /// Aurora Bank's base URL (`http://127.0.0.1:PORT`).
+    pub base_url: String,
+    /// Sign-in name.
+    pub username: String,
+    /// Sign-in password.
+    pub password: String,
+    /// The TOTP secret the second factor is computed from.
+    pub totp: aurora::TotpSecret,
+    /// How many successful polls finish the task.
+    pub polls: u32,
+    /// Pause between polls.
+    pub poll_every: Duration,
+    /// Cap on any one page step; a step that takes longer fails the entry.
+    pub step_timeout: Duration,
+}
+
+impl BankTask {
+    /// The task against an Aurora Bank started with `config`.
+    pub fn new(base_url: impl Into<String>, config: &aurora::Config, polls: u32, poll_every: Duration) -> Self {
+        BankTask {
+            base_url: base_url.into(),
+            username: config.username().to_owned(),
+            password: config.password().to_owned(),
+            totp: config.totp_secret().clone(),
+            polls,
+            poll_every,
+            step_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Progress that survives re-entry because it lives with the caller.
+#[derive(Debug, Default)]
+pub struct BankProgress {
+    polls_done: AtomicU32,
+    sign_ins: AtomicU32,
+    polls: Mutex<Vec<Poll>>,
+}
+
+impl BankProgress {
+    /// Successful polls so far.
+    pub fn polls_done(&self) -> u32 {
+        self.polls_done.load(Ordering::SeqCst)
+    }
+
+    /// Sign-ins the task performed (1 when every relaunch kept the session).
+    pub fn sign_ins(&self) -> u32 {
+        self.sign_ins.load(Ordering::SeqCst)
+    }
+
+    /// Every successful poll, in order.
+    pub fn polls(&self) -> Vec<Poll> {
+        self.polls.lock().expect("poll log poisoned").clone()
+    }
+}
+
+/// One successful poll.
+#[derive(Debug, Clone)]
+pub struct Poll {
+    /// When it succeeded, relative to the progress's first poll clock.
+    pub at: Instant,
+    /// The entry that made it.
+    pub attempt: u32,
+    /// The account page's server-side poll counter.
+    pub served: u64,
+}
+
+/// Something the task did, for a progress display.
+#[derive(Debug, Clone)]
+pub enum BankEvent {
+    /// An entry started.
+    Entered {
+        /// `ctx.attempt()` (1 for the baseline).
+        attempt: u32,
+        /// Whether a checkpoint was restored.
+        resumed: bool,
+    },
+    /// The task signed in (password + TOTP).
+    SignedIn,
+    /// A poll succeeded.
+    Polled {
+        /// Polls done so far.
+        done: u32,
+        /// Polls needed.
+        of: u32,
+    },
+}
+
+/// Why an entry of the task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BankError {
+    /// A page call failed.
+    #[error("page call failed")]
+    Page(#[from] CdpError),
+    /// A step took longer than the step timeout.
+    #[error("`{0}` took longer than the step timeout")]
+    Timeout(&'static str),
+    /// The page showed something a correct run never shows.
+    #[error("unexpected page state: {0}")]
+    Unexpected(String),
+}
+
+#[derive(Deserialize)]
+struct AccountState {
+    path: String,
+    polls: String,
+    pref: String,
+}
+
+const ACCOUNT_STATE: &str = r#"({
+  path: location.pathname,
+  polls: document.querySelector('#polls')?.textContent ?? '',
+  pref: document.querySelector('#pref')?.textContent ?? '',
+})"#;
+
+impl BankTask {
+    async fn step<T>(
+        &self,
+        what: &'static str,
+        fut: impl Future<Output = Result<T, CdpError>>,
+    ) -> Result<T, BankError> {
+        match tokio::time::timeout(self.step_timeout, fut).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(BankError::Timeout(what)),
+        }
+    }
+
+    async fn eval<T: serde::de::DeserializeOwned>(&self, page: &Page, what: &'static str, js: &str) -> Result<T, BankError> {
+        let params = EvaluateParams::builder()
+            .expression(js)
+            .await_promise(true)
+            .return_by_value(true)
+            .build()
+            .map_err(BankError::Unexpected)?;
+        let result = self.step(what, page.evaluate_expression(params)).await?;
+        result.into_value().map_err(|e| BankError::Unexpected(format!("{what}: {e}")))
+    }
+
+    async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
+        let url = format!("{}{path}", self.base_url);
+        self.step("navigate", page.goto(NavigateParams::new(url))).await?;
+        Ok(())
+    }
+
+    async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
+        self.goto(page, "/account").await?;
+        self.eval(page, "read the account page", ACCOUNT_STATE).await
+    }
+
+    /// Password, then TOTP, through the page's own `fetch` (so the browser stores the
+    /// HttpOnly cookies), then the welcome page that writes the localStorage preference.
+    async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
+        self.goto(page, "/login").await?;
+        let body = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={}", urlencode(v)))
+                .collect::<Vec<_>>()
+                .join("&")
+        };
+        let post = |path: &str, form: String| {
+            format!(
+                "fetch({path:?}, {{method: 'POST', redirect: 'manual', credentials: 'same-origin', \
+                 headers: {{'Content-Type': 'application/x-www-form-urlencoded'}}, body: {form:?}}})\
+                 .then(r => r.type === 'opaqueredirect' || r.ok)"
+            )
+        };
+        let login = body(&[("username", &self.username), ("password", &self.password)]);
+        let ok: bool = self.eval(page, "submit the password", &post("/login", login)).await?;
+        if !ok {
+            return Err(BankError::Unexpected("the password was refused".into()));
+        }
+        let code = self.totp.current_code();
+        let ok: bool = self.eval(page, "submit the TOTP", &post("/totp", body(&[("code", &code)]))).await?;
+        if !ok {
+            return Err(BankError::Unexpected("the TOTP was refused".into()));
+        }
+        self.goto(page, "/account?welcome=1").await?;
+        Ok(())
+    }
+
+    /// One entry of the task. `ctx` is `None` for the baseline (plain chromiumoxide).
+    pub async fn run(
+        &self,
+        page: &Page,
+        ctx: Option<&Ctx>,
+        progress: &BankProgress,
+        on_event: &(dyn Fn(BankEvent) + Send + Sync),
+    ) -> Result<u32, BankError> {
+        let attempt = ctx.map_or(1, Ctx::attempt);
+        on_event(BankEvent::Entered {
+            attempt,
+            resumed: ctx.is_some_and(|c| c.resumed_from().is_some()),
+        });
+        // Re-entry safe: sign in only if the bank says we are signed out.
+        let mut state = self.account(page).await?;
+        if state.path == "/login" {
+            self.sign_in(page).await?;
+            progress.sign_ins.fetch_add(1, Ordering::SeqCst);
+            on_event(BankEvent::SignedIn);
+            if let Some(ctx) = ctx {
+                ctx.checkpoint().await; // never sign in twice
+            }
+        }
+        while progress.polls_done() < self.polls {
+            state = self.account(page).await?;
+            if state.path != "/account" {
+                return Err(BankError::Unexpected(format!("signed out, on {}", state.path)));
+            }
+            if state.pref == "MISSING" {
+                return Err(BankError::Unexpected("the localStorage preference is missing".into()));
+            }
+            let done = progress.polls_done.fetch_add(1, Ordering::SeqCst) + 1;
+            progress.polls.lock().expect("poll log poisoned").push(Poll {
+                at: Instant::now(),
+                attempt,
+                served: state.polls.trim().parse().unwrap_or(0),
+            });
+            on_event(BankEvent::Polled { done, of: self.polls });
+            if done < self.polls {
+                tokio::time::sleep(self.poll_every).await;
+            }
+        }
+        Ok(progress.polls_done())
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,168 @@
+//! `outlive`: demo, gateway.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use outlive_cli::bank::BankEvent;
+use outlive_cli::demo::{self, DemoConfig};
+
+#[derive(Parser)]
+#[command(name = "outlive", version, about = "Make a browser task outlive its browser")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the Aurora Bank task through outlive on an embedded gateway whose sessions die.
+    Demo {
+        /// Lifetime of each browser session.
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+        /// How long the task's polling takes without deaths.
+        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+        task: Duration,
+        /// How sessions die: close, reset, silence or mixed.
+        #[arg(long, default_value = "mixed")]
+        death: gateway::DeathMode,
+        /// Probability that a new browser is dead on arrival.
+        #[arg(long, default_value_t = 0.0)]
+        doa: f64,
+        /// Print only the wide event, as JSON, as the last line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
+    Gateway {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: std::net::SocketAddr,
+        /// The API key clients must send.
+        #[arg(long, default_value = "test-key")]
+        api_key: String,
+        /// Lifetime of each session.
+        #[arg(long, default_value = "600s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+        /// ± jitter on the lifetime.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        jitter: Duration,
+        /// How sessions die: close, reset, silence or mixed.
+        #[arg(long, default_value = "close")]
+        death: gateway::DeathMode,
+        /// Probability that a new browser is dead on arrival.
+        #[arg(long, default_value_t = 0.0)]
+        doa: f64,
+        /// Answer `ended` for dead sessions instead of `active`.
+        #[arg(long)]
+        honest: bool,
+        /// Added round-trip time per CDP message.
+        #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+        rtt: Duration,
+        /// Concurrent sessions allowed.
+        #[arg(long, default_value_t = 2)]
+        max_sessions: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo { lifetime, task, death, doa, json } => {
+            run_demo(DemoConfig { lifetime, task, death, doa, ..DemoConfig::default() }, json).await
+        }
+        Command::Gateway { listen, api_key, lifetime, jitter, death, doa, honest, rtt, max_sessions } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+                .init();
+            let config = gateway::Config::new()
+                .api_key(api_key)
+                .lifetime(lifetime)
+                .jitter(jitter)
+                .death(death)
+                .doa(doa)
+                .honest(honest)
+                .rtt(rtt)
+                .max_sessions(max_sessions);
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("could not listen on {listen}"))?;
+            println!("gateway listening on http://{}", listener.local_addr()?);
+            gateway::serve(listener, config, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("the gateway failed")?;
+            Ok(())
+        }
+    }
+}
+
+async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
+    let (polls, every) = demo::plan(&config);
+    if !json {
+        println!(
+            "Aurora Bank task: sign in (password + TOTP), then {polls} polls every {every:?}.\n\
+             Browser sessions live {:?} (±{:?}) and die by {}; outlive keeps the task going.\n",
+            config.lifetime, config.jitter, config.death
+        );
+    }
+    let render = move |e: BankEvent| {
+        if json {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        match e {
+            BankEvent::Entered { attempt: 1, .. } => {
+                let _ = writeln!(out, "▶ entry 1 on a fresh browser");
+            }
+            BankEvent::Entered { attempt, resumed } => {
+                let how = if resumed { "checkpoint restored" } else { "no checkpoint yet" };
+                let _ = writeln!(out, "\n✖ browser died → relaunched; entry {attempt} ({how})");
+            }
+            BankEvent::SignedIn => {
+                let _ = writeln!(out, "  signed in with password + TOTP; checkpointed");
+            }
+            BankEvent::Polled { done, of } => {
+                let width = 40;
+                let filled = (done as usize * width) / of.max(1) as usize;
+                let _ = write!(
+                    out,
+                    "\r  [{}{}] {done}/{of} polls",
+                    "█".repeat(filled),
+                    "·".repeat(width - filled)
+                );
+                if done == of {
+                    let _ = writeln!(out);
+                }
+            }
+        }
+        let _ = out.flush();
+    };
+    match demo::run(&config, render).await {
+        Ok(report) => {
+            if json {
+                println!("{}", report.event.to_json());
+            } else {
+                println!(
+                    "\nCompleted: {} polls, {} sign-in(s), {} TOTP accepted by the bank.",
+                    report.polls, report.sign_ins, report.totps_accepted
+                );
+                println!(
+                    "Gateway after the run: {} live sessions, {} Chromium processes.",
+                    report.gateway_after.live_sessions, report.gateway_after.chromium_processes
+                );
+                println!("\nwide event:\n{}", serde_json::to_string_pretty(&report.event)?);
+            }
+            Ok(())
+        }
+        Err(demo::DemoError::Run { event }) => {
+            println!("{}", event.to_json());
+            anyhow::bail!("the demo run did not complete: {}", event.outcome.as_str())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
