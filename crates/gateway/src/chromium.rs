@@ -50,9 +50,14 @@ impl Processes {
 
     /// Waits until no process of group `pgid` is alive (SIGKILLed helpers may outlive their
     /// leader's reaping by a moment), for at most `limit`.
+    ///
+    /// If the leader exited on its own, `LocalBrowser` no longer signals the group, so helpers
+    /// still in it are killed here. That is safe: a group id with live members cannot have
+    /// been reused.
     async fn wait_gone(&self, pgid: u32, limit: std::time::Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         while !live_members(&[pgid]).is_empty() && tokio::time::Instant::now() < deadline {
+            let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }

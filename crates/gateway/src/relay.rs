@@ -21,7 +21,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::header::{
     CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
 };
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
 use futures::io::{AsyncRead, AsyncWrite};
@@ -115,7 +115,9 @@ pub(crate) async fn upgrade(
         }
     };
 
-    let Some(key) = websocket_key(req.headers()) else {
+    let accept = websocket_key(req.headers())
+        .and_then(|key| HeaderValue::from_str(&derive_accept_key(key.as_bytes())).ok());
+    let Some(accept) = accept else {
         shared.detach(id);
         return error(
             StatusCode::BAD_REQUEST,
@@ -164,20 +166,9 @@ pub(crate) async fn upgrade(
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = res.headers_mut();
-    headers.insert(UPGRADE, "websocket".parse().expect("static header value"));
-    headers.insert(CONNECTION, "Upgrade".parse().expect("static header value"));
-    match derive_accept_key(key.as_bytes()).parse() {
-        Ok(accept) => {
-            headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
-        }
-        Err(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "NotAWebSocket",
-                "bad Sec-WebSocket-Key",
-            );
-        }
-    }
+    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
     res
 }
 

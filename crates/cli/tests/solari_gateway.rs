@@ -1,0 +1,186 @@
+//! outlive with the Solari provider against the gateway: the Aurora task completes in every
+//! death mode, the baseline does not, nothing leaks and no token reaches a log line.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway::DeathMode;
+use outlive::solari_browser::{Client, ClientOptions};
+use outlive::{BoxFuture, Options, Provider, Session, Solari, SolariLaunch, WideEvent};
+use outlive_cli::bank::{BankProgress, BankTask};
+
+struct Bed {
+    bank: aurora::Aurora,
+    bank_config: aurora::Config,
+    gw: gateway::Gateway,
+}
+
+async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> Bed {
+    let bank_config = aurora::Config::new();
+    let bank = aurora::spawn(bank_config.clone()).await.unwrap();
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(lifetime)
+            .jitter(Duration::ZERO)
+            .death(death)
+            .doa(doa),
+    )
+    .await
+    .unwrap();
+    Bed { bank, bank_config, gw }
+}
+
+fn solari(gw: &gateway::Gateway) -> Solari {
+    Solari::new(Client::new(ClientOptions::new(gw.api_key(), gw.base_url())).unwrap())
+}
+
+/// Polls every 100 ms until 3 lifetimes of 2.5 s have passed.
+fn task(bed: &Bed) -> BankTask {
+    BankTask::new(bed.bank.base_url(), &bed.bank_config, 75, Duration::from_millis(100))
+}
+
+async fn run_outlive<P: Provider>(bed: &Bed, provider: &P) -> (Result<u32, String>, WideEvent, BankProgress) {
+    let task = task(bed);
+    let progress = BankProgress::default();
+    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
+    let slot = event.clone();
+    let result = outlive::outlive(
+        provider,
+        |page, ctx| {
+            let (task, progress) = (&task, &progress);
+            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_millis(500))
+            .max_relaunches(20)
+            .relaunch_backoff(Duration::from_millis(200))
+            .on_event(move |e| *slot.lock().unwrap() = Some(e.clone())),
+    )
+    .await
+    .map_err(|e| e.to_string());
+    let event = event.lock().unwrap().clone().unwrap();
+    (result, event, progress)
+}
+
+async fn completes_in(death: DeathMode, doa: f64) {
+    let bed = bed(death, Duration::from_millis(2500), doa).await;
+    let provider = solari(&bed.gw);
+    let (result, event, progress) = run_outlive(&bed, &provider).await;
+    assert_eq!(result, Ok(75), "event: {}", event.to_json());
+    assert!(event.relaunches >= 2, "at least 3 session lifetimes: {}", event.to_json());
+    assert_eq!(event.release_failed, 0);
+    assert_eq!(bed.bank.counters().totps_accepted, 1, "the login survived every relaunch");
+    assert_eq!(progress.sign_ins(), 1);
+    let status = bed.gw.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.dead_sessions, status.chromium_processes), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_when_sessions_die_by_close_frame() {
+    completes_in(DeathMode::Close, 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_when_sessions_die_by_tcp_reset() {
+    completes_in(DeathMode::Reset, 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_when_sessions_go_silent() {
+    completes_in(DeathMode::Silence, 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_when_browsers_arrive_dead() {
+    completes_in(DeathMode::Mixed, 0.3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_baseline_fails_at_the_first_death() {
+    use outlive::chromiumoxide::Browser;
+    use outlive::chromiumoxide::handler::HandlerConfig;
+    use futures::StreamExt;
+
+    let bed = bed(DeathMode::Close, Duration::from_millis(2500), 0.0).await;
+    let client = Client::new(ClientOptions::new(bed.gw.api_key(), bed.gw.base_url())).unwrap();
+    let session = client.sessions().create(Default::default()).await.unwrap();
+    let config = HandlerConfig { request_timeout: Duration::from_secs(5), ..HandlerConfig::default() };
+    let (browser, mut handler) = Browser::connect_with_config(session.cdp_endpoint.clone(), config).await.unwrap();
+    let pump = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let page = browser.new_page("about:blank").await.unwrap();
+    let mut task = task(&bed);
+    task.step_timeout = Duration::from_secs(5);
+    let progress = BankProgress::default();
+    let result = task.run(&page, None, &progress, &|_| {}).await;
+    assert!(result.is_err(), "plain chromiumoxide cannot outlive the session");
+    assert!(progress.polls_done() < 75);
+    pump.abort();
+    client.sessions().release(&session.id).await.unwrap();
+    let status = bed.gw.shutdown().await.unwrap();
+    assert_eq!(status.chromium_processes, 0);
+}
+
+/// Wraps a provider and remembers the raw endpoints it handed out.
+struct Recording<P> {
+    inner: P,
+    endpoints: Mutex<Vec<String>>,
+}
+
+impl<P: Provider> Provider for Recording<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let s = self.inner.launch().await?;
+            self.endpoints.lock().unwrap().push(s.endpoint().expose().to_owned());
+            Ok(s)
+        })
+    }
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn no_log_line_carries_a_cdp_token() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let bed = bed(DeathMode::Mixed, Duration::from_millis(2500), 0.2).await;
+    let provider = Recording {
+        inner: solari(&bed.gw).launch(SolariLaunch::new().retries(2).probe(true)),
+        endpoints: Mutex::default(),
+    };
+    let (result, event, _) = run_outlive(&bed, &provider).await;
+    assert!(result.is_ok(), "{}", event.to_json());
+    bed.gw.shutdown().await.unwrap();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("outlive run finished"), "the capture works");
+    let endpoints = provider.endpoints.lock().unwrap().clone();
+    assert!(!endpoints.is_empty());
+    for endpoint in endpoints {
+        let url = url::Url::parse(&endpoint).unwrap();
+        let token = url.query_pairs().find(|(k, _)| k == "token").map(|(_, v)| v.into_owned()).unwrap();
+        assert!(token.len() >= 16);
+        assert!(!logs.contains(&token), "a CDP token reached a log line");
+        assert!(!event.to_json().contains(&token));
+    }
+}
