@@ -35,7 +35,12 @@ pub struct BankTask {
 
 impl BankTask {
     /// The task against an Aurora Bank started with `config`.
-    pub fn new(base_url: impl Into<String>, config: &aurora::Config, polls: u32, poll_every: Duration) -> Self {
+    pub fn new(
+        base_url: impl Into<String>,
+        config: &aurora::Config,
+        polls: u32,
+        poll_every: Duration,
+    ) -> Self {
         BankTask {
             base_url: base_url.into(),
             username: config.username().to_owned(),
@@ -144,7 +149,12 @@ impl BankTask {
         }
     }
 
-    async fn eval<T: serde::de::DeserializeOwned>(&self, page: &Page, what: &'static str, js: &str) -> Result<T, BankError> {
+    async fn eval<T: serde::de::DeserializeOwned>(
+        &self,
+        page: &Page,
+        what: &'static str,
+        js: &str,
+    ) -> Result<T, BankError> {
         let params = EvaluateParams::builder()
             .expression(js)
             .await_promise(true)
@@ -152,18 +162,22 @@ impl BankTask {
             .build()
             .map_err(BankError::Unexpected)?;
         let result = self.step(what, page.evaluate_expression(params)).await?;
-        result.into_value().map_err(|e| BankError::Unexpected(format!("{what}: {e}")))
+        result
+            .into_value()
+            .map_err(|e| BankError::Unexpected(format!("{what}: {e}")))
     }
 
     async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
         let url = format!("{}{path}", self.base_url);
-        self.step("navigate", page.goto(NavigateParams::new(url))).await?;
+        self.step("navigate", page.goto(NavigateParams::new(url)))
+            .await?;
         Ok(())
     }
 
     async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
         self.goto(page, "/account").await?;
-        self.eval(page, "read the account page", ACCOUNT_STATE).await
+        self.eval(page, "read the account page", ACCOUNT_STATE)
+            .await
     }
 
     /// Password, then TOTP, through the page's own `fetch` (so the browser stores the
@@ -185,12 +199,20 @@ impl BankTask {
             )
         };
         let login = body(&[("username", &self.username), ("password", &self.password)]);
-        let ok: bool = self.eval(page, "submit the password", &post("/login", login)).await?;
+        let ok: bool = self
+            .eval(page, "submit the password", &post("/login", login))
+            .await?;
         if !ok {
             return Err(BankError::Unexpected("the password was refused".into()));
         }
         let code = self.totp.current_code();
-        let ok: bool = self.eval(page, "submit the TOTP", &post("/totp", body(&[("code", &code)]))).await?;
+        let ok: bool = self
+            .eval(
+                page,
+                "submit the TOTP",
+                &post("/totp", body(&[("code", &code)])),
+            )
+            .await?;
         if !ok {
             return Err(BankError::Unexpected("the TOTP was refused".into()));
         }
@@ -224,18 +246,30 @@ impl BankTask {
         while progress.polls_done() < self.polls {
             state = self.account(page).await?;
             if state.path != "/account" {
-                return Err(BankError::Unexpected(format!("signed out, on {}", state.path)));
+                return Err(BankError::Unexpected(format!(
+                    "signed out, on {}",
+                    state.path
+                )));
             }
             if state.pref == "MISSING" {
-                return Err(BankError::Unexpected("the localStorage preference is missing".into()));
+                return Err(BankError::Unexpected(
+                    "the localStorage preference is missing".into(),
+                ));
             }
             let done = progress.polls_done.fetch_add(1, Ordering::SeqCst) + 1;
-            progress.polls.lock().expect("poll log poisoned").push(Poll {
-                at: Instant::now(),
-                attempt,
-                served: state.polls.trim().parse().unwrap_or(0),
+            progress
+                .polls
+                .lock()
+                .expect("poll log poisoned")
+                .push(Poll {
+                    at: Instant::now(),
+                    attempt,
+                    served: state.polls.trim().parse().unwrap_or(0),
+                });
+            on_event(BankEvent::Polled {
+                done,
+                of: self.polls,
             });
-            on_event(BankEvent::Polled { done, of: self.polls });
             if done < self.polls {
                 tokio::time::sleep(self.poll_every).await;
             }
@@ -247,7 +281,9 @@ impl BankTask {
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()

@@ -78,14 +78,21 @@ pub enum DemoError {
 /// The task's polling plan for a config: a poll every lifetime/30, for `task`.
 pub fn plan(config: &DemoConfig) -> (u32, Duration) {
     let every = config.lifetime / 30;
-    let polls = (config.task.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as u32;
+    let polls = (config.task.as_secs_f64() / every.as_secs_f64())
+        .ceil()
+        .max(1.0) as u32;
     (polls, every)
 }
 
 /// Runs the demo; `on_event` sees every step of the task as it happens.
-pub async fn run(config: &DemoConfig, on_event: impl Fn(BankEvent) + Send + Sync) -> Result<DemoReport, DemoError> {
+pub async fn run(
+    config: &DemoConfig,
+    on_event: impl Fn(BankEvent) + Send + Sync,
+) -> Result<DemoReport, DemoError> {
     let bank_config = aurora::Config::new();
-    let bank = aurora::spawn(bank_config.clone()).await.map_err(DemoError::Aurora)?;
+    let bank = aurora::spawn(bank_config.clone())
+        .await
+        .map_err(DemoError::Aurora)?;
     let gw = gateway::spawn(
         gateway::Config::new()
             .lifetime(config.lifetime)
@@ -121,7 +128,11 @@ pub async fn run(config: &DemoConfig, on_event: impl Fn(BankEvent) + Send + Sync
     )
     .await;
 
-    let event = event.lock().expect("event slot").clone().expect("outlive emits one event per run");
+    let event = event
+        .lock()
+        .expect("event slot")
+        .clone()
+        .expect("outlive emits one event per run");
     let totps_accepted = bank.counters().totps_accepted;
     let gateway_after = gw.shutdown().await.map_err(DemoError::Gateway)?;
     let _ = bank.shutdown().await;
@@ -133,6 +144,8 @@ pub async fn run(config: &DemoConfig, on_event: impl Fn(BankEvent) + Send + Sync
             totps_accepted,
             gateway_after,
         }),
-        Err(_) => Err(DemoError::Run { event: Box::new(event) }),
+        Err(_) => Err(DemoError::Run {
+            event: Box::new(event),
+        }),
     }
 }

@@ -9,7 +9,11 @@ use outlive_cli::bank::BankEvent;
 use outlive_cli::demo::{self, DemoConfig};
 
 #[derive(Parser)]
-#[command(name = "outlive", version, about = "Make a browser task outlive its browser")]
+#[command(
+    name = "outlive",
+    version,
+    about = "Make a browser task outlive its browser"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,12 +75,41 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo { lifetime, task, death, doa, json } => {
-            run_demo(DemoConfig { lifetime, task, death, doa, ..DemoConfig::default() }, json).await
+        Command::Demo {
+            lifetime,
+            task,
+            death,
+            doa,
+            json,
+        } => {
+            run_demo(
+                DemoConfig {
+                    lifetime,
+                    task,
+                    death,
+                    doa,
+                    ..DemoConfig::default()
+                },
+                json,
+            )
+            .await
         }
-        Command::Gateway { listen, api_key, lifetime, jitter, death, doa, honest, rtt, max_sessions } => {
+        Command::Gateway {
+            listen,
+            api_key,
+            lifetime,
+            jitter,
+            death,
+            doa,
+            honest,
+            rtt,
+            max_sessions,
+        } => {
             tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
                 .init();
             let config = gateway::Config::new()
                 .api_key(api_key)
@@ -120,8 +153,15 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
                 let _ = writeln!(out, "▶ entry 1 on a fresh browser");
             }
             BankEvent::Entered { attempt, resumed } => {
-                let how = if resumed { "checkpoint restored" } else { "no checkpoint yet" };
-                let _ = writeln!(out, "\n✖ browser died → relaunched; entry {attempt} ({how})");
+                let how = if resumed {
+                    "checkpoint restored"
+                } else {
+                    "no checkpoint yet"
+                };
+                let _ = writeln!(
+                    out,
+                    "\n✖ browser died → relaunched; entry {attempt} ({how})"
+                );
             }
             BankEvent::SignedIn => {
                 let _ = writeln!(out, "  signed in with password + TOTP; checkpointed");
@@ -155,7 +195,10 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
                     "Gateway after the run: {} live sessions, {} Chromium processes.",
                     report.gateway_after.live_sessions, report.gateway_after.chromium_processes
                 );
-                println!("\nwide event:\n{}", serde_json::to_string_pretty(&report.event)?);
+                println!(
+                    "\nwide event:\n{}",
+                    serde_json::to_string_pretty(&report.event)?
+                );
             }
             Ok(())
         }

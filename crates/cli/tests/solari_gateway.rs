@@ -27,7 +27,11 @@ async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> Bed {
     )
     .await
     .unwrap();
-    Bed { bank, bank_config, gw }
+    Bed {
+        bank,
+        bank_config,
+        gw,
+    }
 }
 
 fn solari(gw: &gateway::Gateway) -> Solari {
@@ -36,10 +40,18 @@ fn solari(gw: &gateway::Gateway) -> Solari {
 
 /// Polls every 100 ms until 3 lifetimes of 2.5 s have passed.
 fn task(bed: &Bed) -> BankTask {
-    BankTask::new(bed.bank.base_url(), &bed.bank_config, 75, Duration::from_millis(100))
+    BankTask::new(
+        bed.bank.base_url(),
+        &bed.bank_config,
+        75,
+        Duration::from_millis(100),
+    )
 }
 
-async fn run_outlive<P: Provider>(bed: &Bed, provider: &P) -> (Result<u32, String>, WideEvent, BankProgress) {
+async fn run_outlive<P: Provider>(
+    bed: &Bed,
+    provider: &P,
+) -> (Result<u32, String>, WideEvent, BankProgress) {
     let task = task(bed);
     let progress = BankProgress::default();
     let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
@@ -67,12 +79,27 @@ async fn completes_in(death: DeathMode, doa: f64) {
     let provider = solari(&bed.gw);
     let (result, event, progress) = run_outlive(&bed, &provider).await;
     assert_eq!(result, Ok(75), "event: {}", event.to_json());
-    assert!(event.relaunches >= 2, "at least 3 session lifetimes: {}", event.to_json());
+    assert!(
+        event.relaunches >= 2,
+        "at least 3 session lifetimes: {}",
+        event.to_json()
+    );
     assert_eq!(event.release_failed, 0);
-    assert_eq!(bed.bank.counters().totps_accepted, 1, "the login survived every relaunch");
+    assert_eq!(
+        bed.bank.counters().totps_accepted,
+        1,
+        "the login survived every relaunch"
+    );
     assert_eq!(progress.sign_ins(), 1);
     let status = bed.gw.shutdown().await.unwrap();
-    assert_eq!((status.live_sessions, status.dead_sessions, status.chromium_processes), (0, 0, 0));
+    assert_eq!(
+        (
+            status.live_sessions,
+            status.dead_sessions,
+            status.chromium_processes
+        ),
+        (0, 0, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,22 +124,30 @@ async fn completes_when_browsers_arrive_dead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_baseline_fails_at_the_first_death() {
+    use futures::StreamExt;
     use outlive::chromiumoxide::Browser;
     use outlive::chromiumoxide::handler::HandlerConfig;
-    use futures::StreamExt;
 
     let bed = bed(DeathMode::Close, Duration::from_millis(2500), 0.0).await;
     let client = Client::new(ClientOptions::new(bed.gw.api_key(), bed.gw.base_url())).unwrap();
     let session = client.sessions().create(Default::default()).await.unwrap();
-    let config = HandlerConfig { request_timeout: Duration::from_secs(5), ..HandlerConfig::default() };
-    let (browser, mut handler) = Browser::connect_with_config(session.cdp_endpoint.clone(), config).await.unwrap();
+    let config = HandlerConfig {
+        request_timeout: Duration::from_secs(5),
+        ..HandlerConfig::default()
+    };
+    let (browser, mut handler) = Browser::connect_with_config(session.cdp_endpoint.clone(), config)
+        .await
+        .unwrap();
     let pump = tokio::spawn(async move { while handler.next().await.is_some() {} });
     let page = browser.new_page("about:blank").await.unwrap();
     let mut task = task(&bed);
     task.step_timeout = Duration::from_secs(5);
     let progress = BankProgress::default();
     let result = task.run(&page, None, &progress, &|_| {}).await;
-    assert!(result.is_err(), "plain chromiumoxide cannot outlive the session");
+    assert!(
+        result.is_err(),
+        "plain chromiumoxide cannot outlive the session"
+    );
     assert!(progress.polls_done() < 75);
     pump.abort();
     client.sessions().release(&session.id).await.unwrap();
@@ -133,7 +168,10 @@ impl<P: Provider> Provider for Recording<P> {
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
         Box::pin(async move {
             let s = self.inner.launch().await?;
-            self.endpoints.lock().unwrap().push(s.endpoint().expose().to_owned());
+            self.endpoints
+                .lock()
+                .unwrap()
+                .push(s.endpoint().expose().to_owned());
             Ok(s)
         })
     }
@@ -178,7 +216,11 @@ async fn no_log_line_carries_a_cdp_token() {
     assert!(!endpoints.is_empty());
     for endpoint in endpoints {
         let url = url::Url::parse(&endpoint).unwrap();
-        let token = url.query_pairs().find(|(k, _)| k == "token").map(|(_, v)| v.into_owned()).unwrap();
+        let token = url
+            .query_pairs()
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
+            .unwrap();
         assert!(token.len() >= 16);
         assert!(!logs.contains(&token), "a CDP token reached a log line");
         assert!(!event.to_json().contains(&token));

@@ -40,7 +40,9 @@ pub struct Status {
     pub live_sessions: usize,
     /// Unreleased sessions whose browser is dead (they still hold a concurrency slot).
     pub dead_sessions: usize,
-    /// Chromium processes (browser and helpers) this gateway started that are still alive.
+    /// Chromium processes (browser and helpers) this gateway started that are still alive:
+    /// the members of each browser's process group. (Chromium's crashpad handler leaves the
+    /// group with `setsid` and is not counted; it exits by itself with its browser.)
     pub chromium_processes: usize,
 }
 

@@ -79,6 +79,7 @@ struct Inner {
     capture: Capturer,
     store: Arc<Store>,
     capture_timeout: Duration,
+    on_milestone: Option<crate::options::OnMilestone>,
 }
 
 /// The task's handle on its entry: which attempt this is, what was restored, and
@@ -105,6 +106,7 @@ impl Ctx {
         capture: Capturer,
         store: Arc<Store>,
         capture_timeout: Duration,
+        on_milestone: Option<crate::options::OnMilestone>,
     ) -> Self {
         Ctx {
             inner: Arc::new(Inner {
@@ -114,6 +116,7 @@ impl Ctx {
                 capture,
                 store,
                 capture_timeout,
+                on_milestone,
             }),
         }
     }
@@ -137,12 +140,19 @@ impl Ctx {
         if self.is_retired() {
             return false;
         }
+        let started = Instant::now();
         let captured =
             tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;
         match captured {
             Ok(Ok(cp)) if !self.is_retired() => {
                 let bytes = cp.bytes();
                 let kept = self.inner.store.offer(cp);
+                if let (true, Some(f)) = (kept, &self.inner.on_milestone) {
+                    f(&crate::report::Milestone::Checkpointed {
+                        took: started.elapsed(),
+                        bytes,
+                    });
+                }
                 tracing::debug!(
                     attempt = self.inner.attempt,
                     bytes,

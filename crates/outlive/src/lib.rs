@@ -105,7 +105,7 @@ pub use provider::{
 };
 pub use redact::Diagnostics;
 pub use relay::{Death, DeathCause};
-pub use report::{Outcome, WideEvent};
+pub use report::{Milestone, Outcome, WideEvent};
 pub use solari_browser;
 
 /// Runs `task` against a browser from `provider` and returns what it returns, relaunching

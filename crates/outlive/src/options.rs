@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::redact::Diagnostics;
-use crate::report::WideEvent;
+use crate::report::{Milestone, WideEvent};
 
 /// A page size in CSS pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,7 @@ pub struct Viewport {
 }
 
 type OnEvent = Arc<dyn Fn(&WideEvent) + Send + Sync>;
+pub(crate) type OnMilestone = Arc<dyn Fn(&Milestone) + Send + Sync>;
 
 /// Options of one [`outlive`](crate::outlive()) run. Chain the setters; every value is
 /// checked when the run starts, before anything is launched, and a bad one is reported as
@@ -41,6 +42,7 @@ pub struct Options {
     pub(crate) grace: Duration,
     pub(crate) diagnostics: Diagnostics,
     pub(crate) on_event: Option<OnEvent>,
+    pub(crate) on_milestone: Option<OnMilestone>,
     pub(crate) heartbeat_interval: Duration,
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) capture_timeout: Duration,
@@ -67,6 +69,7 @@ impl fmt::Debug for Options {
             .field("grace", &self.grace)
             .field("diagnostics", &self.diagnostics)
             .field("on_event", &self.on_event.is_some())
+            .field("on_milestone", &self.on_milestone.is_some())
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("capture_timeout", &self.capture_timeout)
@@ -90,6 +93,7 @@ impl Options {
             grace: Duration::from_millis(250),
             diagnostics: Diagnostics::Safe,
             on_event: None,
+            on_milestone: None,
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(2),
             capture_timeout: Duration::from_secs(10),
@@ -187,6 +191,23 @@ impl Options {
     pub fn on_event(mut self, f: impl Fn(&WideEvent) + Send + Sync + 'static) -> Self {
         self.on_event = Some(Arc::new(f));
         self
+    }
+
+    /// Called at each step of the run as it happens (launch, restore, entry, checkpoint,
+    /// death). Keep it quick: it runs on the run's task.
+    ///
+    /// # Default
+    ///
+    /// None.
+    pub fn on_milestone(mut self, f: impl Fn(&Milestone) + Send + Sync + 'static) -> Self {
+        self.on_milestone = Some(Arc::new(f));
+        self
+    }
+
+    pub(crate) fn note(&self, milestone: Milestone) {
+        if let Some(f) = &self.on_milestone {
+            f(&milestone);
+        }
     }
 
     /// How long the connection may be quiet before outlive asks the browser whether it is

@@ -137,3 +137,54 @@ mod tests {
         assert_eq!(json["outcome"], "gave_up");
     }
 }
+
+/// A step of a run, reported as it happens to [`Options::on_milestone`](crate::Options::on_milestone):
+/// for progress displays and measurements. Quiet unless asked for.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Milestone {
+    /// A browser was launched and connected, its page ready.
+    Launched {
+        /// The provider's launch plus the CDP connection.
+        took: std::time::Duration,
+    },
+    /// A launch failed; `relaunch_backoff` follows.
+    LaunchFailed {
+        /// The error, redacted as `diagnostics` says.
+        error: String,
+    },
+    /// A checkpoint was restored into a new browser.
+    Restored {
+        /// Cookies and every origin's localStorage put in place.
+        restore: std::time::Duration,
+        /// The navigation to the checkpoint URL.
+        navigate: std::time::Duration,
+    },
+    /// The task was entered.
+    Entered {
+        /// `ctx.attempt()`.
+        attempt: u32,
+        /// Whether a checkpoint was restored.
+        resumed: bool,
+        /// From the death's detection to this entry (launch, restore, navigate).
+        replaced_in: Option<std::time::Duration>,
+    },
+    /// A checkpoint was written.
+    Checkpointed {
+        /// The capture's duration.
+        took: std::time::Duration,
+        /// Approximate size of the captured state.
+        bytes: usize,
+    },
+    /// A browser died.
+    Died {
+        /// The entry that was running (0 if the death came before the task was entered).
+        attempt: u32,
+        /// What gave the death away.
+        cause: crate::DeathCause,
+        /// When it was detected.
+        detected_at: std::time::Instant,
+        /// The work lost by this death, as `lost_work_ms` counts it.
+        lost_work: std::time::Duration,
+    },
+}

@@ -21,7 +21,7 @@ use crate::error::{Error, ErrorKind, RunError};
 use crate::options::Options;
 use crate::redact::redact;
 use crate::relay::Death;
-use crate::report::{Outcome, WideEvent};
+use crate::report::{Milestone, Outcome, WideEvent};
 
 /// How long one release may take before it is counted as failed.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -218,6 +218,7 @@ where
             return reporter.outlive_error(e);
         }
         let mut first = true;
+        let mut last_death: Option<Instant> = None;
         loop {
             if !first {
                 reporter.tally.relaunches += 1;
@@ -229,6 +230,7 @@ where
                 Ok(b) => b,
                 Err(e) => {
                     reporter.tally.failures += 1;
+                    options.note(Milestone::LaunchFailed { error: redact(&e.to_string(), options.diagnostics) });
                     tracing::warn!(
                         failures = reporter.tally.failures,
                         error = %redact(&e.to_string(), options.diagnostics),
@@ -246,18 +248,23 @@ where
                 }
             };
             let launched_in = launch_started.elapsed();
+            options.note(Milestone::Launched { took: launched_in });
 
             // Restore (or the first navigation); a death here is a death before any entry.
             let latest = store.latest();
             let prepare = async {
                 match &latest {
                     Some(cp) => {
+                        let restore_started = Instant::now();
                         browser.restore(cp).await?;
-                        let restored_in = launch_started.elapsed();
+                        let restore = restore_started.elapsed();
+                        let navigate_started = Instant::now();
                         if let Err(e) = navigate(&browser, &cp.url, options).await {
                             tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
                         }
-                        tracing::debug!(?launched_in, ?restored_in, ready_in = ?launch_started.elapsed(), "checkpoint restored");
+                        let navigate = navigate_started.elapsed();
+                        options.note(Milestone::Restored { restore, navigate });
+                        tracing::debug!(?launched_in, ?restore, ?navigate, "checkpoint restored");
                         Ok(Some(ResumedFrom { url: cp.url.clone(), checkpoint_at: cp.at }))
                     }
                     None => {
@@ -286,6 +293,13 @@ where
                     match death {
                         Some(d) => {
                             reporter.record_death(d, None);
+                            last_death = Some(d.at);
+                            options.note(Milestone::Died {
+                                attempt: 0,
+                                cause: d.cause,
+                                detected_at: d.at.into_std(),
+                                lost_work: Duration::ZERO,
+                            });
                             tracing::info!(cause = d.cause.as_str(), "browser died before the task was entered");
                         }
                         None => reporter.tally.failures += 1,
@@ -308,8 +322,14 @@ where
                 browser.capturer(),
                 store.clone(),
                 options.capture_timeout,
+                options.on_milestone.clone(),
             );
             let entry_started = Instant::now();
+            options.note(Milestone::Entered {
+                attempt,
+                resumed: ctx.resumed_from().is_some(),
+                replaced_in: last_death.map(|d| entry_started.saturating_duration_since(d)),
+            });
             tracing::info!(attempt, resumed = ctx.resumed_from().is_some(), "entering the task");
             let entry = AssertUnwindSafe(
                 task(browser.page(), ctx.clone()).instrument(tracing::info_span!("entry", attempt)),
@@ -402,6 +422,13 @@ where
             // At most one entry alive: the dead one is dropped before anything relaunches.
             drop(entry);
             let lost = reporter.record_death(death, Some(entry_started));
+            last_death = Some(death.at);
+            options.note(Milestone::Died {
+                attempt,
+                cause: death.cause,
+                detected_at: death.at.into_std(),
+                lost_work: lost,
+            });
             tracing::info!(
                 attempt,
                 cause = death.cause.as_str(),

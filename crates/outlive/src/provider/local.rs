@@ -38,6 +38,9 @@ const BASE_ARGS: &[&str] = &[
     "--no-first-run",
     "--no-default-browser-check",
     "--mute-audio",
+    // The crash handler leaves the process group (setsid), out of reach of one kill.
+    "--disable-crash-reporter",
+    "--disable-breakpad",
     "--password-store=basic",
     "--use-mock-keychain",
 ];
@@ -324,10 +327,12 @@ impl LocalBrowser {
     }
 
     /// Sends `SIGKILL` to the whole process group, without waiting.
+    ///
+    /// Also after the browser process itself has exited: its helpers may still be alive, and
+    /// a group id cannot be reused while any member lives.
     pub fn kill(&mut self) {
-        // Still unreaped, so the id cannot have been reused.
-        if self.pgid.as_raw() > 0 && !self.has_exited() {
-            // ESRCH (already gone) is the only expected failure and is fine.
+        if self.pgid.as_raw() > 0 && self.profile.is_some() {
+            // ESRCH (the group is gone) is the only expected failure and is fine.
             let _ = killpg(self.pgid, Signal::SIGKILL);
         }
     }
