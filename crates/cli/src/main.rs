@@ -39,6 +39,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
+    /// raw JSON and a summary under --out.
+    Bench {
+        /// Tasks per arm.
+        #[arg(long, default_value_t = 5)]
+        tasks: u32,
+        /// Session lifetime (tasks need 1.2 lifetimes of polling).
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+        /// How sessions die: close, reset, silence or mixed.
+        #[arg(long, default_value = "close")]
+        death: gateway::DeathMode,
+        /// Where the raw data and the summary go.
+        #[arg(long, default_value = "docs/measurements")]
+        out: std::path::PathBuf,
+        /// Skip the survival benchmark.
+        #[arg(long)]
+        micro_only: bool,
+        /// Skip the micro-measurements.
+        #[arg(long)]
+        survival_only: bool,
+        /// Checkpoints per RTT setting.
+        #[arg(long, default_value_t = 20)]
+        samples: u32,
+        /// Kills per death mode for the detection latency.
+        #[arg(long, default_value_t = 5)]
+        kills: u32,
+    },
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway {
         /// Address to listen on.
@@ -74,6 +102,14 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        if !matches!(cli.command, Command::Gateway { .. }) {
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .init();
+        }
+    }
     match cli.command {
         Command::Demo {
             lifetime,
@@ -93,6 +129,25 @@ async fn main() -> anyhow::Result<()> {
                 json,
             )
             .await
+        }
+        Command::Bench {
+            tasks,
+            lifetime,
+            death,
+            out,
+            micro_only,
+            survival_only,
+            samples,
+            kills,
+        } => {
+            let config = outlive_cli::bench::SurvivalConfig {
+                tasks,
+                lifetime,
+                death,
+                checkpoint_every: lifetime / 20,
+                ..Default::default()
+            };
+            run_bench(config, out, !micro_only, !survival_only, samples, kills).await
         }
         Command::Gateway {
             listen,
@@ -208,4 +263,60 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+async fn run_bench(
+    config: outlive_cli::bench::SurvivalConfig,
+    out: std::path::PathBuf,
+    survival: bool,
+    micro: bool,
+    samples: u32,
+    kills: u32,
+) -> anyhow::Result<()> {
+    use outlive_cli::bench;
+    std::fs::create_dir_all(&out).with_context(|| format!("could not create {}", out.display()))?;
+    let write = |name: &str, text: &str| -> anyhow::Result<()> {
+        let path = out.join(name);
+        std::fs::write(&path, text)
+            .with_context(|| format!("could not write {}", path.display()))?;
+        println!("wrote {}", path.display());
+        Ok(())
+    };
+    let survival_report = if survival {
+        println!(
+            "survival: {} tasks per arm, lifetime {:?}; this takes a few minutes",
+            config.tasks, config.lifetime
+        );
+        let report = bench::survival(&config, |r| {
+            println!(
+                "  {:?} #{}: {} after {:.1} s, {} polls",
+                r.arm,
+                r.index,
+                r.outcome,
+                r.total_ms / 1000.0,
+                r.polls_done
+            )
+        })
+        .await?;
+        write("survival.json", &serde_json::to_string_pretty(&report)?)?;
+        Some(report)
+    } else {
+        None
+    };
+    let micro_report = if micro {
+        println!("micro: checkpoint cost at RTT 0/20/50 ms, detection latency per death mode");
+        let report = bench::micro(samples, kills).await?;
+        write("micro.json", &serde_json::to_string_pretty(&report)?)?;
+        Some(report)
+    } else {
+        None
+    };
+    if let Some(s) = &survival_report {
+        let text = bench::summary(s, micro_report.as_ref());
+        println!("\n{text}");
+        write("summary.txt", &text)?;
+    } else if let Some(m) = &micro_report {
+        println!("{}", serde_json::to_string_pretty(m)?);
+    }
+    Ok(())
 }

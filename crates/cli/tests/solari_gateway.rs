@@ -203,7 +203,7 @@ async fn no_log_line_carries_a_cdp_token() {
 
     let bed = bed(DeathMode::Mixed, Duration::from_millis(2500), 0.2).await;
     let provider = Recording {
-        inner: solari(&bed.gw).launch(SolariLaunch::new().retries(2).probe(true)),
+        inner: solari(&bed.gw).launch_options(SolariLaunch::new().retries(2).probe(true)),
         endpoints: Mutex::default(),
     };
     let (result, event, _) = run_outlive(&bed, &provider).await;

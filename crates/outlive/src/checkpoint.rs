@@ -196,11 +196,21 @@ pub(crate) async fn capture(page: &Page) -> Result<Checkpoint, Error> {
         .return_by_value(true)
         .build()
         .map_err(|e| Error::new(ErrorKind::Cdp, format!("building the capture script: {e}")))?;
-    let (cookies, top, frames) = futures::join!(
-        page.execute(GetCookiesParams::default()),
-        page.evaluate_expression(eval),
-        page.execute(GetFrameTreeParams::default()),
+    let ((cookies, t1), (top, t2), (frames, t3)) = futures::join!(
+        async {
+            let r = page.execute(GetCookiesParams::default()).await;
+            (r, taken.elapsed())
+        },
+        async {
+            let r = page.evaluate_expression(eval).await;
+            (r, taken.elapsed())
+        },
+        async {
+            let r = page.execute(GetFrameTreeParams::default()).await;
+            (r, taken.elapsed())
+        },
     );
+    tracing::trace!(?t1, ?t2, ?t3, "capture round trips");
     let cookies = cookies
         .map_err(|e| cdp_error("Storage.getCookies", e))?
         .result

@@ -137,11 +137,8 @@ impl Relay {
         heartbeat: Heartbeat,
         connect_timeout: Duration,
     ) -> Result<Relay, Error> {
-        let connect = async_tungstenite::tokio::connect_async_with_config(
-            upstream.expose(),
-            Some(ws_config()),
-        );
-        let (upstream_ws, _) = tokio::time::timeout(connect_timeout, connect)
+        let connect = connect_upstream(upstream);
+        let upstream_ws = tokio::time::timeout(connect_timeout, connect)
             .await
             .map_err(|_| {
                 Error::new(
@@ -250,6 +247,35 @@ impl Relay {
     }
 }
 
+/// Opens the upstream websocket with `TCP_NODELAY`: CDP sends small messages back to back
+/// (a checkpoint is three at once), and Nagle's algorithm against a delayed ACK would hold
+/// the second one back ~40 ms.
+async fn connect_upstream(
+    upstream: &CdpEndpoint,
+) -> Result<async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>, WsError> {
+    let url = url::Url::parse(upstream.expose())
+        .map_err(|_| WsError::Url(async_tungstenite::tungstenite::error::UrlError::NoHostName))?;
+    let host = url
+        .host_str()
+        .ok_or(WsError::Url(
+            async_tungstenite::tungstenite::error::UrlError::NoHostName,
+        ))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let socket = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    socket.set_nodelay(true)?;
+    let (ws, _) = async_tungstenite::tokio::client_async_tls_with_connector_and_config(
+        upstream.expose(),
+        socket,
+        None,
+        Some(ws_config()),
+    )
+    .await?;
+    Ok(ws)
+}
+
 /// tungstenite's HTTP error carries the response, which may echo the request URL; keep only
 /// the status.
 fn ws_error_without_url(e: WsError) -> Box<dyn std::error::Error + Send + Sync> {
@@ -294,7 +320,7 @@ async fn run(
                         Err(refuse)
                     }
                 };
-                match async_tungstenite::tokio::accept_hdr_async_with_config(stream, check, Some(ws_config())).await {
+                match async_tungstenite::tokio::accept_hdr_async_with_config(QuickAck(stream), check, Some(ws_config())).await {
                     Ok(ws) => break ws,
                     Err(_) => continue,
                 }
@@ -382,6 +408,52 @@ async fn run(
                 if let Err(e) = up_tx.send(probe_message(id)).await { die(classify(&e)); return; }
             }
         }
+    }
+}
+
+/// The client side of the relay, acknowledging every read at once.
+///
+/// chromiumoxide's socket has Nagle's algorithm on, so when it writes several commands at
+/// once (a checkpoint's three reads) the second waits for the first one's ACK; a delayed ACK
+/// here would hold it for a whole upstream round trip. Re-arming `TCP_QUICKACK` after each
+/// read keeps a capture at one round trip.
+struct QuickAck(tokio::net::TcpStream);
+
+impl tokio::io::AsyncRead for QuickAck {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.0).poll_read(cx, buf);
+        if polled.is_ready() {
+            let _ = self.0.set_quickack(true);
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for QuickAck {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 

@@ -90,7 +90,7 @@ impl SolariLaunch {
 /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = Client::new(ClientOptions::new("sk_live_…", "https://api.solari.example"))?;
 /// let provider = outlive::Solari::new(client)
-///     .launch(outlive::SolariLaunch::new().retries(2).probe(true));
+///     .launch_options(outlive::SolariLaunch::new().retries(2).probe(true));
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -125,7 +125,7 @@ impl Solari {
     /// # Default
     ///
     /// [`SolariLaunch::new()`].
-    pub fn launch(mut self, launch: SolariLaunch) -> Self {
+    pub fn launch_options(mut self, launch: SolariLaunch) -> Self {
         self.launch = launch;
         self
     }

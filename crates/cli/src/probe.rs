@@ -1,0 +1,737 @@
+//! `outlive probe`: how long a provider's browser sessions really live.
+//!
+//! For each session in turn: create it through the Solari control plane, open its CDP
+//! websocket and hold it idle with a `Browser.getVersion` heartbeat, and time its death — a
+//! close frame, a read error or reset, or a heartbeat left unanswered. Then ask the control
+//! plane what it thinks of the session (Solari keeps answering `active` for a dead one) and
+//! release it, on every path.
+//!
+//! The CDP endpoint carries a bearer token in its query; it goes to the websocket connect and
+//! nowhere else — not into a [`Sample`], a [`ProbeError`] or a tracing field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_tungstenite::WebSocketStream;
+use async_tungstenite::tokio::{ConnectStream, connect_async};
+use async_tungstenite::tungstenite::{Error as WsError, Message};
+use futures::StreamExt;
+use outlive::CdpEndpoint;
+use outlive::Diagnostics;
+use outlive::redact::{redact, redact_url};
+use outlive::solari_browser::{Client, ClientOptions, SolariError};
+use serde::{Deserialize, Serialize};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument;
+
+/// How long the websocket handshake to a new session may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to probe, and how. Build it with [`ProbeConfig::new`] and adjust the public fields;
+/// [`probe`] validates it before creating anything.
+#[derive(Clone)]
+pub struct ProbeConfig {
+    /// The control plane's base URL, `http(s)://host[:port]`.
+    pub base_url: String,
+    /// The API key for the control plane.
+    pub api_key: String,
+    /// How many sessions to hold, one after another. At least 1.
+    ///
+    /// # Default
+    ///
+    /// 3.
+    pub sessions: u32,
+    /// How long to wait for a session to die, counted from its create request; a session
+    /// still alive then is sampled as `alive`. Greater than zero.
+    ///
+    /// # Default
+    ///
+    /// 20 minutes (Solari's sessions are meant to last 10).
+    pub max_hold: Duration,
+    /// How often a `Browser.getVersion` is sent on the idle websocket; it is also the reply
+    /// deadline, so a heartbeat unanswered when the next is due is a death by silence.
+    /// Greater than zero.
+    ///
+    /// # Default
+    ///
+    /// 5 s.
+    pub heartbeat: Duration,
+}
+
+impl ProbeConfig {
+    /// A probe of the control plane at `base_url`, with every default.
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
+        ProbeConfig {
+            base_url: base_url.into(),
+            api_key: api_key.into(),
+            sessions: 3,
+            max_hold: Duration::from_secs(20 * 60),
+            heartbeat: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks every option.
+    ///
+    /// # Errors
+    ///
+    /// [`ProbeError::InvalidConfig`] naming the first option out of range.
+    pub fn validate(&self) -> Result<(), ProbeError> {
+        let invalid = |option, message: &str| {
+            Err(ProbeError::InvalidConfig {
+                option,
+                message: message.to_owned(),
+            })
+        };
+        let scheme_ok = ["http://", "https://"].iter().any(|s| {
+            self.base_url.len() > s.len() && self.base_url[..s.len()].eq_ignore_ascii_case(s)
+        });
+        if !scheme_ok {
+            return invalid("base_url", "must be an http:// or https:// URL with a host");
+        }
+        if self.api_key.is_empty() || !self.api_key.bytes().all(|b| b.is_ascii_graphic()) {
+            return invalid("api_key", "must be non-empty visible ASCII");
+        }
+        if self.sessions == 0 {
+            return invalid("sessions", "must be at least 1");
+        }
+        if self.max_hold.is_zero() {
+            return invalid("max_hold", "must be greater than zero");
+        }
+        if self.heartbeat.is_zero() {
+            return invalid("heartbeat", "must be greater than zero");
+        }
+        Ok(())
+    }
+}
+
+/// Hand-written so the API key is never printed.
+impl fmt::Debug for ProbeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbeConfig")
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api_key", &"<redacted>")
+            .field("sessions", &self.sessions)
+            .field("max_hold", &self.max_hold)
+            .field("heartbeat", &self.heartbeat)
+            .finish()
+    }
+}
+
+/// One session's measurement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    /// The session's index in the probe, from 0 (not the provider's id).
+    pub session: u32,
+    /// From the create request to the death; `None` if the session was still alive at
+    /// `max_hold`, or could not be held. For a death by silence it is when the unanswered
+    /// heartbeat was sent (the death came before it, after the previous reply).
+    pub lifetime_ms: Option<u64>,
+    /// How it ended: `close` (a close frame, or the connection ended cleanly), `reset` (a
+    /// read or write error), `silence` (a heartbeat unanswered within the interval), `alive`
+    /// (still alive at `max_hold`) or `error` (the websocket could not be opened).
+    pub cause: String,
+    /// The `status` that `GET /sessions/:id` answered right after the hold ended; `None` if
+    /// the request failed or the answer had no status.
+    pub control_plane_said: Option<String>,
+}
+
+/// Why a probe could not run to the end. Messages carry no URL beyond scheme and host, and
+/// never the CDP token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// An option was out of range; nothing was started.
+    #[error("invalid probe option `{option}`: {message}")]
+    InvalidConfig {
+        /// The option's field name.
+        option: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The Solari client could not be built.
+    #[error("the Solari client could not be built")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The control plane did not create a session; the samples before it were already
+    /// passed to `on_sample`.
+    #[error("the control plane did not create session {session}{}", http_status(*.status))]
+    Create {
+        /// The index of the session that could not be created.
+        session: u32,
+        /// The HTTP status of the refusal, if there was a response.
+        status: Option<u16>,
+        /// The client's error, redacted.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn http_status(status: Option<u16>) -> String {
+    status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+}
+
+/// A client error's text with URLs cut to scheme and host and credential-shaped values
+/// blanked: a create's protocol error can echo the response body, endpoints and all.
+fn redacted(e: &dyn fmt::Display) -> Box<dyn std::error::Error + Send + Sync> {
+    redact(&e.to_string(), Diagnostics::Safe).into()
+}
+
+/// How a held session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    Close,
+    Reset,
+    Silence,
+    Alive,
+    Error,
+}
+
+impl Cause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Cause::Close => "close",
+            Cause::Reset => "reset",
+            Cause::Silence => "silence",
+            Cause::Alive => "alive",
+            Cause::Error => "error",
+        }
+    }
+}
+
+/// Probes `config.sessions` sessions one after another and returns a sample for each;
+/// `on_sample` sees each sample as soon as its session is released.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), outlive_cli::probe::ProbeError> {
+/// use outlive_cli::probe::{probe, summary, ProbeConfig};
+///
+/// let config = ProbeConfig::new("https://api.solari.dev", "sk-…");
+/// let samples = probe(&config, |s| println!("{s:?}")).await?;
+/// println!("{}", summary(&samples));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`ProbeError::InvalidConfig`] before anything starts; [`ProbeError::Client`] if the
+/// client cannot be built; [`ProbeError::Create`] if the control plane refuses a session
+/// (the probe stops there: every session before it was released and passed to `on_sample`).
+/// A session that is created but whose websocket cannot be opened is a sample with cause
+/// `error`, not an error.
+#[tracing::instrument(skip_all, fields(provider = %redact_url(&config.base_url), sessions = config.sessions))]
+pub async fn probe(
+    config: &ProbeConfig,
+    on_sample: impl Fn(&Sample),
+) -> Result<Vec<Sample>, ProbeError> {
+    config.validate()?;
+    let client = Client::new(ClientOptions::new(
+        config.api_key.clone(),
+        config.base_url.clone(),
+    ))
+    .map_err(|e| ProbeError::Client(redacted(&e)))?;
+    let mut samples = Vec::with_capacity(config.sessions as usize);
+    for index in 0..config.sessions {
+        let sample = probe_one(&client, config, index)
+            .instrument(tracing::info_span!("probe_session", session = index))
+            .await?;
+        on_sample(&sample);
+        samples.push(sample);
+    }
+    Ok(samples)
+}
+
+async fn probe_one(
+    client: &Client,
+    config: &ProbeConfig,
+    index: u32,
+) -> Result<Sample, ProbeError> {
+    let asked = Instant::now();
+    let session = client
+        .sessions()
+        .create(Default::default())
+        .await
+        .map_err(|e| ProbeError::Create {
+            session: index,
+            status: e.status(),
+            source: redacted(&e),
+        })?;
+    let lease = Lease::new(client.clone(), session.id);
+    tracing::debug!("session created");
+
+    let (cause, died_at) = match CdpEndpoint::new(session.cdp_endpoint) {
+        Err(e) => {
+            tracing::warn!(error = %e, "the control plane gave an unusable CDP endpoint");
+            (Cause::Error, None)
+        }
+        Ok(endpoint) => {
+            match tokio::time::timeout(CONNECT_TIMEOUT, connect_async(endpoint.expose())).await {
+                Err(_) => {
+                    tracing::warn!(endpoint = %endpoint, timeout = ?CONNECT_TIMEOUT, "the CDP websocket did not open in time");
+                    (Cause::Error, None)
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(endpoint = %endpoint, error = %handshake_error(&e), "the CDP websocket did not open");
+                    (Cause::Error, None)
+                }
+                Ok(Ok((ws, _))) => {
+                    match hold(ws, config.heartbeat, asked + config.max_hold).await {
+                        Held::Died { cause, at } => (cause, Some(at)),
+                        Held::Alive => (Cause::Alive, None),
+                    }
+                }
+            }
+        }
+    };
+    let lifetime_ms = died_at.map(|at| at.saturating_duration_since(asked).as_millis() as u64);
+
+    let control_plane_said = match client.sessions().get(lease.id()).await {
+        Ok(view) => view.status,
+        Err(e) => {
+            tracing::debug!(error = %redact(&e.to_string(), Diagnostics::Safe), "could not ask the control plane");
+            None
+        }
+    };
+    tracing::info!(
+        cause = cause.as_str(),
+        lifetime_ms,
+        control_plane_said = control_plane_said.as_deref(),
+        "session ended"
+    );
+    if let Err(e) = lease.release().await {
+        tracing::warn!(error = %redact(&e.to_string(), Diagnostics::Safe), "release failed");
+    }
+    Ok(Sample {
+        session: index,
+        lifetime_ms,
+        cause: cause.as_str().to_owned(),
+        control_plane_said,
+    })
+}
+
+/// The end of a hold.
+enum Held {
+    Died { cause: Cause, at: Instant },
+    Alive,
+}
+
+/// Holds the websocket idle, heartbeating, until the session dies or `until` passes. The
+/// websocket is dropped on return.
+async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until: Instant) -> Held {
+    let mut tick = tokio::time::interval(heartbeat);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let give_up = tokio::time::sleep_until(until);
+    tokio::pin!(give_up);
+    let mut next_id: u64 = 0;
+    // The heartbeat awaiting its reply: its id and when it was sent.
+    let mut pending: Option<(u64, Instant)> = None;
+    loop {
+        tokio::select! {
+            biased;
+            message = ws.next() => match message {
+                Some(Ok(Message::Text(text))) => {
+                    if pending.is_some_and(|(id, _)| reply_id(text.as_str()) == Some(id)) {
+                        pending = None;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None => return Held::Died { cause: Cause::Close, at: Instant::now() },
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
+            },
+            _ = tick.tick() => {
+                if let Some((_, sent)) = pending {
+                    return Held::Died { cause: Cause::Silence, at: sent };
+                }
+                next_id += 1;
+                let sent = Instant::now();
+                let beat = format!(r#"{{"id":{next_id},"method":"Browser.getVersion"}}"#);
+                match tokio::time::timeout(heartbeat, ws.send(Message::Text(beat.into()))).await {
+                    Ok(Ok(())) => pending = Some((next_id, sent)),
+                    // A peer that stops reading fills the socket; that is silence too.
+                    Err(_) => return Held::Died { cause: Cause::Silence, at: sent },
+                    Ok(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
+                }
+            }
+            _ = &mut give_up => return Held::Alive,
+        }
+    }
+}
+
+/// A websocket error after the handshake: the end of the close handshake is a close, any
+/// other failure a reset.
+fn read_error_cause(e: &WsError) -> Cause {
+    match e {
+        WsError::ConnectionClosed | WsError::AlreadyClosed => Cause::Close,
+        _ => Cause::Reset,
+    }
+}
+
+/// The `id` of a CDP reply, if the text is one.
+fn reply_id(text: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Reply {
+        id: Option<u64>,
+    }
+    serde_json::from_str::<Reply>(text).ok()?.id
+}
+
+/// A handshake error fit for a log line: an HTTP refusal can echo the request, token and all,
+/// so only its status is kept.
+fn handshake_error(e: &WsError) -> String {
+    match e {
+        WsError::Http(response) => {
+            format!("HTTP {} during the websocket handshake", response.status())
+        }
+        WsError::Url(_) => "invalid websocket URL".to_owned(),
+        other => redact(&other.to_string(), Diagnostics::Safe),
+    }
+}
+
+/// A created session, released on every path: by [`Lease::release`], or — if the probe is
+/// dropped or panics first — by a task its `Drop` spawns.
+struct Lease {
+    client: Client,
+    id: String,
+    released: bool,
+}
+
+impl Lease {
+    fn new(client: Client, id: String) -> Self {
+        Lease {
+            client,
+            id,
+            released: false,
+        }
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Releases the session and waits for the answer. One attempt: a failed release is not
+    /// retried by `Drop`.
+    async fn release(mut self) -> Result<(), SolariError> {
+        let result = self.client.sessions().release(&self.id).await;
+        self.released = true;
+        result
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (client, id) = (self.client.clone(), std::mem::take(&mut self.id));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = client.sessions().release(&id).await {
+                        tracing::warn!(error = %redact(&e.to_string(), Diagnostics::Safe), "release on drop failed");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                "a probed session was dropped outside a Tokio runtime and not released"
+            ),
+        }
+    }
+}
+
+/// A few lines for people: how many sessions, min/median/max lifetime, how many ended by
+/// each cause, and what the control plane said about the dead ones.
+pub fn summary(samples: &[Sample]) -> String {
+    if samples.is_empty() {
+        return "no sessions probed".to_owned();
+    }
+    let n = samples.len();
+    let mut out = format!("{n} session{} probed", if n == 1 { "" } else { "s" });
+
+    let mut lifetimes: Vec<u64> = samples.iter().filter_map(|s| s.lifetime_ms).collect();
+    lifetimes.sort_unstable();
+    match (lifetimes.first(), lifetimes.last()) {
+        (Some(&min), Some(&max)) => out.push_str(&format!(
+            "\nlifetime: min {}, median {}, max {} (over {} death{})",
+            format_ms(min),
+            format_ms(median(&lifetimes)),
+            format_ms(max),
+            lifetimes.len(),
+            if lifetimes.len() == 1 { "" } else { "s" },
+        )),
+        _ => out.push_str("\nlifetime: no session died during its hold"),
+    }
+
+    let order = ["close", "reset", "silence", "alive", "error"];
+    let mut causes: BTreeMap<(usize, &str), usize> = BTreeMap::new();
+    for s in samples {
+        let rank = order
+            .iter()
+            .position(|c| *c == s.cause)
+            .unwrap_or(order.len());
+        *causes.entry((rank, s.cause.as_str())).or_default() += 1;
+    }
+    let causes: Vec<String> = causes
+        .iter()
+        .map(|((_, c), k)| format!("{c} {k}"))
+        .collect();
+    out.push_str(&format!("\ncauses: {}", causes.join(", ")));
+
+    let mut said: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.lifetime_ms.is_some()) {
+        *said
+            .entry(s.control_plane_said.as_deref().unwrap_or("(no answer)"))
+            .or_default() += 1;
+    }
+    if !said.is_empty() {
+        let said: Vec<String> = said
+            .iter()
+            .map(|(status, k)| format!("\"{status}\" {k}"))
+            .collect();
+        out.push_str(&format!(
+            "\ncontrol plane right after each death: {}",
+            said.join(", ")
+        ));
+    }
+    out
+}
+
+/// The median of sorted, non-empty values; the mean of the middle two for an even count.
+fn median(sorted: &[u64]) -> u64 {
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        sorted[mid - 1] / 2 + sorted[mid] / 2 + (sorted[mid - 1] % 2 + sorted[mid] % 2) / 2
+    }
+}
+
+/// `850 ms`, `2.41 s`, `10 min 2.5 s`.
+fn format_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.2} s", ms as f64 / 1_000.0),
+        _ => format!(
+            "{} min {:.1} s",
+            ms / 60_000,
+            (ms % 60_000) as f64 / 1_000.0
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(session: u32, lifetime_ms: Option<u64>, cause: &str, said: Option<&str>) -> Sample {
+        Sample {
+            session,
+            lifetime_ms,
+            cause: cause.to_owned(),
+            control_plane_said: said.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(
+            ProbeConfig::new("http://127.0.0.1:7070", "test-key")
+                .validate()
+                .is_ok()
+        );
+        let config = ProbeConfig::new("https://api.example.com", "k");
+        assert_eq!(config.heartbeat, Duration::from_secs(5));
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn each_bad_option_is_named() {
+        let base = || ProbeConfig::new("http://127.0.0.1:7070", "test-key");
+        let cases = [
+            (
+                ProbeConfig {
+                    base_url: "127.0.0.1:7070".into(),
+                    ..base()
+                },
+                "base_url",
+            ),
+            (
+                ProbeConfig {
+                    base_url: "http://".into(),
+                    ..base()
+                },
+                "base_url",
+            ),
+            (
+                ProbeConfig {
+                    api_key: String::new(),
+                    ..base()
+                },
+                "api_key",
+            ),
+            (
+                ProbeConfig {
+                    api_key: "a b".into(),
+                    ..base()
+                },
+                "api_key",
+            ),
+            (
+                ProbeConfig {
+                    sessions: 0,
+                    ..base()
+                },
+                "sessions",
+            ),
+            (
+                ProbeConfig {
+                    max_hold: Duration::ZERO,
+                    ..base()
+                },
+                "max_hold",
+            ),
+            (
+                ProbeConfig {
+                    heartbeat: Duration::ZERO,
+                    ..base()
+                },
+                "heartbeat",
+            ),
+        ];
+        for (config, option) in cases {
+            match config.validate() {
+                Err(ProbeError::InvalidConfig { option: named, .. }) => assert_eq!(named, option),
+                other => panic!("{option}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_config_fails_before_any_request() {
+        let config = ProbeConfig {
+            sessions: 0,
+            ..ProbeConfig::new("http://127.0.0.1:9", "k")
+        };
+        let err = probe(&config, |_| panic!("no sample")).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProbeError::InvalidConfig {
+                    option: "sessions",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_create_is_an_error_without_urls_or_keys() {
+        // Nothing listens on port 9 of localhost: the create fails in transport.
+        let config = ProbeConfig {
+            sessions: 2,
+            ..ProbeConfig::new(
+                "http://127.0.0.1:9/some/path?token=abc123secret",
+                "sk-very-secret-key",
+            )
+        };
+        let err = probe(&config, |_| panic!("no sample")).await.unwrap_err();
+        assert!(
+            matches!(err, ProbeError::Create { session: 0, .. }),
+            "{err:?}"
+        );
+        let mut chain = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(s) = source {
+            chain.push_str(&format!(" | {s}"));
+            source = s.source();
+        }
+        for secret in ["abc123secret", "sk-very-secret-key", "/some/path"] {
+            assert!(!chain.contains(secret), "{secret} in {chain}");
+        }
+    }
+
+    #[test]
+    fn debug_hides_the_api_key_and_url_path() {
+        let shown = format!(
+            "{:?}",
+            ProbeConfig::new("https://h.example/x?token=t0ken", "s3cret")
+        );
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://h.example"), "{shown}");
+    }
+
+    #[test]
+    fn replies_are_matched_by_id() {
+        assert_eq!(
+            reply_id(r#"{"id":7,"result":{"product":"HeadlessChrome"}}"#),
+            Some(7)
+        );
+        assert_eq!(
+            reply_id(r#"{"method":"Target.targetCreated","params":{}}"#),
+            None
+        );
+        assert_eq!(reply_id("not json"), None);
+    }
+
+    #[test]
+    fn errors_after_the_handshake_are_closes_or_resets() {
+        assert_eq!(read_error_cause(&WsError::ConnectionClosed), Cause::Close);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(read_error_cause(&WsError::Io(reset)), Cause::Reset);
+    }
+
+    #[test]
+    fn samples_serialize_in_camel_case() {
+        let json = serde_json::to_string(&sample(0, Some(2_400), "close", Some("active"))).unwrap();
+        assert_eq!(
+            json,
+            r#"{"session":0,"lifetimeMs":2400,"cause":"close","controlPlaneSaid":"active"}"#
+        );
+    }
+
+    #[test]
+    fn summary_gives_min_median_max_and_causes() {
+        let samples = [
+            sample(0, Some(2_000), "close", Some("active")),
+            sample(1, Some(3_000), "silence", Some("active")),
+            sample(2, Some(2_500), "close", Some("active")),
+            sample(3, Some(4_001), "reset", None),
+            sample(4, None, "alive", Some("active")),
+            sample(5, None, "error", None),
+        ];
+        let text = summary(&samples);
+        assert!(text.starts_with("6 sessions probed"), "{text}");
+        assert!(
+            text.contains("min 2.00 s, median 2.75 s, max 4.00 s (over 4 deaths)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("causes: close 2, reset 1, silence 1, alive 1, error 1"),
+            "{text}"
+        );
+        assert!(text.contains(r#""(no answer)" 1, "active" 3"#), "{text}");
+    }
+
+    #[test]
+    fn summary_of_nothing_and_of_no_deaths() {
+        assert_eq!(summary(&[]), "no sessions probed");
+        let text = summary(&[sample(0, None, "alive", Some("active"))]);
+        assert!(text.contains("no session died"), "{text}");
+        assert!(text.contains("causes: alive 1"), "{text}");
+        assert!(!text.contains("control plane"), "{text}");
+    }
+
+    #[test]
+    fn medians_and_durations() {
+        assert_eq!(median(&[5]), 5);
+        assert_eq!(median(&[1, 2]), 1);
+        assert_eq!(median(&[1, 3]), 2);
+        assert_eq!(median(&[u64::MAX, u64::MAX]), u64::MAX);
+        assert_eq!(format_ms(850), "850 ms");
+        assert_eq!(format_ms(2_410), "2.41 s");
+        assert_eq!(format_ms(602_500), "10 min 2.5 s");
+    }
+}

@@ -1,0 +1,165 @@
+//! `outlive probe` against the in-process gateway: it times each session's death, names its
+//! cause, shows the control plane calling the dead session active, and releases everything.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gateway::DeathMode;
+use outlive_cli::probe::{ProbeConfig, Sample, probe, summary};
+
+async fn probe_gateway(death: DeathMode) -> (Vec<Sample>, Vec<Sample>, gateway::Status) {
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(2))
+            .jitter(Duration::ZERO)
+            .death(death),
+    )
+    .await
+    .unwrap();
+    let config = ProbeConfig {
+        sessions: 2,
+        max_hold: Duration::from_secs(10),
+        heartbeat: Duration::from_millis(500),
+        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+    };
+    let seen = Mutex::new(Vec::new());
+    let samples = probe(&config, |s| seen.lock().unwrap().push(s.clone()))
+        .await
+        .unwrap();
+    eprintln!("{death:?}: {samples:?}\n{}", summary(&samples));
+    let status = gw.shutdown().await.unwrap();
+    (samples, seen.into_inner().unwrap(), status)
+}
+
+fn assert_released(status: &gateway::Status) {
+    assert_eq!(
+        (
+            status.live_sessions,
+            status.dead_sessions,
+            status.chromium_processes
+        ),
+        (0, 0, 0),
+        "every session released, every Chromium gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_deaths_by_close_frame() {
+    let (samples, seen, status) = probe_gateway(DeathMode::Close).await;
+    assert_eq!(samples, seen, "on_sample saw every sample, in order");
+    assert_eq!(
+        samples.iter().map(|s| s.session).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    for s in &samples {
+        let lifetime = s.lifetime_ms.unwrap_or_else(|| panic!("no death: {s:?}"));
+        assert!((2_000..=4_000).contains(&lifetime), "{s:?}");
+        assert_eq!(s.cause, "close", "{s:?}");
+        assert_eq!(
+            s.control_plane_said.as_deref(),
+            Some("active"),
+            "the control plane calls it alive: {s:?}"
+        );
+    }
+    let text = summary(&samples);
+    assert!(text.contains("causes: close 2"), "{text}");
+    assert_released(&status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_deaths_by_silence() {
+    let (samples, _, status) = probe_gateway(DeathMode::Silence).await;
+    assert_eq!(samples.len(), 2);
+    for s in &samples {
+        let lifetime = s.lifetime_ms.unwrap_or_else(|| panic!("no death: {s:?}"));
+        // The unanswered heartbeat was sent within one interval of the death.
+        assert!((2_000..=4_500).contains(&lifetime), "{s:?}");
+        assert_eq!(s.cause, "silence", "{s:?}");
+        assert_eq!(s.control_plane_said.as_deref(), Some("active"), "{s:?}");
+    }
+    assert_released(&status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_deaths_by_reset() {
+    let (samples, _, status) = probe_gateway(DeathMode::Reset).await;
+    assert_eq!(samples.len(), 2);
+    for s in &samples {
+        assert_eq!(s.cause, "reset", "{s:?}");
+        assert!((2_000..=4_000).contains(&s.lifetime_ms.unwrap()), "{s:?}");
+    }
+    assert_released(&status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_alive_at_max_hold_is_sampled_alive_and_released() {
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(60))
+            .jitter(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let config = ProbeConfig {
+        sessions: 1,
+        max_hold: Duration::from_millis(1_500),
+        heartbeat: Duration::from_millis(200),
+        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+    };
+    let samples = probe(&config, |_| {}).await.unwrap();
+    assert_eq!(samples.len(), 1);
+    assert_eq!(
+        (samples[0].lifetime_ms, samples[0].cause.as_str()),
+        (None, "alive")
+    );
+    assert_eq!(samples[0].control_plane_said.as_deref(), Some("active"));
+    assert_released(&gw.shutdown().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_probe_still_releases_its_session() {
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(60))
+            .jitter(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let config = ProbeConfig {
+        sessions: 1,
+        heartbeat: Duration::from_millis(200),
+        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+    };
+    // Cancel the probe while it holds the session: once the session is live, drop the future.
+    {
+        let running = probe(&config, |_| {
+            panic!("the session cannot end before the cancel")
+        });
+        tokio::pin!(running);
+        let mut watch = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tokio::select! {
+                _ = &mut running => panic!("the probe ended on its own"),
+                _ = watch.tick() => if gw.status().live_sessions == 1 { break },
+            }
+        }
+    }
+    // The Lease's Drop spawned the release; wait for the gateway to see it.
+    let mut watch = tokio::time::interval(Duration::from_millis(20));
+    let released = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            watch.tick().await;
+            let s = gw.status();
+            if s.live_sessions + s.dead_sessions == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        released.is_ok(),
+        "the dropped probe's session was not released: {:?}",
+        gw.status()
+    );
+    assert_released(&gw.shutdown().await.unwrap());
+}
