@@ -685,6 +685,45 @@ pub async fn micro(samples: u32, kills: u32) -> Result<MicroReport, BenchError> 
     })
 }
 
+/// The first run of each arm as timeline lanes, for the SVG picture.
+pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::timeline::TimelineRun> {
+    use crate::timeline::{Arm, SessionSpan, TimelineRun};
+    let to_ms = |v: f64| v.max(0.0).round() as u64;
+    [ArmKind::Baseline, ArmKind::Outlive]
+        .into_iter()
+        .filter_map(|arm| report.runs.iter().find(|r| r.arm == arm))
+        .map(|r| TimelineRun {
+            label: format!(
+                "{} #{}",
+                if r.arm == ArmKind::Baseline {
+                    "baseline"
+                } else {
+                    "outlive"
+                },
+                r.index + 1
+            ),
+            arm: if r.arm == ArmKind::Baseline {
+                Arm::Baseline
+            } else {
+                Arm::Outlive
+            },
+            total_ms: to_ms(r.total_ms),
+            outcome: r.outcome.clone(),
+            sessions: r
+                .sessions_ms
+                .iter()
+                .map(|&(a, b)| SessionSpan {
+                    start_ms: to_ms(a),
+                    end_ms: to_ms(b),
+                })
+                .collect(),
+            deaths: r.deaths.iter().map(|d| to_ms(d.at_ms)).collect(),
+            checkpoints: r.checkpoints.iter().map(|c| to_ms(c.at_ms)).collect(),
+            polls: r.polls_ms.iter().map(|&p| to_ms(p)).collect(),
+        })
+        .collect()
+}
+
 /// A plain-text summary of both reports, for the terminal and the measurements README.
 pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String {
     use std::fmt::Write;

@@ -67,6 +67,28 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         kills: u32,
     },
+    /// Measure how long a provider's sessions really live: create, hold idle, note when the
+    /// connection dies, repeat. Without --base-url, probes an embedded gateway.
+    Probe {
+        /// A Solari-compatible API base URL (e.g. https://api.solari.example).
+        #[arg(long, requires = "api_key")]
+        base_url: Option<String>,
+        /// The API key (or set SOLARI_API_KEY).
+        #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Sessions to hold, one after another.
+        #[arg(long, default_value_t = 3)]
+        sessions: u32,
+        /// Give up waiting for a death after this long.
+        #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
+        max_hold: Duration,
+        /// CDP heartbeat interval (a heartbeat unanswered for this long is a silent death).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        heartbeat: Duration,
+        /// Lifetime of the embedded gateway's sessions (without --base-url).
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+    },
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway {
         /// Address to listen on.
@@ -149,6 +171,14 @@ async fn main() -> anyhow::Result<()> {
             };
             run_bench(config, out, !micro_only, !survival_only, samples, kills).await
         }
+        Command::Probe {
+            base_url,
+            api_key,
+            sessions,
+            max_hold,
+            heartbeat,
+            lifetime,
+        } => run_probe(base_url, api_key, sessions, max_hold, heartbeat, lifetime).await,
         Command::Gateway {
             listen,
             api_key,
@@ -190,6 +220,11 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
+    if let outlive_cli::setup::ChromiumSetup::Installed(path) =
+        outlive_cli::setup::ensure_chromium()?
+    {
+        eprintln!("installed Chromium at {}", path.display());
+    }
     let (polls, every) = demo::plan(&config);
     if !json {
         println!(
@@ -299,6 +334,10 @@ async fn run_bench(
         })
         .await?;
         write("survival.json", &serde_json::to_string_pretty(&report)?)?;
+        write(
+            "timeline.svg",
+            &outlive_cli::timeline::render(&bench::timeline_runs(&report)),
+        )?;
         Some(report)
     } else {
         None
@@ -317,6 +356,65 @@ async fn run_bench(
         write("summary.txt", &text)?;
     } else if let Some(m) = &micro_report {
         println!("{}", serde_json::to_string_pretty(m)?);
+    }
+    Ok(())
+}
+
+async fn run_probe(
+    base_url: Option<String>,
+    api_key: Option<String>,
+    sessions: u32,
+    max_hold: Duration,
+    heartbeat: Duration,
+    lifetime: Duration,
+) -> anyhow::Result<()> {
+    use outlive_cli::probe::{self, ProbeConfig};
+    // Without a provider, probe an embedded gateway (which needs Chromium).
+    let embedded = match base_url {
+        Some(_) => None,
+        None => {
+            outlive_cli::setup::ensure_chromium()?;
+            Some(
+                gateway::spawn(
+                    gateway::Config::new()
+                        .lifetime(lifetime)
+                        .jitter(lifetime / 10),
+                )
+                .await
+                .context("the embedded gateway did not start")?,
+            )
+        }
+    };
+    let (url, key) = match (&embedded, base_url, api_key) {
+        (Some(gw), _, _) => (gw.base_url().to_owned(), gw.api_key().to_owned()),
+        (None, Some(url), Some(key)) => (url, key),
+        _ => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
+    };
+    let mut config = ProbeConfig::new(url, key);
+    config.sessions = sessions;
+    config.max_hold = max_hold;
+    config.heartbeat = heartbeat;
+    println!(
+        "probing {} sessions, one after another (heartbeat {heartbeat:?})",
+        sessions
+    );
+    let samples = probe::probe(&config, |s| {
+        let lifetime = s.lifetime_ms.map_or("still alive".to_owned(), |ms| {
+            format!("{:.1} s", ms as f64 / 1000.0)
+        });
+        let said = s.control_plane_said.as_deref().unwrap_or("?");
+        println!(
+            "  session {}: {lifetime}, {} (control plane said: {said})",
+            s.session + 1,
+            s.cause
+        );
+    })
+    .await?;
+    println!("{}", probe::summary(&samples));
+    if let Some(gw) = embedded {
+        gw.shutdown()
+            .await
+            .context("the embedded gateway did not stop cleanly")?;
     }
     Ok(())
 }

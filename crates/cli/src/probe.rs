@@ -27,6 +27,8 @@ use tracing::Instrument;
 
 /// How long the websocket handshake to a new session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a new session has to answer its first heartbeat (later ones get one interval).
+const OPENING_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to probe, and how. Build it with [`ProbeConfig::new`] and adjust the public fields;
 /// [`probe`] validates it before creating anything.
@@ -50,8 +52,9 @@ pub struct ProbeConfig {
     /// 20 minutes (Solari's sessions are meant to last 10).
     pub max_hold: Duration,
     /// How often a `Browser.getVersion` is sent on the idle websocket; it is also the reply
-    /// deadline, so a heartbeat unanswered when the next is due is a death by silence.
-    /// Greater than zero.
+    /// deadline, so a heartbeat unanswered when the next is due is a death by silence. (The
+    /// first heartbeat, sent on connect, may take up to 30 s to be answered: a browser just
+    /// launched can be slow to answer anything.) Greater than zero.
     ///
     /// # Default
     ///
@@ -129,7 +132,8 @@ pub struct Sample {
     /// heartbeat was sent (the death came before it, after the previous reply).
     pub lifetime_ms: Option<u64>,
     /// How it ended: `close` (a close frame, or the connection ended cleanly), `reset` (a
-    /// read or write error), `silence` (a heartbeat unanswered within the interval), `alive`
+    /// read or write error), `silence` (a heartbeat unanswered within the interval; the first
+    /// within 30 s), `alive`
     /// (still alive at `max_hold`) or `error` (the websocket could not be opened).
     pub cause: String,
     /// The `status` that `GET /sessions/:id` answered right after the hold ended; `None` if
@@ -315,22 +319,34 @@ enum Held {
     Alive,
 }
 
+/// A heartbeat awaiting its reply.
+#[derive(Debug, Clone, Copy)]
+struct Beat {
+    id: u64,
+    sent: Instant,
+    /// Past this, with no reply, the session is silent.
+    deadline: Instant,
+}
+
 /// Holds the websocket idle, heartbeating, until the session dies or `until` passes. The
 /// websocket is dropped on return.
+///
+/// Each heartbeat must be answered before the next is due — except the first, which is part
+/// of opening the session: a browser just launched (and the provider's relay reaching it) may
+/// take longer than one interval to answer anything, and that is not a death.
 async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until: Instant) -> Held {
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let give_up = tokio::time::sleep_until(until);
     tokio::pin!(give_up);
     let mut next_id: u64 = 0;
-    // The heartbeat awaiting its reply: its id and when it was sent.
-    let mut pending: Option<(u64, Instant)> = None;
+    let mut pending: Option<Beat> = None;
     loop {
         tokio::select! {
             biased;
             message = ws.next() => match message {
                 Some(Ok(Message::Text(text))) => {
-                    if pending.is_some_and(|(id, _)| reply_id(text.as_str()) == Some(id)) {
+                    if pending.is_some_and(|beat| reply_id(text.as_str()) == Some(beat.id)) {
                         pending = None;
                     }
                 }
@@ -338,17 +354,23 @@ async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
             },
-            _ = tick.tick() => {
-                if let Some((_, sent)) = pending {
-                    return Held::Died { cause: Cause::Silence, at: sent };
+            due = tick.tick() => {
+                match pending {
+                    Some(beat) if due >= beat.deadline => {
+                        return Held::Died { cause: Cause::Silence, at: beat.sent };
+                    }
+                    // The first reply has longer; send nothing more until it comes.
+                    Some(_) => continue,
+                    None => {}
                 }
                 next_id += 1;
-                let sent = Instant::now();
-                let beat = format!(r#"{{"id":{next_id},"method":"Browser.getVersion"}}"#);
-                match tokio::time::timeout(heartbeat, ws.send(Message::Text(beat.into()))).await {
-                    Ok(Ok(())) => pending = Some((next_id, sent)),
+                let reply_within = if next_id == 1 { OPENING_TIMEOUT.max(heartbeat) } else { heartbeat };
+                let beat = Beat { id: next_id, sent: due, deadline: due + reply_within };
+                let text = format!(r#"{{"id":{next_id},"method":"Browser.getVersion"}}"#);
+                match tokio::time::timeout(heartbeat, ws.send(Message::Text(text.into()))).await {
+                    Ok(Ok(())) => pending = Some(beat),
                     // A peer that stops reading fills the socket; that is silence too.
-                    Err(_) => return Held::Died { cause: Cause::Silence, at: sent },
+                    Err(_) => return Held::Died { cause: Cause::Silence, at: beat.sent },
                     Ok(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
                 }
             }
@@ -651,6 +673,13 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_future_is_send() {
+        fn is_send<T: Send>(_: &T) {}
+        let config = ProbeConfig::new("http://127.0.0.1:9", "k");
+        is_send(&probe(&config, |_| {}));
+    }
+
+    #[test]
     fn debug_hides_the_api_key_and_url_path() {
         let shown = format!(
             "{:?}",
@@ -674,6 +703,114 @@ mod tests {
             None
         );
         assert_eq!(reply_id("not json"), None);
+    }
+
+    /// What the scripted CDP peer does with heartbeat `id`.
+    #[derive(Clone, Copy)]
+    enum Peer {
+        Reply(Duration),
+        Close,
+        Ignore,
+    }
+
+    /// A websocket peer on 127.0.0.1 that treats each heartbeat as `script` says, and the
+    /// probe's websocket to it.
+    async fn scripted(script: fn(u64) -> Peer) -> WebSocketStream<ConnectStream> {
+        use async_tungstenite::tungstenite::protocol::CloseFrame;
+        use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut ws = async_tungstenite::tokio::accept_async(tcp).await.unwrap();
+            while let Some(Ok(message)) = ws.next().await {
+                let Some(id) = message.to_text().ok().and_then(reply_id) else {
+                    continue;
+                };
+                match script(id) {
+                    Peer::Reply(after) => {
+                        tokio::time::sleep(after).await;
+                        let reply = format!(r#"{{"id":{id},"result":{{"product":"Fake"}}}}"#);
+                        let _ = ws.send(Message::Text(reply.into())).await;
+                    }
+                    Peer::Close => {
+                        let frame = CloseFrame {
+                            code: CloseCode::Away,
+                            reason: "gone".into(),
+                        };
+                        let _ = ws.close(Some(frame)).await;
+                    }
+                    Peer::Ignore => {}
+                }
+            }
+        });
+        connect_async(url).await.unwrap().0
+    }
+
+    fn ms_since(start: Instant, held: &Held) -> (Cause, Option<u64>) {
+        match held {
+            Held::Died { cause, at } => (*cause, Some(at.duration_since(start).as_millis() as u64)),
+            Held::Alive => (Cause::Alive, None),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_first_reply_is_not_silence_but_a_later_one_is() {
+        let ws = scripted(|id| match id {
+            1 => Peer::Reply(Duration::from_millis(350)),
+            2..=4 => Peer::Reply(Duration::ZERO),
+            _ => Peer::Ignore,
+        })
+        .await;
+        let start = Instant::now();
+        let held = hold(
+            ws,
+            Duration::from_millis(100),
+            start + Duration::from_secs(10),
+        )
+        .await;
+        // Beat 1 at 0 is answered at 350 ms; beats 2-4 at 400-600 ms are answered; beat 5,
+        // sent at 700 ms, is not: silence, dated when beat 5 was sent.
+        let (cause, at) = ms_since(start, &held);
+        assert_eq!(cause, Cause::Silence);
+        assert!((650..=900).contains(&at.unwrap()), "{at:?}");
+    }
+
+    #[tokio::test]
+    async fn a_close_frame_is_a_close() {
+        let ws = scripted(|id| {
+            if id < 3 {
+                Peer::Reply(Duration::ZERO)
+            } else {
+                Peer::Close
+            }
+        })
+        .await;
+        let start = Instant::now();
+        let held = hold(
+            ws,
+            Duration::from_millis(50),
+            start + Duration::from_secs(10),
+        )
+        .await;
+        let (cause, at) = ms_since(start, &held);
+        assert_eq!(cause, Cause::Close);
+        assert!((100..=400).contains(&at.unwrap()), "{at:?}");
+    }
+
+    #[tokio::test]
+    async fn a_session_answering_to_the_end_is_alive() {
+        let ws = scripted(|_| Peer::Reply(Duration::ZERO)).await;
+        let start = Instant::now();
+        let held = hold(
+            ws,
+            Duration::from_millis(50),
+            start + Duration::from_millis(400),
+        )
+        .await;
+        assert_eq!(ms_since(start, &held), (Cause::Alive, None));
+        assert!(start.elapsed() >= Duration::from_millis(400));
     }
 
     #[test]

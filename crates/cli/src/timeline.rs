@@ -69,6 +69,8 @@ const TOP: f64 = 64.0;
 const LANE_H: f64 = 36.0;
 const BAR_H: f64 = 14.0;
 const AXIS_H: f64 = 36.0;
+/// The shortest axis: empty and zero-length runs still get a readable scale.
+const MIN_AXIS_MS: u64 = 1_000;
 /// Longest label drawn in full; longer ones are cut (the full text is the lane's tooltip).
 const MAX_LABEL_CHARS: usize = 22;
 
@@ -84,7 +86,8 @@ const GAVE_UP: &str = "#bc4c00";
 /// Renders `runs` as a standalone SVG document, one lane per run, in the given order.
 ///
 /// The axis runs from 0 to the latest time in any run (its total, a session's end, or a
-/// mark); an empty slice gives a small document saying there are no runs.
+/// mark), and at least to 1 s; an empty slice gives a small document saying there are no
+/// runs.
 ///
 /// ```
 /// use outlive_cli::timeline::{render, Arm, SessionSpan, TimelineRun};
@@ -139,7 +142,7 @@ pub fn render(runs: &[TimelineRun]) -> String {
 
 /// Milliseconds to x coordinates.
 struct Scale {
-    /// The axis end; at least 1, so nothing divides by zero.
+    /// The axis end; at least [`MIN_AXIS_MS`], so nothing divides by zero.
     max_ms: u64,
 }
 
@@ -160,7 +163,7 @@ impl Scale {
             .max()
             .unwrap_or(0);
         Scale {
-            max_ms: latest.max(1),
+            max_ms: latest.max(MIN_AXIS_MS),
         }
     }
 
@@ -254,7 +257,7 @@ fn grid(svg: &mut String, scale: &Scale, axis_y: f64) {
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" text-anchor="end" stroke="none">time since run start</text>"#,
-        num(PLOT_X0 - 10.0),
+        num(PLOT_X0 - 26.0),
         num(axis_y + 18.0),
     );
     let _ = writeln!(svg, "</g>");
@@ -385,9 +388,10 @@ fn outcome_style(outcome: &str) -> (&'static str, String) {
     }
 }
 
-/// `ms` in seconds, with a decimal only when the tick step needs one: `0s`, `2.5s`, `120s`.
+/// `ms` in seconds, with a tenth only when the step needs one and it is not zero: `0s`,
+/// `2.5s`, `3s`, `120s`.
 fn seconds(ms: u64, step_ms: u64) -> String {
-    if step_ms % 1_000 == 0 {
+    if step_ms % 1_000 == 0 || ms % 1_000 < 100 {
         format!("{}s", ms / 1_000)
     } else {
         format!("{}.{}s", ms / 1_000, ms % 1_000 / 100)
@@ -534,6 +538,7 @@ mod tests {
         assert_well_formed(&svg);
         assert_eq!(svg.matches(r#"<g class="lane""#).count(), 0);
         assert!(svg.contains("no runs"));
+        assert!(svg.contains(">0s<") && svg.contains(">1s<"), "{svg}");
     }
 
     #[test]
@@ -573,8 +578,6 @@ mod tests {
     #[test]
     fn ticks_are_round_and_at_most_ten() {
         for (max_ms, step) in [
-            (1, 100),
-            (999, 100),
             (1_000, 100),
             (1_001, 200),
             (9_000, 1_000),
@@ -586,6 +589,9 @@ mod tests {
         assert!(Scale { max_ms: u64::MAX }.tick_ms() > 0);
         assert_eq!(seconds(2_500, 500), "2.5s");
         assert_eq!(seconds(30_000, 5_000), "30s");
+        assert_eq!(seconds(3_000, 100), "3s");
+        assert_eq!(seconds(3_050, 100), "3s");
+        assert_eq!(seconds(3_150, 100), "3.1s");
     }
 
     #[test]

@@ -219,14 +219,18 @@ where
         }
         let mut first = true;
         let mut last_death: Option<Instant> = None;
+        let mut pending = None;
         loop {
             if !first {
                 reporter.tally.relaunches += 1;
             }
             first = false;
 
-            let launch_started = Instant::now();
-            let mut browser = match backend.launch(options).await {
+            let (launch_started, launch) = match pending.take() {
+                Some((started, spare)) => (started, spare),
+                None => (Instant::now(), Spare::Launching(Box::pin(backend.launch(options)))),
+            };
+            let mut browser = match launch.get().await {
                 Ok(b) => b,
                 Err(e) => {
                     reporter.tally.failures += 1;
@@ -400,21 +404,44 @@ where
                     ctx.retire();
                     browser.cut();
                     tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "browser died; waiting out the grace period");
-                    match tokio::time::timeout(options.grace, &mut entry).await {
-                        Ok(Ok(Ok(value))) => {
+                    // The replacement launches now, while the dead entry has its grace; it
+                    // is entered only after that entry is gone.
+                    let spare_started = Instant::now();
+                    let mut launching = Box::pin(backend.launch(options));
+                    let mut ready = None;
+                    let grace_end = Instant::now() + options.grace;
+                    let finished = loop {
+                        tokio::select! {
+                            biased;
+                            out = &mut entry => break Some(out),
+                            r = &mut launching, if ready.is_none() => ready = Some(r),
+                            _ = sleep_until(grace_end) => break None,
+                        }
+                    };
+                    let spare = match ready {
+                        Some(r) => Spare::Ready(r),
+                        None => Spare::Launching(launching),
+                    };
+                    match finished {
+                        Some(Ok(Ok(value))) => {
                             tracing::info!("the task finished within the grace period");
                             reporter.release(browser).await;
+                            spare.discard(&mut reporter).await;
                             reporter.emit(Outcome::Completed, None);
                             return Ok(value);
                         }
-                        Ok(Err(panic)) => {
+                        Some(Err(panic)) => {
                             reporter.release(browser).await;
+                            spare.discard(&mut reporter).await;
                             let message = panic_message(&*panic);
                             reporter.emit(Outcome::Failed, Some(("Panic".to_owned(), "panic", message)));
                             std::panic::resume_unwind(panic);
                         }
                         // An error after the death is the death's doing; a timeout drops the entry.
-                        Ok(Ok(Err(_))) | Err(_) => death,
+                        Some(Ok(Err(_))) | None => {
+                            pending = Some((spare_started, spare));
+                            death
+                        }
                     }
                 }
             };
@@ -437,12 +464,40 @@ where
             );
             reporter.release(browser).await;
             if reporter.tally.failures > options.max_relaunches {
+                if let Some((_, spare)) = pending.take() {
+                    spare.discard(&mut reporter).await;
+                }
                 return reporter.outlive_error(gave_up(&reporter.tally, options, Some(death)));
             }
         }
     }
     .instrument(span)
     .await
+}
+
+/// A browser launched ahead of need (during a dead entry's grace period).
+enum Spare<F, B> {
+    /// Still launching.
+    Launching(std::pin::Pin<Box<F>>),
+    /// Launched (or failed to).
+    Ready(Result<B, Error>),
+}
+
+impl<F: Future<Output = Result<B, Error>>, B: LiveBrowser> Spare<F, B> {
+    async fn get(self) -> Result<B, Error> {
+        match self {
+            Spare::Launching(f) => f.await,
+            Spare::Ready(r) => r,
+        }
+    }
+
+    /// Not needed after all: finish the launch (so no session is left half-created) and
+    /// release it.
+    async fn discard(self, reporter: &mut Reporter<'_>) {
+        if let Ok(browser) = self.get().await {
+            reporter.release(browser).await;
+        }
+    }
 }
 
 /// The resume (or start) navigation, capped by `navigation_timeout`. Non-web URLs
@@ -666,9 +721,10 @@ mod tests {
         .unwrap();
         assert_eq!(v, 3);
         let e = event.lock().unwrap().clone().unwrap();
-        // First death: 15 s − checkpoint at 10 s = 5 s. Second: 3 s since its entry began
-        // (the 10 s checkpoint belongs to the first browser and is older).
-        assert_eq!(e.lost_work_ms, 8_000);
+        // First death: 15 s − checkpoint at 10 s = 5 s. The second browser launched at 15 s
+        // (during the grace) and died at 18 s; its entry began at 15.25 s, later than the
+        // 10 s checkpoint, so it lost 2.75 s.
+        assert_eq!(e.lost_work_ms, 7_750);
         assert_eq!(e.max_lost_work_ms, 5_000);
         assert_eq!((e.attempts, e.relaunches), (3, 2));
     }
@@ -697,8 +753,9 @@ mod tests {
             .iter()
             .map(|t| t.duration_since(started).as_millis())
             .collect();
-        // Two failures, 2 s apart each; the death at 5 s relaunches after the grace only.
-        assert_eq!(launches, vec![0, 2_000, 4_000, 5_250]);
+        // Two failures, 2 s apart each; the death at 5 s relaunches at once (the replacement
+        // launches during the grace; it is entered after it).
+        assert_eq!(launches, vec![0, 2_000, 4_000, 5_000]);
         let e = event.lock().unwrap().clone().unwrap();
         assert_eq!((e.attempts, e.relaunches, e.lost_work_ms), (2, 3, 1_000));
     }
@@ -719,9 +776,10 @@ mod tests {
         let e = event.lock().unwrap().clone().unwrap();
         assert_eq!(e.outcome, Outcome::GaveUp);
         assert_eq!((e.attempts, e.relaunches), (3, 2));
+        // Three used, plus the replacement launched during the last grace and not needed.
         assert_eq!(
             fake.releases.load(Ordering::SeqCst),
-            3,
+            4,
             "every browser released"
         );
     }
