@@ -484,6 +484,10 @@ pub struct Detection {
     pub latency_ms: Vec<f64>,
     /// How long the gateway's kill call itself took (Chromium killed, then the client told).
     pub kill_call_ms: Vec<f64>,
+    /// From the kill call's return to outlive's detection (negative: detected before the
+    /// call returned). The gateway cuts the connection as the last step of a kill, so this
+    /// bounds the latency from the cut itself.
+    pub after_kill_returned_ms: Vec<f64>,
     /// What outlive saw.
     pub causes: Vec<String>,
 }
@@ -636,6 +640,7 @@ async fn detection(
     let killer = async {
         let mut latency = Vec::new();
         let mut kill_call = Vec::new();
+        let mut after_return = Vec::new();
         let mut causes = Vec::new();
         for _ in 0..kills {
             if entered_rx.recv().await.is_none() {
@@ -646,23 +651,31 @@ async fn detection(
             };
             let t0 = std::time::Instant::now();
             let _ = bed.gw.kill(&id, mode).await;
-            kill_call.push(ms(t0.elapsed()));
+            let returned = std::time::Instant::now();
+            kill_call.push(ms(returned - t0));
             let Some((at, cause)) = died_rx.recv().await else {
                 break;
             };
             latency.push(ms(at.saturating_duration_since(t0)));
+            after_return.push(if at >= returned {
+                ms(at - returned)
+            } else {
+                -ms(returned - at)
+            });
             causes.push(cause);
         }
         let _ = entered_rx.recv().await;
         done.notify_waiters();
-        (latency, kill_call, causes)
+        (latency, kill_call, after_return, causes)
     };
-    let (_, (latency_ms, kill_call_ms, causes)) = futures::join!(run, killer);
+    let (_, (latency_ms, kill_call_ms, after_kill_returned_ms, causes)) =
+        futures::join!(run, killer);
     bed.gw.shutdown().await.map_err(BenchError::Gateway)?;
     Ok(Detection {
         mode: mode.as_str().to_owned(),
         latency_ms,
         kill_call_ms,
+        after_kill_returned_ms,
         causes,
     })
 }
@@ -859,10 +872,11 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         for d in &m.detection {
             let _ = writeln!(
                 out,
-                "  detection {:>8}: median {:.0} ms after the kill call (kill call itself {:.0} ms), causes {:?}",
+                "  detection {:>8}: median {:.0} ms after the kill call began (the call took {:.0} ms; {:+.1} ms after it returned), causes {:?}",
                 d.mode,
                 median(&d.latency_ms),
                 median(&d.kill_call_ms),
+                median(&d.after_kill_returned_ms),
                 d.causes
             );
         }

@@ -9,6 +9,7 @@ use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
+use tracing::instrument::WithSubscriber;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::ctx::Capturer;
@@ -100,16 +101,20 @@ async fn connect(
         d = relay.died() => return Err(died_early(d)),
     };
 
-    // The handler pump: owned, and the first websocket error it reports is a death.
+    // The handler pump: owned, and the first websocket error it reports is a death. It runs
+    // under a subscriber that drops chromiumoxide's raw CDP traffic, which carries cookies.
     let death_tx = relay.death_sender();
-    let pump = AbortOnDrop(tokio::spawn(async move {
-        while let Some(event) = handler.next().await {
-            if let Err(CdpError::Ws(_)) = event {
-                death_tx.declare(DeathCause::Closed);
-                break;
+    let pump = AbortOnDrop(tokio::spawn(
+        async move {
+            while let Some(event) = handler.next().await {
+                if let Err(CdpError::Ws(_)) = event {
+                    death_tx.declare(DeathCause::Closed);
+                    break;
+                }
             }
         }
-    }));
+        .with_subscriber(crate::quiet::WithoutRawCdp::current()),
+    ));
 
     // The provider's own signal (a local process exiting) feeds the same death.
     let exit_tx = relay.death_sender();

@@ -85,6 +85,7 @@ pub mod endpoint;
 pub mod error;
 pub mod options;
 pub mod provider;
+mod quiet;
 pub mod redact;
 mod relay;
 pub mod report;
