@@ -1,0 +1,464 @@
+//! The fault matrix: browsers dying at the worst moments, against the gateway with real
+//! Chromium. Each case ends with the task completed (or a clean `GaveUp`) and the gateway
+//! holding no live session and no Chromium process.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway::DeathMode;
+use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use outlive::chromiumoxide::error::CdpError;
+use outlive::{Milestone, Options, Outcome, WideEvent};
+use support::{Site, Tracked, assert_gateway_clean, milestones};
+
+async fn gateway(rtt: Duration) -> gateway::Gateway {
+    gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(600))
+            .jitter(Duration::ZERO)
+            .rtt(rtt),
+    )
+    .await
+    .unwrap()
+}
+
+fn event_slot() -> (
+    Arc<Mutex<Option<WideEvent>>>,
+    impl Fn(&WideEvent) + Send + Sync + 'static,
+) {
+    let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
+    let w = slot.clone();
+    (slot, move |e: &WideEvent| {
+        *w.lock().unwrap() = Some(e.clone())
+    })
+}
+
+fn quiet() -> Options {
+    Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .relaunch_backoff(Duration::from_millis(100))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn death_during_checkpoint_capture() {
+    let gw = gateway(Duration::from_millis(400)).await;
+    let site = Site::start().await;
+    let provider = Tracked::new(&gw, 0);
+    let answers = Mutex::new(Vec::new());
+    let (event, on_event) = event_slot();
+
+    outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (gw, site, provider, answers) = (&gw, &site, &provider, &answers);
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(NavigateParams::new(format!("{}/login/S1", site.base)))
+                        .await?;
+                    // The capture is one 400 ms round trip; the kill lands inside it.
+                    let id = provider.newest();
+                    let (written, _) =
+                        tokio::join!(ctx.checkpoint(), gw.kill(&id, DeathMode::Close));
+                    answers.lock().unwrap().push(written);
+                    page.evaluate("1").await?;
+                }
+                answers.lock().unwrap().push(ctx.resumed_from().is_some());
+                Ok::<_, CdpError>(())
+            }
+        },
+        quiet().on_event(on_event),
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        *answers.lock().unwrap(),
+        vec![false, false],
+        "no checkpoint written, none resumed"
+    );
+    let e = event.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (e.attempts, e.checkpoint_count, e.release_failed),
+        (2, 0, 0)
+    );
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn death_during_restore() {
+    let gw = gateway(Duration::from_millis(150)).await;
+    let site = Site::start().await;
+    let provider = Arc::new(Tracked::new(&gw, 0));
+    let other_origin = site.base.replace("127.0.0.1", "localhost");
+    let (on_milestone, mut rx) = milestones();
+    let seen = Mutex::new(None);
+    let (event, on_event) = event_slot();
+
+    // Kill the second browser ~1.5 round trips into its restore (which takes at least six).
+    let killer = {
+        let (provider, gw_url, key) = (
+            provider.clone(),
+            gw.base_url().to_owned(),
+            gw.api_key().to_owned(),
+        );
+        async move {
+            let mut launched = 0;
+            let mut died_before_entry = false;
+            while let Some(m) = rx.recv().await {
+                match m {
+                    Milestone::Launched { .. } => {
+                        launched += 1;
+                        if launched == 2 {
+                            tokio::time::sleep(Duration::from_millis(225)).await;
+                            kill_over_rest(&gw_url, &key, &provider.newest()).await;
+                        }
+                    }
+                    Milestone::Died { attempt: 0, .. } => died_before_entry = true,
+                    _ => {}
+                }
+            }
+            died_before_entry
+        }
+    };
+    let run = outlive::outlive(
+        &*provider,
+        |page, ctx| {
+            let (gw, site, provider, other, seen) = (&gw, &site, &provider, &other_origin, &seen);
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(NavigateParams::new(format!(
+                        "{}/login/RESTORE-ME",
+                        site.base
+                    )))
+                    .await?;
+                    page.evaluate("localStorage.setItem('a', 'from-a')").await?;
+                    page.goto(NavigateParams::new(format!("{other}/page/b")))
+                        .await?;
+                    page.evaluate("localStorage.setItem('b', 'from-b')").await?;
+                    assert!(ctx.checkpoint().await);
+                    page.goto(NavigateParams::new(format!("{}/page/a", site.base)))
+                        .await?;
+                    assert!(ctx.checkpoint().await);
+                    let _ = gw.kill(&provider.newest(), DeathMode::Reset).await;
+                    page.evaluate("1").await?;
+                }
+                let a: String = page
+                    .evaluate("localStorage.getItem('a')")
+                    .await?
+                    .into_value()?;
+                let cookie: String = page.evaluate("document.cookie").await?.into_value()?;
+                page.goto(NavigateParams::new(format!("{other}/page/b")))
+                    .await?;
+                let b: String = page
+                    .evaluate("localStorage.getItem('b')")
+                    .await?
+                    .into_value()?;
+                *seen.lock().unwrap() = Some((ctx.attempt(), a, b, cookie));
+                Ok::<_, CdpError>(())
+            }
+        },
+        quiet().on_milestone(on_milestone).on_event(on_event),
+    );
+    let (result, died_before_entry) = tokio::join!(run, killer);
+    result.unwrap();
+
+    assert!(
+        died_before_entry,
+        "the second browser died before the task was entered"
+    );
+    let (attempt, a, b, cookie) = seen.lock().unwrap().clone().unwrap();
+    assert_eq!((attempt, a.as_str(), b.as_str()), (2, "from-a", "from-b"));
+    assert_eq!(
+        cookie, "",
+        "the session cookie is HttpOnly, invisible to the page"
+    );
+    let e = event.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (e.outcome, e.relaunches, e.attempts),
+        (Outcome::Completed, 2, 2)
+    );
+    gw.shutdown().await.unwrap();
+}
+
+/// The kill, over the gateway's chaos REST route (usable from a task that does not hold the
+/// gateway handle).
+async fn kill_over_rest(base: &str, key: &str, id: &str) {
+    let _ = reqwest_post(
+        &format!("{base}/__chaos/sessions/{id}/kill?mode=close"),
+        key,
+    )
+    .await;
+}
+
+async fn reqwest_post(url: &str, key: &str) -> Result<u16, String> {
+    // A tiny HTTP/1.1 POST without pulling in an HTTP client for one call.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let u = url::Url::parse(url).map_err(|e| e.to_string())?;
+    let mut stream = tokio::net::TcpStream::connect((u.host_str().unwrap(), u.port().unwrap()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let path = match u.query() {
+        Some(q) => format!("{}?{q}", u.path()),
+        None => u.path().to_owned(),
+    };
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        u.host_str().unwrap()
+    );
+    stream
+        .write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    stream
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    let head = String::from_utf8_lossy(&buf);
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "no status".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn death_during_the_resume_navigation() {
+    let gw = gateway(Duration::ZERO).await;
+    let site = Site::start().await;
+    let provider = Arc::new(Tracked::new(&gw, 0));
+    let (on_milestone, mut rx) = milestones();
+    let (event, on_event) = event_slot();
+
+    // The second load of /slow is the resume navigation; it is held, and the browser killed.
+    let killer = {
+        let (provider, slow_hit, hits) = (
+            provider.clone(),
+            site.slow_hit.clone(),
+            site.slow_hits.clone(),
+        );
+        let (gw_url, key) = (gw.base_url().to_owned(), gw.api_key().to_owned());
+        async move {
+            loop {
+                let notified = slow_hit.notified();
+                if hits.load(Ordering::SeqCst) >= 2 {
+                    break;
+                }
+                notified.await;
+            }
+            kill_over_rest(&gw_url, &key, &provider.newest()).await;
+            let mut died_before_entry = false;
+            while let Some(m) = rx.recv().await {
+                if let Milestone::Died { attempt: 0, .. } = m {
+                    died_before_entry = true;
+                }
+            }
+            died_before_entry
+        }
+    };
+    let run = outlive::outlive(
+        &*provider,
+        |page, ctx| {
+            let (gw, site, provider) = (&gw, &site, &provider);
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(NavigateParams::new(format!("{}/slow", site.base)))
+                        .await?;
+                    assert!(ctx.checkpoint().await);
+                    let _ = gw.kill(&provider.newest(), DeathMode::Close).await;
+                    page.evaluate("1").await?;
+                }
+                let name: String = page
+                    .evaluate("document.querySelector('#name').textContent")
+                    .await?
+                    .into_value()?;
+                Ok::<_, CdpError>((ctx.attempt(), name))
+            }
+        },
+        quiet().on_milestone(on_milestone).on_event(on_event),
+    );
+    let (result, died_before_entry) = tokio::join!(run, killer);
+    assert_eq!(result.unwrap(), (2, "slow".to_owned()));
+    assert!(died_before_entry);
+    assert_eq!(site.slow_hits.load(Ordering::SeqCst), 3);
+    let e = event.lock().unwrap().clone().unwrap();
+    assert_eq!((e.relaunches, e.attempts), (2, 2));
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deaths_within_one_second() {
+    let gw = gateway(Duration::ZERO).await;
+    let site = Site::start().await;
+    // Every session lives 700 ms.
+    let provider = support::with_metadata(&gw, serde_json::json!({"chaos.lifetimeMs": 700}));
+    let (on_milestone, mut rx) = milestones();
+    let done = AtomicU32::new(0);
+
+    let steps = outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (site, done) = (&site, &done);
+            async move {
+                while done.load(Ordering::SeqCst) < 8 {
+                    let n = done.load(Ordering::SeqCst);
+                    page.goto(NavigateParams::new(format!("{}/page/p{n}", site.base)))
+                        .await?;
+                    ctx.checkpoint().await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok::<_, CdpError>(done.load(Ordering::SeqCst))
+            }
+        },
+        quiet().max_relaunches(40).on_milestone(on_milestone),
+    )
+    .await
+    .unwrap();
+    assert_eq!(steps, 8);
+
+    let mut deaths = Vec::new();
+    while let Ok(m) = rx.try_recv() {
+        if let Milestone::Died { detected_at, .. } = m {
+            deaths.push(detected_at);
+        }
+    }
+    assert!(deaths.len() >= 2, "{} deaths", deaths.len());
+    let closest = deaths.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    assert!(
+        closest < Duration::from_secs(1),
+        "closest deaths {closest:?} apart"
+    );
+    assert_gateway_clean(&gw).await;
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_on_arrival_within_the_budget_completes() {
+    let gw = gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, 3);
+    let (event, on_event) = event_slot();
+    outlive::outlive(
+        &provider,
+        |_page, _ctx| async { Ok::<_, CdpError>(()) },
+        quiet().max_relaunches(5).on_event(on_event),
+    )
+    .await
+    .unwrap();
+    let e = event.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (e.outcome, e.relaunches, e.attempts, e.release_failed),
+        (Outcome::Completed, 3, 1, 0)
+    );
+    assert_gateway_clean(&gw).await;
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
+    let gw = gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, 100);
+    let (event, on_event) = event_slot();
+    let err = outlive::outlive(
+        &provider,
+        |_page, _ctx| async { Ok::<_, CdpError>(()) },
+        quiet().max_relaunches(3).on_event(on_event),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.outlive().unwrap().kind(), outlive::ErrorKind::GaveUp);
+    let e = event.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (e.outcome, e.relaunches, e.attempts),
+        (Outcome::GaveUp, 3, 0)
+    );
+    let error = e.error.unwrap();
+    assert!(
+        error.contains("died while it was being connected"),
+        "last cause in the event: {error}"
+    );
+    assert_eq!(provider.launches.load(Ordering::SeqCst), 4);
+    assert_gateway_clean(&gw).await;
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_error_racing_a_death_is_the_deaths() {
+    let gw = gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, 0);
+    let out = outlive::outlive(
+        &provider,
+        |_page, ctx| {
+            let (gw, provider) = (&gw, &provider);
+            async move {
+                if ctx.attempt() == 1 {
+                    // The browser is dead (the kill returned), the relay may not have noticed
+                    // yet: the error must still count as the death's.
+                    let _ = gw.kill(&provider.newest(), DeathMode::Silence).await;
+                    return Err("page call failed: connection lost");
+                }
+                Ok(ctx.attempt())
+            }
+        },
+        quiet(),
+    )
+    .await;
+    assert_eq!(out.unwrap(), 2);
+    assert_gateway_clean(&gw).await;
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_releases_the_session() {
+    let gw = gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, 0);
+    let (event, on_event) = event_slot();
+    let options = quiet().on_event(on_event);
+    let gw_ref = &gw;
+    let panicked = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async move {
+        outlive::outlive(
+            &provider,
+            |_p, _c| async { panic!("task bug") as Result<(), CdpError> },
+            options,
+        )
+        .await
+    }))
+    .await;
+    assert!(panicked.is_err());
+    assert_eq!(event.lock().unwrap().clone().unwrap().release_failed, 0);
+    assert_gateway_clean(gw_ref).await;
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_run_releases_the_session() {
+    let gw = gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, 0);
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let entered_tx = Mutex::new(Some(entered_tx));
+    let run = outlive::outlive(
+        &provider,
+        |_p, _c| {
+            if let Some(tx) = entered_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            std::future::pending::<Result<(), CdpError>>()
+        },
+        quiet(),
+    );
+    tokio::select! {
+        _ = run => unreachable!(),
+        _ = entered_rx => {}
+    }
+    assert_eq!(
+        gw.status().live_sessions + gw.status().dead_sessions,
+        1,
+        "the session was live until the drop"
+    );
+    // The drop released it in the background (a DELETE on the runtime).
+    assert_gateway_clean(&gw).await;
+    let s = gw.shutdown().await.unwrap();
+    assert_eq!(s.chromium_processes, 0);
+}

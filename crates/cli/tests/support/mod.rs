@@ -1,0 +1,181 @@
+//! Shared by the fault-matrix tests: a gateway + a small site on 127.0.0.1, a provider that
+//! remembers the session ids it launched, and milestone plumbing.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use outlive::solari_browser::{Client, ClientOptions, CreateSessionOptions};
+use outlive::{BoxFuture, Milestone, Provider, Session, Solari, SolariLaunch};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+/// A site that sets an HttpOnly cookie, and has a page whose load the test can hold and see.
+pub struct Site {
+    pub base: String,
+    /// Notified each time `/slow` is requested.
+    pub slow_hit: Arc<Notify>,
+    pub slow_hits: Arc<AtomicU32>,
+    _stop: oneshot::Sender<()>,
+}
+
+#[derive(Clone)]
+struct SiteState {
+    slow_hit: Arc<Notify>,
+    slow_hits: Arc<AtomicU32>,
+}
+
+impl Site {
+    pub async fn start() -> Site {
+        let state = SiteState {
+            slow_hit: Arc::default(),
+            slow_hits: Arc::default(),
+        };
+        let app = Router::new()
+            .route("/login/{sid}", get(login))
+            .route("/page/{name}", get(page))
+            .route("/slow", get(slow))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        Site {
+            base,
+            slow_hit: state.slow_hit,
+            slow_hits: state.slow_hits,
+            _stop: tx,
+        }
+    }
+}
+
+async fn login(Path(sid): Path<String>) -> impl IntoResponse {
+    (
+        [(
+            header::SET_COOKIE,
+            format!("sid={sid}; HttpOnly; Path=/; SameSite=Lax"),
+        )],
+        Html("<title>in</title>"),
+    )
+}
+
+async fn page(Path(name): Path<String>) -> Html<String> {
+    Html(format!("<title>{name}</title><p id=\"name\">{name}</p>"))
+}
+
+/// The first request is held for a while (long enough for the test to kill the browser
+/// mid-navigation); later ones answer at once.
+async fn slow(State(state): State<SiteState>) -> Html<&'static str> {
+    let n = state.slow_hits.fetch_add(1, Ordering::SeqCst);
+    state.slow_hit.notify_waiters();
+    if n == 0 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    Html("<title>slow</title><p id=\"name\">slow</p>")
+}
+
+/// A Solari provider on the gateway that remembers the ids of the sessions it launched, and
+/// can make its first `doa_first` sessions dead on arrival.
+pub struct Tracked {
+    normal: Solari,
+    doa: Solari,
+    pub doa_first: u32,
+    pub launches: AtomicU32,
+    pub ids: Mutex<Vec<String>>,
+}
+
+pub fn client(gw: &gateway::Gateway) -> Client {
+    Client::new(ClientOptions::new(gw.api_key(), gw.base_url())).unwrap()
+}
+
+pub fn with_metadata(gw: &gateway::Gateway, meta: serde_json::Value) -> Solari {
+    let map = meta.as_object().unwrap().clone();
+    Solari::new(client(gw))
+        .launch_options(SolariLaunch::new().create(CreateSessionOptions::new().user_metadata(map)))
+}
+
+impl Tracked {
+    pub fn new(gw: &gateway::Gateway, doa_first: u32) -> Tracked {
+        Tracked {
+            normal: Solari::new(client(gw)),
+            doa: with_metadata(gw, serde_json::json!({"chaos.death": "doa"})),
+            doa_first,
+            launches: AtomicU32::new(0),
+            ids: Mutex::default(),
+        }
+    }
+
+    pub fn newest(&self) -> String {
+        self.ids
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a session was launched")
+    }
+}
+
+impl Provider for Tracked {
+    fn name(&self) -> &str {
+        "tracked"
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let n = self.launches.fetch_add(1, Ordering::SeqCst);
+            let inner = if n < self.doa_first {
+                &self.doa
+            } else {
+                &self.normal
+            };
+            let s = inner.launch().await?;
+            if let Some(id) = s
+                .endpoint()
+                .expose()
+                .split("/cdp/")
+                .nth(1)
+                .and_then(|r| r.split('?').next())
+            {
+                self.ids.lock().unwrap().push(id.to_owned());
+            }
+            Ok(s)
+        })
+    }
+}
+
+/// Milestones as a stream the test can wait on.
+pub fn milestones() -> (
+    impl Fn(&Milestone) + Send + Sync + 'static,
+    mpsc::UnboundedReceiver<Milestone>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (move |m: &Milestone| drop(tx.send(m.clone())), rx)
+}
+
+/// Waits (bounded) until the gateway holds no live session and no Chromium process.
+pub async fn assert_gateway_clean(gw: &gateway::Gateway) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = gw.status();
+        if s.live_sessions == 0 && s.chromium_processes == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gateway not clean: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
