@@ -7,6 +7,7 @@
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
 //! * [`bench`] — `outlive bench`: the survival benchmark and micro-measurements.
+//! * [`soak`] — `outlive soak`: many runs with random deaths, then a measured leak audit.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
 #![forbid(unsafe_code)]
@@ -16,4 +17,5 @@ pub mod bench;
 pub mod demo;
 pub mod probe;
 pub mod setup;
+pub mod soak;
 pub mod timeline;

@@ -89,6 +89,22 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         lifetime: Duration,
     },
+    /// Many short runs with random deaths of every mode, then a leak audit (sessions,
+    /// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
+    Soak {
+        /// Runs in total.
+        #[arg(long, default_value_t = 200)]
+        runs: u32,
+        /// Runs at once.
+        #[arg(long, default_value_t = 2)]
+        concurrency: u32,
+        /// Session lifetime (deaths at lifetime ± lifetime/2).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+        /// Where soak.json goes.
+        #[arg(long, default_value = "docs/measurements")]
+        out: std::path::PathBuf,
+    },
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway {
         /// Address to listen on.
@@ -171,6 +187,12 @@ async fn main() -> anyhow::Result<()> {
             };
             run_bench(config, out, !micro_only, !survival_only, samples, kills).await
         }
+        Command::Soak {
+            runs,
+            concurrency,
+            lifetime,
+            out,
+        } => run_soak(runs, concurrency, lifetime, out).await,
         Command::Probe {
             base_url,
             api_key,
@@ -416,5 +438,59 @@ async fn run_probe(
             .await
             .context("the embedded gateway did not stop cleanly")?;
     }
+    Ok(())
+}
+
+async fn run_soak(
+    runs: u32,
+    concurrency: u32,
+    lifetime: Duration,
+    out: std::path::PathBuf,
+) -> anyhow::Result<()> {
+    use outlive_cli::soak::{self, SoakConfig};
+    outlive_cli::setup::ensure_chromium()?;
+    let config = SoakConfig {
+        runs,
+        concurrency,
+        lifetime,
+        ..SoakConfig::default()
+    };
+    println!(
+        "soak: {runs} runs, {concurrency} at once, sessions live {lifetime:?} ± half, deaths of every mode"
+    );
+    let report = soak::soak(&config, |n, e| {
+        if n % 10 == 0 || e.outcome != outlive::Outcome::Completed {
+            println!(
+                "  run {n}: {} ({} relaunches)",
+                e.outcome.as_str(),
+                e.relaunches
+            );
+        }
+    })
+    .await?;
+    std::fs::create_dir_all(&out)?;
+    let path = out.join("soak.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!(
+        "completed {} · gave up {} · failed {} · relaunches {} · release failures {} · extra sign-ins {}",
+        report.completed,
+        report.gave_up,
+        report.failed,
+        report.relaunches,
+        report.release_failed,
+        report.extra_sign_ins
+    );
+    for (label, f) in [
+        ("before", report.before),
+        ("after 20 runs", report.after_20),
+        ("end", report.end),
+    ] {
+        println!(
+            "  {label:>14}: rss {} KiB, fds {}, chromium {}, temp profiles {}",
+            f.rss_kib, f.fds, f.chromium_processes, f.temp_profiles
+        );
+    }
+    println!("  sessions left on the gateway: {}", report.sessions_left);
+    println!("wrote {}", path.display());
     Ok(())
 }

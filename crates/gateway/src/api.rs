@@ -12,9 +12,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::header::{AUTHORIZATION, HOST};
-use axum::http::{HeaderMap, StatusCode, uri::Authority};
-use axum::middleware::{Next, from_fn_with_state};
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, uri::Authority};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -23,9 +23,11 @@ use uuid::Uuid;
 
 use crate::chaos::{Death, Overrides};
 use crate::config::DeathMode;
+use crate::fault::{self, DeleteFault, Queued};
 use crate::relay;
 use crate::session::{
     CreateError, IdempotencyBegin, KillError, Phase, Shared, Snapshot, constant_time_eq,
+    parse_session_id,
 };
 
 /// Request bodies larger than this are answered 413.
@@ -43,10 +45,13 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/sessions/{id}", get(get_session).delete(release))
         .route("/__chaos/sessions/{id}/kill", post(kill))
         .route("/__chaos/status", get(status))
+        .route("/__chaos/faults", get(faults).post(set_faults))
+        .route_layer(from_fn(refuse_announced_oversize))
         .route_layer(from_fn_with_state(shared.clone(), require_api_key));
     Router::new()
         .merge(authed)
         .route("/cdp/{id}", get(relay::upgrade))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared)
@@ -73,6 +78,14 @@ async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "NotFound", "no such route")
 }
 
+async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "this route does not take this method",
+    )
+}
+
 async fn require_api_key(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let presented = req
         .headers()
@@ -92,6 +105,29 @@ async fn require_api_key(State(shared): State<Arc<Shared>>, req: Request, next: 
             "missing API key; send Authorization: Bearer <key>",
         ),
     }
+}
+
+/// Answers 413 to a body announced larger than [`MAX_BODY`] without reading any of it: the
+/// body limit alone would wait for the body, and take a client that stops sending (or
+/// half-closes) for a broken request.
+async fn refuse_announced_oversize(req: Request, next: Next) -> Response {
+    let announced = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY as u64) {
+        return payload_too_large();
+    }
+    next.run(req).await
+}
+
+fn payload_too_large() -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PayloadTooLarge",
+        format!("request bodies are limited to {MAX_BODY} bytes"),
+    )
 }
 
 /// `POST /sessions` body. Unknown fields are ignored; the options this gateway cannot honour
@@ -134,38 +170,37 @@ async fn create(
         Err(message) => return error(StatusCode::BAD_REQUEST, "ValidationError", message),
     };
 
-    let guard = match headers.get("idempotency-key") {
+    let key = match headers.get("idempotency-key").map(HeaderValue::to_str) {
         None => None,
-        Some(v) => {
-            let key = match v.to_str() {
-                Ok(k) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY => k,
-                _ => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        "ValidationError",
-                        format!(
-                            "Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"
-                        ),
-                    );
-                }
-            };
-            match shared.idempotency_begin(key) {
-                IdempotencyBegin::Fresh(guard) => Some(guard),
-                IdempotencyBegin::Done(first) => {
-                    return (StatusCode::CREATED, Json(first)).into_response();
-                }
-                IdempotencyBegin::InProgress => {
-                    return (
-                        StatusCode::CONFLICT,
-                        Json(json!({
-                            "error": "a create with this Idempotency-Key is still in progress",
-                            "code": "IdempotencyKeyInUse",
-                            "retryable": true,
-                        })),
-                    )
-                        .into_response();
-                }
-            }
+        Some(Ok(k)) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY => Some(k),
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "ValidationError",
+                format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+            );
+        }
+    };
+    // Before the key store: a faulted request neither records its key nor replays one.
+    if let Some(status) = shared.faults.take_create() {
+        return injected_create_fault(status, &shared);
+    }
+    let guard = match key.map(|k| shared.idempotency_begin(k)) {
+        None => None,
+        Some(IdempotencyBegin::Fresh(guard)) => Some(guard),
+        Some(IdempotencyBegin::Done(first)) => {
+            return (StatusCode::CREATED, Json(first)).into_response();
+        }
+        Some(IdempotencyBegin::InProgress) => {
+            return (
+                StatusCode::CONFLICT,
+                Json(json!({
+                    "error": "a create with this Idempotency-Key is still in progress",
+                    "code": "IdempotencyKeyInUse",
+                    "retryable": true,
+                })),
+            )
+                .into_response();
         }
     };
 
@@ -184,11 +219,7 @@ async fn create(
             }
             (StatusCode::CREATED, Json(body)).into_response()
         }
-        Err(CreateError::Concurrency { max }) => error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "ConcurrencyLimitExceeded",
-            format!("at most {max} sessions at once; release one first"),
-        ),
+        Err(CreateError::Concurrency { max }) => concurrency_limit(max),
         Err(CreateError::ShuttingDown) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
@@ -209,12 +240,46 @@ async fn create(
     }
 }
 
+fn concurrency_limit(max: usize) -> Response {
+    error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "ConcurrencyLimitExceeded",
+        format!("at most {max} sessions at once; release one first"),
+    )
+}
+
+/// The answer of a faulted create: what a real refusal with this status looks like.
+fn injected_create_fault(status: u16, shared: &Shared) -> Response {
+    tracing::info!(status, "create answered with an injected fault");
+    match status {
+        429 => concurrency_limit(shared.config.max_sessions),
+        503 => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "BrowserUnhealthy",
+            "could not start a browser: injected fault",
+        ),
+        _ => injected(status),
+    }
+}
+
+/// A JSON error with `status` and the code a real one carries.
+fn injected(status: u16) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    error(code, fault::wire_code(status), "injected fault")
+}
+
 /// An empty body means all defaults; anything else must be a JSON object. The error is the
 /// `code` and message of a 400.
 fn parse_create_body(body: &[u8]) -> Result<CreateBody, (&'static str, String)> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(CreateBody::default());
     }
+    let value = json_object(body)?;
+    CreateBody::deserialize(value).map_err(|e| ("ValidationError", e.to_string()))
+}
+
+/// A body that must be a JSON object. The error is the `code` and message of a 400.
+fn json_object(body: &[u8]) -> Result<Value, (&'static str, String)> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ("InvalidJson", format!("the body is not valid JSON: {e}")))?;
     if !value.is_object() {
@@ -223,16 +288,12 @@ fn parse_create_body(body: &[u8]) -> Result<CreateBody, (&'static str, String)> 
             "the body must be a JSON object".to_owned(),
         ));
     }
-    CreateBody::deserialize(value).map_err(|e| ("ValidationError", e.to_string()))
+    Ok(value)
 }
 
 fn body_rejection(rejection: BytesRejection) -> Response {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PayloadTooLarge",
-            format!("request bodies are limited to {MAX_BODY} bytes"),
-        )
+        payload_too_large()
     } else {
         error(
             StatusCode::BAD_REQUEST,
@@ -286,7 +347,7 @@ fn session_json(s: &Snapshot, host: &str, status: &str) -> Value {
 
 fn parse_id(id: Result<Path<String>, PathRejection>) -> Option<Uuid> {
     let Path(id) = id.ok()?;
-    Uuid::try_parse(&id).ok()
+    parse_session_id(&id)
 }
 
 async fn get_session(
@@ -406,13 +467,29 @@ async fn release(
     State(shared): State<Arc<Shared>>,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let Some(id) = parse_id(id) else {
+    let Some(id) = parse_id(id).filter(|id| shared.issued(*id)) else {
         return invalid_session_id();
     };
+    if let Some(fault) = shared.faults.take_delete() {
+        return faulted_release(&shared, id, fault).await;
+    }
     if shared.release(id).await {
         StatusCode::NO_CONTENT.into_response()
     } else {
         invalid_session_id()
+    }
+}
+
+/// A faulted `DELETE`: the answer is the fault, not the cleanup. The browser dies anyway so
+/// that nothing leaks; the session stays unreleased (dead) until a delete that is not faulted.
+async fn faulted_release(shared: &Shared, id: Uuid, fault: DeleteFault) -> Response {
+    tracing::info!(session = %id, ?fault, "delete answered with an injected fault");
+    // `Ended`: already dead or released; either way no browser is left.
+    let _ = shared.kill(id, Some(Death::Close)).await;
+    match fault {
+        DeleteFault::Status(status) => injected(status),
+        // Dropped with its connection when the client gives up or the gateway stops.
+        DeleteFault::Hang => std::future::pending().await,
     }
 }
 
@@ -463,6 +540,128 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         "chromiumProcesses": s.chromium_processes,
     }))
     .into_response()
+}
+
+/// `POST /__chaos/faults` body: `clear`, then `creates`, then `deletes`, all optional,
+/// all validated before any is applied.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultsBody {
+    #[serde(default)]
+    clear: bool,
+    creates: Option<CreatesFault>,
+    deletes: Option<DeletesFault>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreatesFault {
+    count: u32,
+    status: u16,
+}
+
+/// Exactly one of `status` and `hang: true`; no `count` means until cleared.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeletesFault {
+    count: Option<u32>,
+    status: Option<u16>,
+    #[serde(default)]
+    hang: bool,
+}
+
+/// A validated `POST /__chaos/faults`.
+struct FaultChange {
+    clear: bool,
+    creates: Option<(u32, u16)>,
+    deletes: Option<(Option<u32>, DeleteFault)>,
+}
+
+/// Parses and validates a faults body. The error is the `code` and message of a 400.
+fn parse_faults_body(body: &[u8]) -> Result<FaultChange, (&'static str, String)> {
+    let parsed = FaultsBody::deserialize(json_object(body)?)
+        .map_err(|e| ("ValidationError", e.to_string()))?;
+    let invalid = |what: &str, e: crate::Error| ("ValidationError", format!("{what}: {e}"));
+    let creates = match parsed.creates {
+        None => None,
+        Some(c) => {
+            fault::check_status(c.status).map_err(|e| invalid("creates", e))?;
+            Some((c.count, c.status))
+        }
+    };
+    let deletes = match parsed.deletes {
+        None => None,
+        Some(d) => {
+            let fault = match (d.status, d.hang) {
+                (Some(status), false) => {
+                    fault::check_status(status).map_err(|e| invalid("deletes", e))?;
+                    DeleteFault::Status(status)
+                }
+                (None, true) => DeleteFault::Hang,
+                _ => {
+                    return Err((
+                        "ValidationError",
+                        "deletes: give exactly one of status and hang: true".to_owned(),
+                    ));
+                }
+            };
+            Some((d.count, fault))
+        }
+    };
+    Ok(FaultChange {
+        clear: parsed.clear,
+        creates,
+        deletes,
+    })
+}
+
+async fn set_faults(
+    State(shared): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => return body_rejection(rejection),
+    };
+    let change = match parse_faults_body(&body) {
+        Ok(c) => c,
+        Err((code, message)) => return error(StatusCode::BAD_REQUEST, code, message),
+    };
+    if change.clear {
+        shared.faults.clear();
+    }
+    if let Some((count, status)) = change.creates {
+        shared.faults.fail_creates(count, status);
+    }
+    if let Some((count, fault)) = change.deletes {
+        shared.faults.fail_deletes(count, fault);
+    }
+    faults(State(shared)).await
+}
+
+/// `GET /__chaos/faults`: what is queued, and how many requests were faulted so far.
+async fn faults(State(shared): State<Arc<Shared>>) -> Response {
+    Json(faults_json(
+        shared.faults.snapshot(),
+        shared.faults.counters(),
+    ))
+    .into_response()
+}
+
+fn faults_json(queued: Queued, counters: fault::FaultCounters) -> Value {
+    let creates = queued
+        .creates
+        .map(|c| json!({ "remaining": c.remaining, "status": c.status }));
+    let deletes = queued.deletes.map(|d| match d.fault {
+        DeleteFault::Status(status) => json!({ "remaining": d.remaining, "status": status }),
+        DeleteFault::Hang => json!({ "remaining": d.remaining, "hang": true }),
+    });
+    json!({
+        "creates": creates,
+        "deletes": deletes,
+        "createsFaulted": counters.creates_faulted,
+        "deletesFaulted": counters.deletes_faulted,
+    })
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.

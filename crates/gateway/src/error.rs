@@ -17,6 +17,9 @@ pub enum ErrorKind {
     SessionEnded,
     /// A task of the gateway panicked; the gateway was stopped anyway.
     TaskPanicked,
+    /// A fault to inject was refused (its status is not an HTTP error status); no fault
+    /// changed.
+    InvalidFault,
 }
 
 type Source = Box<dyn StdError + Send + Sync + 'static>;

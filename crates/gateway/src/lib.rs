@@ -31,11 +31,12 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /sessions` | `201 {sessionId, id, status, wsEndpoint, cdpEndpoint, createdAt, expiresAt, userMetadata?}`; `Idempotency-Key` replays the first success (`409 IdempotencyKeyInUse`, `retryable: true`, while it runs); `429 ConcurrencyLimitExceeded`; `400 InvalidJson` / `ValidationError`; `413 PayloadTooLarge` over 64 KiB; `503 BrowserUnhealthy` if Chromium cannot start |
+//! | `POST /sessions` | `201 {sessionId, id, status, wsEndpoint, cdpEndpoint, createdAt, expiresAt, userMetadata?}`; `Idempotency-Key` replays the first success (`409 IdempotencyKeyInUse`, `retryable: true`, while it runs); `429 ConcurrencyLimitExceeded`; `400 InvalidJson` / `ValidationError`; `413 PayloadTooLarge` over 64 KiB (at once if `Content-Length` says so); `503 BrowserUnhealthy` if Chromium cannot start |
 //! | `GET /sessions/:id` | `200 {id, status, …}`: `active` while unreleased (`ended` for a dead one if [`Config::honest`]), `released` after `DELETE`; endpoints only while `active` |
 //! | `GET /sessions` | `200 {sessions: [{id, status, …}], nextCursor}`; `limit`, `cursor`, and Solari's `q=user_metadata['k']:'v' AND …` filter |
-//! | `DELETE /sessions/:id` | `204`, also for an already released session; kills Chromium and closes the relay |
-//! | unknown or malformed id | `404 InvalidSessionId` |
+//! | `DELETE /sessions/:id` | `204`, also for an already released session; kills Chromium and closes the relay (`404 InvalidSessionId` for an id this gateway never issued) |
+//! | unknown or malformed id | `404 InvalidSessionId` (ids are hyphenated UUIDs; braced, `urn:uuid:` or bare-hex spellings are malformed) |
+//! | a known route, another method | `405 MethodNotAllowed` |
 //! | `GET /cdp/:id?token=…` | websocket upgrade to the session's CDP relay; `401` wrong token, `404` unknown session, `409 SessionBusy` while another client is connected, `410 SessionReleased` |
 //!
 //! `wsEndpoint` and `cdpEndpoint` are the same raw-CDP URL,
@@ -57,6 +58,30 @@
 //!   [`Gateway::kill`];
 //! - `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses}`.
 //!
+//! ## Control-plane faults
+//!
+//! The next creates or deletes can fail on purpose ([`Gateway::fail_creates`],
+//! [`Gateway::fail_deletes`], [`Gateway::clear_faults`], or over REST):
+//!
+//! - `POST /__chaos/faults` with a JSON object of optional members, applied in this order
+//!   once all are valid (else `400 InvalidJson` / `ValidationError` and nothing changes):
+//!   - `"clear": true` drops every queued fault;
+//!   - `"creates": {"count": N, "status": S}`: the next `N` creates answer `S` (400–599) with
+//!     the body a real refusal carries (`503 BrowserUnhealthy`, `429
+//!     ConcurrencyLimitExceeded`, `500 InternalError`, …); no browser starts. `N = 0` clears;
+//!   - `"deletes": {"count": N, "status": S}` or `"deletes": {"count": N, "hang": true}`: the
+//!     next `N` deletes (no `count`: every one, until cleared) answer `S`, or never answer.
+//!     Either way the session's Chromium is killed first and the session stays unreleased
+//!     (dead, in `deadSessions`) until a delete that is not faulted releases it.
+//!
+//!   Each member replaces the fault of its kind. The answer, like `GET /__chaos/faults`, is
+//!   `200 {"creates": {"remaining", "status"} | null, "deletes": {"remaining" (null: until
+//!   cleared), "status" | "hang": true} | null, "createsFaulted": n, "deletesFaulted": n}`.
+//!
+//! Faults are taken per HTTP request, after auth and validation (a delete only for an id the
+//! gateway issued), so a client's own retries each take one; a faulted create never records
+//! or replays its `Idempotency-Key`.
+//!
 //! A client connecting to a dead session gets that death at once.
 //!
 //! # Layout
@@ -67,6 +92,8 @@
 //! - `session`: the session registry, one keeper task per browser, and orderly shutdown.
 //! - `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
 //! - `chaos`: when and how each session dies.
+//! - `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
+//!   next creates and deletes.
 //! - `chromium`: the browser per session, and the process-group accounting behind
 //!   [`Status::chromium_processes`].
 //! - [`error`]: the one error type.
@@ -77,11 +104,13 @@ mod chaos;
 mod chromium;
 pub mod config;
 pub mod error;
+mod fault;
 mod relay;
 mod server;
 mod session;
 
 pub use config::{Config, DeathMode, ParseDeathModeError};
 pub use error::{Error, ErrorKind};
+pub use fault::{DeleteFault, FaultCounters};
 pub use server::{Gateway, serve, spawn};
 pub use session::Status;

@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::api::error;
 use crate::chaos::Death;
-use crate::session::{AttachError, Attachment, Phase, Shared};
+use crate::session::{AttachError, Attachment, Phase, Shared, parse_session_id};
 
 /// How long the relay waits for Chromium to accept its websocket.
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
@@ -68,7 +68,7 @@ pub(crate) async fn upgrade(
     query: Result<Query<TokenQuery>, QueryRejection>,
     mut req: Request,
 ) -> Response {
-    let Some(id) = id.ok().and_then(|Path(id)| Uuid::try_parse(&id).ok()) else {
+    let Some(id) = id.ok().and_then(|Path(id)| parse_session_id(&id)) else {
         return error(
             StatusCode::NOT_FOUND,
             "InvalidSessionId",

@@ -15,13 +15,13 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
-use uuid::Uuid;
 
 use crate::api;
 use crate::chaos::Death;
 use crate::config::{Config, DeathMode};
 use crate::error::{Error, ErrorKind};
-use crate::session::{KillError, Shared, Status};
+use crate::fault::{self, DeleteFault, FaultCounters};
+use crate::session::{KillError, Shared, Status, parse_session_id};
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then kills every Chromium it
 /// started and returns once they are gone.
@@ -192,7 +192,7 @@ impl Gateway {
     /// [`ErrorKind::UnknownSession`] for an id this gateway never issued;
     /// [`ErrorKind::SessionEnded`] if the browser is already dead or the session released.
     pub async fn kill(&self, session_id: &str, mode: DeathMode) -> Result<DeathMode, Error> {
-        let id = Uuid::try_parse(session_id).map_err(|_| {
+        let id = parse_session_id(session_id).ok_or_else(|| {
             Error::new(
                 ErrorKind::UnknownSession,
                 "no session with this id on this gateway",
@@ -209,6 +209,65 @@ impl Gateway {
                 "the session's browser is already dead or the session was released",
             )),
         }
+    }
+
+    /// Makes the next `n` `POST /sessions` requests answer `status`, then lets creates
+    /// through again; replaces any create fault already queued (`n == 0` clears it).
+    ///
+    /// A faulted create starts no browser and takes no concurrency slot, and its answer is
+    /// the one a real refusal carries: `503` has code `BrowserUnhealthy`, `429`
+    /// `ConcurrencyLimitExceeded`, `500` `InternalError`, `502` `BadGateway`, `504`
+    /// `GatewayTimeout` (other statuses: `InjectedFault`). Faults are taken per HTTP request,
+    /// after the request passed auth and validation, so a client's own retries each take one;
+    /// a faulted request never records or replays its `Idempotency-Key`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), gateway::Error> {
+    /// let gw = gateway::spawn(gateway::Config::new()).await?;
+    /// gw.fail_creates(2, 503)?; // two BrowserUnhealthy, then a browser
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidFault`] if `status` is not 400–599; nothing changes.
+    pub fn fail_creates(&self, n: u32, status: u16) -> Result<(), Error> {
+        fault::check_status(status)?;
+        self.shared.faults.fail_creates(n, status);
+        Ok(())
+    }
+
+    /// Makes the next `n` `DELETE /sessions/:id` requests (`None`: every one, until
+    /// [`clear_faults`](Self::clear_faults)) answer with `fault`; replaces any delete fault
+    /// already queued (`Some(0)` clears it).
+    ///
+    /// Only deletes of ids this gateway issued take a fault (others are answered `404` as
+    /// usual). A faulted delete still kills the session's browser before it answers (or
+    /// starts hanging), so nothing leaks, but does not release the session: [`Status`] counts
+    /// it in `dead_sessions` (still holding its concurrency slot) with its Chromium gone,
+    /// until a delete that is not faulted, or shutdown, releases it. A hanging request ends
+    /// when the client gives up or the gateway stops.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidFault`] if a [`DeleteFault::Status`] is not 400–599; nothing
+    /// changes.
+    pub fn fail_deletes(&self, n: Option<u32>, fault: DeleteFault) -> Result<(), Error> {
+        if let DeleteFault::Status(status) = fault {
+            fault::check_status(status)?;
+        }
+        self.shared.faults.fail_deletes(n, fault);
+        Ok(())
+    }
+
+    /// Drops every queued create and delete fault (the [`FaultCounters`] keep counting).
+    pub fn clear_faults(&self) {
+        self.shared.faults.clear();
+    }
+
+    /// How many requests were answered with an injected fault so far.
+    pub fn fault_counters(&self) -> FaultCounters {
+        self.shared.faults.counters()
     }
 
     /// Stops the gateway: refuses new connections, releases every session, kills every

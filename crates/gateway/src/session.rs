@@ -21,6 +21,7 @@ use uuid::Uuid;
 use crate::chaos::{Death, Fate, Overrides};
 use crate::chromium::{Browser, Processes};
 use crate::config::Config;
+use crate::fault::Faults;
 
 /// Released sessions remembered in full (for `GET` and the list); older ones are remembered
 /// by id only, so that `DELETE` stays idempotent for every id this gateway issued.
@@ -38,7 +39,9 @@ const PROCESS_DRAIN: Duration = Duration::from_secs(5);
 pub struct Status {
     /// Unreleased sessions whose browser is alive.
     pub live_sessions: usize,
-    /// Unreleased sessions whose browser is dead (they still hold a concurrency slot).
+    /// Unreleased sessions whose browser is dead (they still hold a concurrency slot). A
+    /// session whose `DELETE` was faulted (see [`DeleteFault`](crate::DeleteFault)) is counted
+    /// here: its browser was killed, but it was not released.
     pub dead_sessions: usize,
     /// Chromium processes (browser and helpers) this gateway started that are still alive:
     /// the members of each browser's process group. (Chromium's crashpad handler leaves the
@@ -197,6 +200,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) local_addr: SocketAddr,
     pub(crate) processes: Arc<Processes>,
+    pub(crate) faults: Faults,
     registry: Mutex<Registry>,
     panics: AtomicUsize,
 }
@@ -207,6 +211,7 @@ impl Shared {
             config,
             local_addr,
             processes: Arc::new(Processes::default()),
+            faults: Faults::default(),
             registry: Mutex::new(Registry::default()),
             panics: AtomicUsize::new(0),
         })
@@ -375,6 +380,12 @@ impl Shared {
     /// One session, if it exists.
     pub(crate) fn get(&self, id: Uuid) -> Option<Snapshot> {
         self.registry().sessions.get(&id).map(|e| e.snapshot(id))
+    }
+
+    /// Whether this gateway issued `id` (released sessions included).
+    pub(crate) fn issued(&self, id: Uuid) -> bool {
+        let reg = self.registry();
+        reg.sessions.contains_key(&id) || reg.forgotten.contains(&id)
     }
 
     /// Every remembered session, oldest first.
@@ -631,6 +642,12 @@ impl Drop for IdempotencyGuard {
     }
 }
 
+/// A session id as this gateway issues it: a hyphenated UUID. Other spellings of the same
+/// UUID (braced, `urn:uuid:`, bare hex) name no session, as on Solari.
+pub(crate) fn parse_session_id(id: &str) -> Option<Uuid> {
+    (id.len() == 36).then(|| Uuid::try_parse(id).ok()).flatten()
+}
+
 /// A random per-session relay capability: 256 bits, hex.
 fn new_token() -> String {
     let bytes: [u8; 32] = rand::rng().random();
@@ -654,6 +671,21 @@ mod tests {
         let (a, b) = (new_token(), new_token());
         assert_eq!(a.len(), 64);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn only_hyphenated_ids_parse() {
+        let id = Uuid::new_v4();
+        assert_eq!(parse_session_id(&id.to_string()), Some(id));
+        for other in [
+            id.simple().to_string(),
+            id.braced().to_string(),
+            id.urn().to_string(),
+            format!("{id}\0"),
+            String::new(),
+        ] {
+            assert_eq!(parse_session_id(&other), None, "{other}");
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub struct Options {
     pub(crate) heartbeat_interval: Duration,
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) capture_timeout: Duration,
+    pub(crate) release_timeout: Duration,
 }
 
 impl Default for Options {
@@ -73,6 +74,7 @@ impl fmt::Debug for Options {
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("capture_timeout", &self.capture_timeout)
+            .field("release_timeout", &self.release_timeout)
             .finish()
     }
 }
@@ -97,6 +99,7 @@ impl Options {
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(2),
             capture_timeout: Duration::from_secs(10),
+            release_timeout: Duration::from_secs(10),
         }
     }
 
@@ -242,6 +245,17 @@ impl Options {
         self
     }
 
+    /// Cap on releasing one browser (a provider's `DELETE` that hangs). A release that takes
+    /// longer is counted in `releaseFailed` and the run goes on.
+    ///
+    /// # Default
+    ///
+    /// 10 s.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
     /// Checks every value; the run calls this before launching anything.
     ///
     /// # Errors
@@ -263,6 +277,7 @@ impl Options {
         positive("heartbeat_interval", self.heartbeat_interval)?;
         positive("heartbeat_timeout", self.heartbeat_timeout)?;
         positive("capture_timeout", self.capture_timeout)?;
+        positive("release_timeout", self.release_timeout)?;
         let Viewport { width, height } = self.viewport;
         if !(1..=10_000).contains(&width) || !(1..=10_000).contains(&height) {
             return Err(Error::invalid_option(

@@ -23,9 +23,6 @@ use crate::redact::redact;
 use crate::relay::Death;
 use crate::report::{Milestone, Outcome, WideEvent};
 
-/// How long one release may take before it is counted as failed.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// Where browsers come from, for the run loop.
 pub(crate) trait Backend {
     type Page: Clone;
@@ -146,7 +143,8 @@ impl Reporter<'_> {
     }
 
     async fn release<B: LiveBrowser>(&mut self, browser: B) {
-        match tokio::time::timeout(RELEASE_TIMEOUT, browser.release()).await {
+        let limit = self.options.release_timeout;
+        match tokio::time::timeout(limit, browser.release()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.tally.release_failed += 1;
@@ -154,7 +152,7 @@ impl Reporter<'_> {
             }
             Err(_) => {
                 self.tally.release_failed += 1;
-                tracing::warn!(timeout = ?RELEASE_TIMEOUT, "release did not finish in time");
+                tracing::warn!(timeout = ?limit, "release did not finish in time");
             }
         }
     }

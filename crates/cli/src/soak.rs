@@ -1,0 +1,290 @@
+//! `outlive soak`: many short runs with random deaths of every mode, then a leak audit —
+//! sessions, Chromium processes, temp profiles, file descriptors and memory, measured.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway::DeathMode;
+use outlive::solari_browser::{Client, ClientOptions};
+use outlive::{Options, Solari, WideEvent};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::bank::{BankProgress, BankTask};
+
+/// Soak settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakConfig {
+    /// Runs in total.
+    pub runs: u32,
+    /// Runs at once (the gateway's session limit is this + 1, for replacements).
+    pub concurrency: u32,
+    /// Session lifetime; deaths come at lifetime ± lifetime/2.
+    #[serde(serialize_with = "ms")]
+    pub lifetime: Duration,
+    /// Probability a browser is dead on arrival.
+    pub doa: f64,
+    /// Polls per task (every 100 ms).
+    pub polls: u32,
+    /// outlive's relaunch budget per run.
+    pub max_relaunches: u32,
+    /// outlive's heartbeat interval (silence is detected within interval + timeout).
+    #[serde(serialize_with = "ms")]
+    pub heartbeat_interval: Duration,
+    /// outlive's heartbeat timeout.
+    #[serde(serialize_with = "ms")]
+    pub heartbeat_timeout: Duration,
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+impl Default for SoakConfig {
+    fn default() -> Self {
+        SoakConfig {
+            runs: 200,
+            concurrency: 2,
+            lifetime: Duration::from_secs(2),
+            doa: 0.1,
+            polls: 15,
+            max_relaunches: 12,
+            heartbeat_interval: Duration::from_millis(250),
+            heartbeat_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// What the machine looked like at one point of the soak.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Footprint {
+    /// Runs finished so far.
+    pub after_runs: u32,
+    /// Resident memory of this process, KiB.
+    pub rss_kib: u64,
+    /// Open file descriptors of this process.
+    pub fds: usize,
+    /// Chromium processes alive with a profile under the soak's profile directory.
+    pub chromium_processes: usize,
+    /// Profile directories left under the soak's profile directory.
+    pub temp_profiles: usize,
+}
+
+/// The soak's result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SoakReport {
+    /// Settings.
+    pub config: SoakConfig,
+    /// Runs per outcome.
+    pub completed: u32,
+    /// Runs that gave up (budget exhausted).
+    pub gave_up: u32,
+    /// Runs that failed otherwise (a task error): must be 0.
+    pub failed: u32,
+    /// Relaunches over all runs.
+    pub relaunches: u32,
+    /// Release failures over all runs: must be 0.
+    pub release_failed: u32,
+    /// TOTP sign-ins beyond one per run (a login lost across a relaunch): must be 0.
+    pub extra_sign_ins: u32,
+    /// Wall time.
+    pub total_ms: u64,
+    /// Before the first run.
+    pub before: Footprint,
+    /// After the first 20 runs.
+    pub after_20: Footprint,
+    /// At the end, after the gateway shut down.
+    pub end: Footprint,
+    /// Sessions the gateway still held at the end.
+    pub sessions_left: usize,
+    /// Every run's wide event.
+    pub events: Vec<WideEvent>,
+}
+
+/// Why the soak could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SoakError {
+    /// Aurora Bank did not start.
+    #[error("Aurora Bank did not start")]
+    Aurora(#[source] std::io::Error),
+    /// The gateway failed.
+    #[error("the gateway failed")]
+    Gateway(#[source] gateway::Error),
+    /// The Solari client could not be built.
+    #[error("the Solari client could not be built: {0}")]
+    Client(String),
+}
+
+/// Measures this process, and the Chromium processes and profiles under `profiles`, now.
+pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
+    let needle = profiles.to_string_lossy().into_owned();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let me = std::process::id().to_string();
+    let chromium_processes = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.chars().all(|c| c.is_ascii_digit()) && name != me && {
+                        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                        let zombie = std::fs::read_to_string(e.path().join("stat"))
+                            .map(|s| {
+                                s.rsplit(')')
+                                    .next()
+                                    .unwrap_or("")
+                                    .trim_start()
+                                    .starts_with('Z')
+                            })
+                            .unwrap_or(true);
+                        !zombie && String::from_utf8_lossy(&cmd).contains(&needle)
+                    }
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let temp_profiles = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("outlive-chromium-")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    Footprint {
+        after_runs,
+        rss_kib,
+        fds,
+        chromium_processes,
+        temp_profiles,
+    }
+}
+
+/// Runs the soak; `on_run` sees each run's event as it finishes.
+pub async fn soak(
+    config: &SoakConfig,
+    on_run: impl Fn(u32, &WideEvent),
+) -> Result<SoakReport, SoakError> {
+    // The gateway's Chromium profiles go into a directory of the soak's own, so the audit
+    // counts only what this soak started.
+    let profiles = tempfile::Builder::new()
+        .prefix("outlive-soak-")
+        .tempdir()
+        .map_err(SoakError::Aurora)?;
+    let before = footprint(0, profiles.path());
+    let started = Instant::now();
+    let bank_config = aurora::Config::new();
+    let bank = aurora::spawn(bank_config.clone())
+        .await
+        .map_err(SoakError::Aurora)?;
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(config.lifetime)
+            .jitter(config.lifetime / 2)
+            .death(DeathMode::Mixed)
+            .doa(config.doa)
+            .max_sessions(config.concurrency as usize + 1)
+            .chromium(outlive::LocalChromium::new().profile_root(profiles.path())),
+    )
+    .await
+    .map_err(SoakError::Gateway)?;
+    let client = Client::new(ClientOptions::new(gw.api_key(), gw.base_url()))
+        .map_err(|e| SoakError::Client(e.to_string()))?;
+    let provider = Solari::new(client);
+    let task = BankTask::new(
+        bank.base_url(),
+        &bank_config,
+        config.polls,
+        Duration::from_millis(100),
+    );
+
+    let events: Arc<Mutex<Vec<WideEvent>>> = Arc::default();
+    let extra_sign_ins = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut after_20 = Footprint::default();
+    let mut next = 0u32;
+    let mut finished = 0u32;
+    let mut running = futures::stream::FuturesUnordered::new();
+    loop {
+        while next < config.runs && running.len() < config.concurrency as usize {
+            let (provider, task, events, extra) =
+                (&provider, &task, events.clone(), extra_sign_ins.clone());
+            let (max_relaunches, hb_interval, hb_timeout) = (
+                config.max_relaunches,
+                config.heartbeat_interval,
+                config.heartbeat_timeout,
+            );
+            running.push(async move {
+                let progress = BankProgress::default();
+                let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
+                let writer = slot.clone();
+                let _ = outlive::outlive(
+                    provider,
+                    |page, ctx| {
+                        let (task, progress) = (task, &progress);
+                        async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
+                    },
+                    Options::new()
+                        .checkpoint_every(Duration::from_millis(300))
+                        .max_relaunches(max_relaunches)
+                        .heartbeat_interval(hb_interval)
+                        .heartbeat_timeout(hb_timeout)
+                        .relaunch_backoff(Duration::from_millis(100))
+                        .on_event(move |e| *writer.lock().expect("slot") = Some(e.clone())),
+                )
+                .await;
+                extra.fetch_add(
+                    progress.sign_ins().saturating_sub(1),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+                let event = slot
+                    .lock()
+                    .expect("slot")
+                    .clone()
+                    .expect("one event per run");
+                events.lock().expect("events").push(event.clone());
+                event
+            });
+            next += 1;
+        }
+        let Some(event) = futures::StreamExt::next(&mut running).await else {
+            break;
+        };
+        finished += 1;
+        on_run(finished, &event);
+        if finished == 20 {
+            after_20 = footprint(20, profiles.path());
+        }
+    }
+    let status = gw.shutdown().await.map_err(SoakError::Gateway)?;
+    let _ = bank.shutdown().await;
+    let events = events.lock().expect("events").clone();
+    let count = |o: outlive::Outcome| events.iter().filter(|e| e.outcome == o).count() as u32;
+    Ok(SoakReport {
+        config: config.clone(),
+        completed: count(outlive::Outcome::Completed),
+        gave_up: count(outlive::Outcome::GaveUp),
+        failed: count(outlive::Outcome::Failed),
+        relaunches: events.iter().map(|e| e.relaunches).sum(),
+        release_failed: events.iter().map(|e| e.release_failed).sum(),
+        extra_sign_ins: extra_sign_ins.load(std::sync::atomic::Ordering::SeqCst),
+        total_ms: started.elapsed().as_millis() as u64,
+        before,
+        after_20,
+        end: footprint(finished, profiles.path()),
+        sessions_left: status.live_sessions + status.dead_sessions,
+        events,
+    })
+}
