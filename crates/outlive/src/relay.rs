@@ -462,14 +462,26 @@ fn probe_message(id: u64) -> Message {
 }
 
 /// The id of a reply to one of the relay's own probes, if `text` is one. Chromium writes
-/// `"id"` first; anything else takes the slower, general path.
+/// `"id"` first, which the fast path reads without parsing; a proxy that re-serialises its
+/// messages may put it elsewhere, so text that mentions an id in the relay's range is parsed.
 fn probe_reply_id(text: &str) -> Option<u64> {
-    let rest = text.strip_prefix("{\"id\":")?;
-    let digits: &str = &rest[..rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len())];
-    let id: u64 = digits.parse().ok()?;
-    (id >= PROBE_ID_BASE).then_some(id)
+    if let Some(rest) = text.strip_prefix("{\"id\":") {
+        let digits = &rest[..rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len())];
+        let id: u64 = digits.parse().ok()?;
+        return (id >= PROBE_ID_BASE).then_some(id);
+    }
+    // Replies to probes are tiny; events and big results are never probe replies.
+    if text.len() > 4096 || !text.contains("\"id\":19") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: u64,
+    }
+    let reply: Reply = serde_json::from_str(text).ok()?;
+    (reply.id >= PROBE_ID_BASE).then_some(reply.id)
 }
 
 fn classify(e: &WsError) -> DeathCause {
@@ -492,5 +504,11 @@ mod tests {
         assert_eq!(probe_reply_id(r#"{"id":12,"result":{}}"#), None);
         assert_eq!(probe_reply_id(r#"{"method":"Page.loadEventFired"}"#), None);
         assert_eq!(probe_reply_id(r#"{"id":"#), None);
+        // Re-serialised by a proxy, with the id last.
+        assert_eq!(
+            probe_reply_id(r#"{"result":{"product":"Chrome"},"id":1900000007}"#),
+            Some(1_900_000_007)
+        );
+        assert_eq!(probe_reply_id(r#"{"result":{},"id":19}"#), None);
     }
 }
