@@ -44,7 +44,7 @@ fn quiet() -> Options {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn death_during_checkpoint_capture() {
-    let gw = gateway(Duration::from_millis(400)).await;
+    let gw = gateway(Duration::from_millis(600)).await;
     let site = Site::start().await;
     let provider = Tracked::new(&gw, 0);
     let answers = Mutex::new(Vec::new());
@@ -58,7 +58,7 @@ async fn death_during_checkpoint_capture() {
                 if ctx.attempt() == 1 {
                     page.goto(NavigateParams::new(format!("{}/login/S1", site.base)))
                         .await?;
-                    // The capture is one 400 ms round trip; the kill lands inside it.
+                    // The capture is one 600 ms round trip; the kill lands inside it.
                     let id = provider.newest();
                     let (written, _) =
                         tokio::join!(ctx.checkpoint(), gw.kill(&id, DeathMode::Close));

@@ -301,7 +301,11 @@ async fn too_many_deaths_give_up_and_release_everything() {
     assert_eq!(event.outcome, Outcome::GaveUp);
     assert_eq!(event.error_code.as_deref(), Some("gave_up"));
     assert_eq!((event.attempts, event.relaunches), (2, 1));
-    assert_eq!(provider.launches.load(Ordering::SeqCst), 2);
+    // Two browsers were used. A third may have been launched during the last death's grace
+    // (when the relay noticed the death before the task's page call failed) and then, not
+    // needed, released: `assert_nothing_left` checks that.
+    let launches = provider.launches.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&launches), "{launches} launches");
     profiles.assert_nothing_left();
 }
 
