@@ -84,10 +84,31 @@ pub fn plan(config: &DemoConfig) -> (u32, Duration) {
     (polls, every)
 }
 
-/// Runs the demo; `on_event` sees every step of the task as it happens.
+/// Something the demo shows as it happens.
+#[derive(Debug, Clone)]
+pub enum DemoEvent {
+    /// A step of the task.
+    Task(BankEvent),
+    /// outlive noticed a browser death.
+    Died {
+        /// What gave it away.
+        cause: outlive::DeathCause,
+        /// Work lost by this death.
+        lost_work: Duration,
+    },
+    /// A replacement browser was ready and restored.
+    Replaced {
+        /// From the death's detection to the task re-entered.
+        took: Duration,
+    },
+    /// A launch failed (a browser dead on arrival, a refused create).
+    LaunchFailed,
+}
+
+/// Runs the demo; `on_event` sees every step as it happens.
 pub async fn run(
     config: &DemoConfig,
-    on_event: impl Fn(BankEvent) + Send + Sync,
+    on_event: impl Fn(DemoEvent) + Send + Sync + 'static,
 ) -> Result<DemoReport, DemoError> {
     let bank_config = aurora::Config::new();
     let bank = aurora::spawn(bank_config.clone())
@@ -117,12 +138,29 @@ pub async fn run(
         .max_relaunches(lifetimes * 2 + 5)
         .relaunch_backoff(Duration::from_millis(500))
         .on_event(move |e| *slot.lock().expect("event slot") = Some(e.clone()));
+    let on_event = Arc::new(on_event);
+    let milestones = on_event.clone();
+    let options = options.on_milestone(move |m| match m {
+        outlive::Milestone::Died {
+            cause, lost_work, ..
+        } => milestones(DemoEvent::Died {
+            cause: *cause,
+            lost_work: *lost_work,
+        }),
+        outlive::Milestone::Entered {
+            replaced_in: Some(took),
+            ..
+        } => milestones(DemoEvent::Replaced { took: *took }),
+        outlive::Milestone::LaunchFailed { .. } => milestones(DemoEvent::LaunchFailed),
+        _ => {}
+    });
+    let on_task = move |e: BankEvent| on_event(DemoEvent::Task(e));
 
     let result = outlive::outlive(
         &provider,
         |page, ctx| {
-            let (task, progress, on_event) = (&task, &progress, &on_event);
-            async move { task.run(&page, Some(&ctx), progress, on_event).await }
+            let (task, progress, on_task) = (&task, &progress, &on_task);
+            async move { task.run(&page, Some(&ctx), progress, on_task).await }
         },
         options,
     )

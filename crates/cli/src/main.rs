@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use outlive_cli::bank::BankEvent;
-use outlive_cli::demo::{self, DemoConfig};
+use outlive_cli::demo::{self, DemoConfig, DemoEvent};
 
 #[derive(Parser)]
 #[command(
@@ -255,30 +255,27 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
             config.lifetime, config.jitter, config.death
         );
     }
-    let render = move |e: BankEvent| {
+    let render = move |e: DemoEvent| {
         if json {
             return;
         }
         let mut out = std::io::stdout().lock();
         match e {
-            BankEvent::Entered { attempt: 1, .. } => {
+            DemoEvent::Task(BankEvent::Entered { attempt: 1, .. }) => {
                 let _ = writeln!(out, "▶ entry 1 on a fresh browser");
             }
-            BankEvent::Entered { attempt, resumed } => {
+            DemoEvent::Task(BankEvent::Entered { attempt, resumed }) => {
                 let how = if resumed {
                     "checkpoint restored"
                 } else {
                     "no checkpoint yet"
                 };
-                let _ = writeln!(
-                    out,
-                    "\n✖ browser died → relaunched; entry {attempt} ({how})"
-                );
+                let _ = writeln!(out, "  entry {attempt} ({how})");
             }
-            BankEvent::SignedIn => {
+            DemoEvent::Task(BankEvent::SignedIn) => {
                 let _ = writeln!(out, "  signed in with password + TOTP; checkpointed");
             }
-            BankEvent::Polled { done, of } => {
+            DemoEvent::Task(BankEvent::Polled { done, of }) => {
                 let width = 40;
                 let filled = (done as usize * width) / of.max(1) as usize;
                 let _ = write!(
@@ -290,6 +287,33 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
                 if done == of {
                     let _ = writeln!(out);
                 }
+            }
+            DemoEvent::Died { cause, lost_work } => {
+                let how = match cause {
+                    outlive::DeathCause::Closed => "close frame",
+                    outlive::DeathCause::Reset => "connection reset",
+                    outlive::DeathCause::Silence => "silent connection: no heartbeat answer",
+                    outlive::DeathCause::ProcessExit => "browser process exited",
+                    outlive::DeathCause::ProbeFailed => "no answer to a probe",
+                };
+                let _ = writeln!(
+                    out,
+                    "\n✖ browser died ({how}); {:.1} s of work since the last checkpoint lost",
+                    lost_work.as_secs_f64()
+                );
+            }
+            DemoEvent::Replaced { took } => {
+                let _ = writeln!(
+                    out,
+                    "↻ replacement browser ready and restored in {} ms",
+                    took.as_millis()
+                );
+            }
+            DemoEvent::LaunchFailed => {
+                let _ = writeln!(
+                    out,
+                    "  a launch failed (dead on arrival?); retrying after the backoff"
+                );
             }
         }
         let _ = out.flush();
