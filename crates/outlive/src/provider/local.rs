@@ -228,6 +228,7 @@ impl LocalChromium {
             profile: Some(profile),
             endpoint: None,
             exited,
+            drain: None,
         };
 
         let mut lines = BufReader::new(stderr).lines();
@@ -250,8 +251,10 @@ impl LocalChromium {
             Ok(Some(url)) => {
                 browser.endpoint = Some(CdpEndpoint::new(url)?);
                 // Keep draining stderr so Chromium never blocks on a full pipe; the task ends
-                // at EOF, when the process exits.
-                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                // at EOF, when the process exits, or when the browser is dropped.
+                browser.drain = Some(tokio::spawn(async move {
+                    while let Ok(Some(_)) = lines.next_line().await {}
+                }));
                 tracing::debug!(pid, profile = %browser.profile_dir().display(), "chromium started");
                 Ok(browser)
             }
@@ -293,6 +296,7 @@ pub struct LocalBrowser {
     profile: Option<tempfile::TempDir>,
     endpoint: Option<CdpEndpoint>,
     exited: watch::Receiver<bool>,
+    drain: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl LocalBrowser {
@@ -364,6 +368,9 @@ impl LocalBrowser {
 impl Drop for LocalBrowser {
     fn drop(&mut self) {
         self.kill();
+        if let Some(drain) = self.drain.take() {
+            drain.abort();
+        }
         // A SIGKILLed process runs no more user code, so the profile can go now; retry in case
         // a file operation that was already in the kernel lands after the first pass.
         if let Some(dir) = self.profile.take() {
