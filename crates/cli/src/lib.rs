@@ -6,7 +6,7 @@
 //!   used by the demo, the benchmark and the end-to-end tests.
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
-//! * [`bench`] — `outlive bench`: the survival benchmark and micro-measurements.
+//! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
 //! * [`soak`] — `outlive soak`: many runs with random deaths, then a measured leak audit.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.

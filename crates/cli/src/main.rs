@@ -70,7 +70,7 @@ enum Command {
     /// Measure how long a provider's sessions really live: create, hold idle, note when the
     /// connection dies, repeat. Without --base-url, probes an embedded gateway.
     Probe {
-        /// A Solari-compatible API base URL (e.g. https://api.solari.example).
+        /// A Solari-compatible API base URL (e.g. `https://api.solari.example`).
         #[arg(long, requires = "api_key")]
         base_url: Option<String>,
         /// The API key (or set SOLARI_API_KEY).
