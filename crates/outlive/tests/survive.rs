@@ -414,3 +414,27 @@ async fn invalid_options_fail_before_any_browser_starts() {
     }
     assert_eq!(provider.launches.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_browser_leaves_nothing_in_the_temp_dir() {
+    let profiles = Profiles::new();
+    let mut browser = outlive::LocalChromium::new()
+        .profile_root(profiles.path())
+        .start()
+        .await
+        .unwrap();
+    // Chromium's process-singleton directory (which a SIGKILL would leave behind) is created
+    // in the browser's own TMPDIR, inside its temporary directory.
+    let singleton: Vec<_> = std::fs::read_dir(browser.profile_dir().join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        singleton.iter().any(|n| n.starts_with("org.chromium.")),
+        "{singleton:?}"
+    );
+    browser.kill();
+    drop(browser);
+    profiles.assert_nothing_left();
+}

@@ -190,9 +190,26 @@ impl LocalChromium {
             .with_source(e)
         })?;
 
+        // The profile and the browser's own TMPDIR both live under this one directory:
+        // Chromium puts its process-singleton socket in a fresh `$TMPDIR/org.chromium.*`
+        // directory that only a clean exit removes, so a killed browser would leave one
+        // behind in /tmp for every death.
+        let user_data = profile.path().join("profile");
+        let tmp = profile.path().join("tmp");
+        for dir in [&user_data, &tmp] {
+            std::fs::create_dir(dir).map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    "could not create a temporary Chromium profile",
+                )
+                .with_source(e)
+            })?;
+        }
+
         let mut cmd = Command::new(&exe);
         cmd.args(BASE_ARGS)
-            .arg(format!("--user-data-dir={}", profile.path().display()));
+            .arg(format!("--user-data-dir={}", user_data.display()))
+            .env("TMPDIR", &tmp);
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--no-sandbox");
         }
@@ -312,7 +329,8 @@ impl LocalBrowser {
         self.pgid.as_raw() as u32
     }
 
-    /// The temporary profile directory, removed when the browser is closed.
+    /// The browser's temporary directory (its profile and its `TMPDIR`), removed when the
+    /// browser is closed.
     pub fn profile_dir(&self) -> &Path {
         self.profile
             .as_ref()
