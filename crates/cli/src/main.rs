@@ -510,8 +510,8 @@ async fn run_soak(
         ("end", report.end),
     ] {
         println!(
-            "  {label:>14}: rss {} KiB, fds {}, chromium {}, temp profiles {}",
-            f.rss_kib, f.fds, f.chromium_processes, f.temp_profiles
+            "  {label:>14}: rss {} KiB, fds {}, chromium {}, temp profiles {}, /tmp singletons {}",
+            f.rss_kib, f.fds, f.chromium_processes, f.temp_profiles, f.tmp_singletons
         );
     }
     println!("  sessions left on the gateway: {}", report.sessions_left);

@@ -69,6 +69,9 @@ pub struct Footprint {
     pub chromium_processes: usize,
     /// Profile directories left under the soak's profile directory.
     pub temp_profiles: usize,
+    /// `org.chromium.*` process-singleton directories in the system temp dir (Chromium
+    /// leaves one there when it is killed, unless its TMPDIR points elsewhere).
+    pub tmp_singletons: usize,
 }
 
 /// The soak's result.
@@ -153,14 +156,11 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
                 .count()
         })
         .unwrap_or(0);
-    let temp_profiles = std::fs::read_dir(std::env::temp_dir())
+    let temp_profiles = std::fs::read_dir(profiles).map(|d| d.count()).unwrap_or(0);
+    let tmp_singletons = std::fs::read_dir(std::env::temp_dir())
         .map(|d| {
             d.flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .starts_with("outlive-chromium-")
-                })
+                .filter(|e| e.file_name().to_string_lossy().starts_with("org.chromium."))
                 .count()
         })
         .unwrap_or(0);
@@ -170,6 +170,7 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
         fds,
         chromium_processes,
         temp_profiles,
+        tmp_singletons,
     }
 }
 
