@@ -236,7 +236,11 @@ impl BankTask {
         // Re-entry safe: sign in only if the bank says we are signed out.
         let mut state = self.account(page).await?;
         if state.path == "/login" {
+            // No automatic checkpoint in the middle of signing in: a death there must resume
+            // from before it (signed out), never from between the TOTP and the welcome page.
+            let hold = ctx.map(Ctx::hold_checkpoints);
             self.sign_in(page).await?;
+            drop(hold);
             progress.sign_ins.fetch_add(1, Ordering::SeqCst);
             on_event(BankEvent::SignedIn);
             if let Some(ctx) = ctx {

@@ -76,6 +76,7 @@ struct Inner {
     attempt: u32,
     resumed_from: Option<ResumedFrom>,
     retired: AtomicBool,
+    holds: AtomicU32,
     capture: Capturer,
     store: Arc<Store>,
     capture_timeout: Duration,
@@ -113,6 +114,7 @@ impl Ctx {
                 attempt,
                 resumed_from,
                 retired: AtomicBool::new(false),
+                holds: AtomicU32::new(0),
                 capture,
                 store,
                 capture_timeout,
@@ -179,5 +181,45 @@ impl Ctx {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.inner.retired.load(Ordering::SeqCst)
+    }
+
+    /// Holds the automatic checkpoints until the returned guard is dropped.
+    ///
+    /// A periodic capture can land in the middle of a multi-step, non-repeatable operation
+    /// (between "the bank accepted the TOTP" and "the welcome page stored its preference") and
+    /// checkpoint a state that is neither before nor after it. Hold the automatic checkpoints
+    /// for the operation, then call [`Ctx::checkpoint`] when it is done: a death inside it
+    /// then resumes from before it, and the task's re-entry check sees it undone.
+    /// [`Ctx::checkpoint`] itself is not held.
+    ///
+    /// ```no_run
+    /// # async fn demo(ctx: outlive::Ctx) {
+    /// {
+    ///     let _hold = ctx.hold_checkpoints();
+    ///     // … sign in: password, TOTP, welcome page …
+    /// }
+    /// ctx.checkpoint().await;
+    /// # }
+    /// ```
+    pub fn hold_checkpoints(&self) -> CheckpointHold {
+        self.inner.holds.fetch_add(1, Ordering::SeqCst);
+        CheckpointHold { ctx: self.clone() }
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.inner.holds.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// Returned by [`Ctx::hold_checkpoints`]; automatic checkpoints resume when it is dropped.
+#[must_use = "the hold ends when this guard is dropped"]
+#[derive(Debug)]
+pub struct CheckpointHold {
+    ctx: Ctx,
+}
+
+impl Drop for CheckpointHold {
+    fn drop(&mut self) {
+        self.ctx.inner.holds.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -97,7 +97,7 @@ use std::future::Future;
 
 pub use chromiumoxide;
 pub use chromiumoxide::Page;
-pub use ctx::{Ctx, ResumedFrom};
+pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
 pub use options::{Options, Viewport};

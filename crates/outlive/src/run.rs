@@ -355,8 +355,11 @@ where
                     }
                     _ = sleep_until(due), if periodic.is_none() => {
                         last_periodic = Instant::now();
-                        let ctx = ctx.clone();
-                        periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
+                        // Held by the task: skip this one; the next is due an interval later.
+                        if !ctx.is_held() {
+                            let ctx = ctx.clone();
+                            periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
+                        }
                     }
                 }
             };
@@ -859,6 +862,31 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         let e = event.lock().unwrap().clone().unwrap();
         assert_eq!(e.error_code.as_deref(), Some("task_error"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_checkpoints_are_skipped_until_the_hold_ends() {
+        let fake = Fake::new(&[Plan::Live]);
+        let event = Arc::default();
+        run(
+            &fake,
+            |(), ctx| async move {
+                {
+                    let _hold = ctx.hold_checkpoints();
+                    tokio::time::sleep(Duration::from_secs(25)).await; // 2 periodic slots held
+                }
+                tokio::time::sleep(Duration::from_secs(11)).await; // one more runs
+                Ok::<_, String>(())
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(
+            e.checkpoint_count, 1,
+            "only the checkpoint after the hold ran"
+        );
     }
 
     #[tokio::test(start_paused = true)]
