@@ -136,11 +136,14 @@ async fn a_dropped_probe_still_releases_its_session() {
             panic!("the session cannot end before the cancel")
         });
         tokio::pin!(running);
+        // "Holds" means the probe has the session and its websocket. (A session the gateway
+        // counts as live may not have reached the probe yet: the create's answer is still on
+        // its way.)
         let mut watch = tokio::time::interval(Duration::from_millis(20));
         loop {
             tokio::select! {
                 _ = &mut running => panic!("the probe ended on its own"),
-                _ = watch.tick() => if gw.status().live_sessions == 1 { break },
+                _ = watch.tick() => if gw.status().relay_clients == 1 { break },
             }
         }
     }

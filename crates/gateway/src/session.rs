@@ -47,6 +47,8 @@ pub struct Status {
     /// the members of each browser's process group. (Chromium's crashpad handler leaves the
     /// group with `setsid` and is not counted; it exits by itself with its browser.)
     pub chromium_processes: usize,
+    /// Unreleased sessions whose CDP relay has a client connected right now.
+    pub relay_clients: usize,
 }
 
 /// Where a session is in its life.
@@ -258,20 +260,22 @@ impl Shared {
 
     /// Counts sessions and processes.
     pub(crate) fn status(&self) -> Status {
-        let (live, dead) = {
+        let (live, dead, clients) = {
             let reg = self.registry();
-            reg.sessions
-                .values()
-                .fold((0, 0), |(l, d), e| match *e.phase.borrow() {
-                    Phase::Live => (l + 1, d),
-                    Phase::Dead(_) => (l, d + 1),
-                    Phase::Released => (l, d),
-                })
+            reg.sessions.values().fold((0, 0, 0), |(l, d, c), e| {
+                let attached = usize::from(e.relay_attached);
+                match *e.phase.borrow() {
+                    Phase::Live => (l + 1, d, c + attached),
+                    Phase::Dead(_) => (l, d + 1, c + attached),
+                    Phase::Released => (l, d, c),
+                }
+            })
         };
         Status {
             live_sessions: live,
             dead_sessions: dead,
             chromium_processes: self.processes.alive(),
+            relay_clients: clients,
         }
     }
 
