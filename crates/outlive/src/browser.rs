@@ -95,9 +95,12 @@ async fn connect(
     };
     let client_url = relay.client_url().to_owned();
     let (browser, mut handler) = tokio::select! {
-        r = Browser::connect_with_config(client_url, config) => r.map_err(|e| {
-            Error::new(ErrorKind::Connect, "chromiumoxide could not connect through the relay").with_source(e)
-        })?,
+        r = Browser::connect_with_config(client_url, config) => match (r, relay.death()) {
+            (Ok(b), _) => b,
+            // A failure explained by a death the relay saw is reported as that death.
+            (Err(_), Some(d)) => return Err(died_early(d)),
+            (Err(e), None) => return Err(Error::new(ErrorKind::Connect, "chromiumoxide could not connect through the relay").with_source(e)),
+        },
         d = relay.died() => return Err(died_early(d)),
     };
 
@@ -137,6 +140,9 @@ async fn connect(
     let page = tokio::select! {
         r = ready => match r {
             Ok(p) => p,
+            Err(_) if relay.death().is_some() => {
+                return Err(died_early(relay.death().expect("checked")));
+            }
             Err(e) => {
                 return Err(Error::new(ErrorKind::Connect, "could not open a page in the new browser").with_source(e));
             }
