@@ -48,7 +48,8 @@ pub async fn serve(
 ) -> Result<(), Error> {
     config.validate()?;
     let addr = local_addr(&listener)?;
-    run(listener, Shared::new(config, addr), shutdown).await
+    // Quietly: the relay carries CDP frames (cookies) and the CDP URLs carry tokens.
+    outlive::quietly(run(listener, Shared::new(config, addr), shutdown)).await
 }
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, Error> {
@@ -71,7 +72,7 @@ async fn run(
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
-                    connections.spawn(serve_connection(stream, router.clone()));
+                    connections.spawn(outlive::quietly(serve_connection(stream, router.clone())));
                 }
                 Err(e) => {
                     // Per-connection failures (ECONNABORTED, EMFILE, …) must not end the server.
@@ -135,9 +136,13 @@ pub async fn spawn(config: Config) -> Result<Gateway, Error> {
     let addr = local_addr(&listener)?;
     let shared = Shared::new(config, addr);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(run(listener, shared.clone(), async move {
-        let _ = stop_rx.await;
-    }));
+    let task = tokio::spawn(outlive::quietly(run(
+        listener,
+        shared.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    )));
     Ok(Gateway {
         base_url: format!("http://{addr}"),
         shared,

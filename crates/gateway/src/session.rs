@@ -254,7 +254,7 @@ impl Shared {
                 self.record_panic();
             }
         }
-        reg.tasks.spawn(task);
+        reg.tasks.spawn(outlive::quietly(task));
         true
     }
 

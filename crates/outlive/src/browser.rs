@@ -9,7 +9,6 @@ use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
-use tracing::instrument::WithSubscriber;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::ctx::Capturer;
@@ -105,23 +104,20 @@ async fn connect(
     };
 
     // The handler pump: owned, and the first websocket error it reports is a death. It runs
-    // under a subscriber that drops chromiumoxide's raw CDP traffic, which carries cookies.
+    // quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
     let death_tx = relay.death_sender();
-    let pump = AbortOnDrop(tokio::spawn(
-        async move {
-            while let Some(event) = handler.next().await {
-                if let Err(CdpError::Ws(_)) = event {
-                    death_tx.declare(DeathCause::Closed);
-                    break;
-                }
+    let pump = AbortOnDrop(crate::quiet::spawn(async move {
+        while let Some(event) = handler.next().await {
+            if let Err(CdpError::Ws(_)) = event {
+                death_tx.declare(DeathCause::Closed);
+                break;
             }
         }
-        .with_subscriber(crate::quiet::WithoutRawCdp::current()),
-    ));
+    }));
 
     // The provider's own signal (a local process exiting) feeds the same death.
     let exit_tx = relay.death_sender();
-    let exit_watch = AbortOnDrop(tokio::spawn(async move {
+    let exit_watch = AbortOnDrop(crate::quiet::spawn(async move {
         exited.await;
         exit_tx.declare(DeathCause::ProcessExit);
     }));

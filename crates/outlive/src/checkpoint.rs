@@ -321,7 +321,7 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), 
         .collect();
     let responder_page = page.clone();
     // Answers every paused request; owned, so it stops when restore returns.
-    let _responder = AbortOnDrop(tokio::spawn(async move {
+    let _responder = AbortOnDrop(crate::quiet::spawn(async move {
         while let Some(event) = paused.next().await {
             let origin = url::Url::parse(&event.request.url)
                 .map(|u| u.origin().ascii_serialization())

@@ -104,6 +104,7 @@ pub use options::{Options, Viewport};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };
+pub use quiet::{Quiet, quietly};
 pub use redact::Diagnostics;
 pub use relay::{Death, DeathCause};
 pub use report::{Milestone, Outcome, WideEvent};
@@ -130,5 +131,5 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Display,
 {
-    run::run(&browser::CdpBackend { provider }, task, &options).await
+    quietly(run::run(&browser::CdpBackend { provider }, task, &options)).await
 }

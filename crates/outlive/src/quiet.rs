@@ -1,35 +1,75 @@
-//! Keeping chromiumoxide's raw CDP traffic out of the logs.
+//! Keeping wire traffic out of the logs, whatever subscriber the application installed.
 //!
-//! chromiumoxide logs every CDP message it sends and receives at TRACE
-//! (`chromiumoxide::conn`): `Storage.setCookies` with cookie values, `Storage.getCookies`
-//! answers, localStorage items. A checkpoint is a credential, so the handler that emits
-//! those lines runs under [`WithoutRawCdp`], which forwards every other event to the
-//! subscriber that was in place and drops those.
+//! The libraries outlive drives log what passes through them: chromiumoxide every CDP
+//! message at TRACE (`chromiumoxide::conn`: `Storage.setCookies` with cookie values, the
+//! task's `Runtime.evaluate` with a typed password), tungstenite every websocket message and
+//! the client handshake request (a Solari CDP URL with its bearer token) through the `log`
+//! crate, which an application's `tracing_subscriber::fmt().init()` bridges into `tracing`.
+//! A checkpoint and an endpoint are credentials, so outlive does not hope the application
+//! filters them: every future and task outlive runs is polled under [`Quiet`], a dispatcher
+//! that forwards everything to the subscriber that was in place except those libraries'
+//! wire-level events. `log` records count too: the bridge dispatches them to the current
+//! (scoped) dispatcher, which inside outlive is [`Quiet`].
+//!
+//! What is kept for debugging is outlive's own account of the wire (target `outlive::wire`,
+//! TRACE): each frame's direction, size, CDP method and id — never a payload.
 
+use std::future::Future;
+
+use tracing::instrument::{Instrument, WithDispatch, WithSubscriber};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Dispatch, Event, Metadata, Subscriber};
 
-/// A subscriber that forwards to another one, minus chromiumoxide's raw-traffic events.
-pub(crate) struct WithoutRawCdp(pub Dispatch);
+/// A dispatcher that forwards to the one in place, minus wire-level events of the libraries
+/// that carry secrets.
+///
+/// Wrap any future that drives chromiumoxide or a websocket carrying CDP with
+/// [`quietly`]; outlive does so for every run and every task it spawns, and the gateway for
+/// every connection it serves.
+pub struct Quiet(Dispatch);
 
-impl WithoutRawCdp {
-    /// The surrounding subscriber, filtered.
-    pub(crate) fn current() -> Dispatch {
-        Dispatch::new(WithoutRawCdp(tracing::dispatcher::get_default(
-            Dispatch::clone,
-        )))
+impl Quiet {
+    /// The current dispatcher, filtered (or the current one itself if it is already quiet).
+    pub fn current() -> Dispatch {
+        tracing::dispatcher::get_default(|current| {
+            if current.is::<Quiet>() {
+                current.clone()
+            } else {
+                Dispatch::new(Quiet(current.clone()))
+            }
+        })
     }
 }
 
-fn is_raw(meta: &Metadata<'_>) -> bool {
-    meta.target().starts_with("chromiumoxide::conn")
+/// Whether an event from this callsite may carry wire payloads or endpoint URLs.
+fn is_wire(meta: &Metadata<'_>) -> bool {
+    let target = meta.target();
+    let from = |krate: &str| {
+        target == krate
+            || target
+                .strip_prefix(krate)
+                .is_some_and(|rest| rest.starts_with("::"))
+    };
+    // Every tungstenite line is frame-level or handshake-level (the request line carries the
+    // URL's query, where a Solari token lives).
+    if from("tungstenite") || from("async_tungstenite") || from("tokio_tungstenite") {
+        return true;
+    }
+    // chromiumoxide: `conn` logs every message, `cmd` logs a timed-out command with its
+    // parameters, the handler logs an invalid message with its text. Its connection errors
+    // (ERROR, no payload) are kept.
+    if from("chromiumoxide") {
+        return !(target.starts_with("chromiumoxide::handler")
+            && *meta.level() == tracing::Level::ERROR);
+    }
+    false
 }
 
-impl Subscriber for WithoutRawCdp {
+impl Subscriber for Quiet {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        if is_raw(meta) {
-            // Other subscribers may still want it; we decide per event in `enabled`.
+        if is_wire(meta) {
+            // Other dispatchers may still want it; this one decides per event.
             Interest::sometimes()
         } else {
             self.0.register_callsite(meta)
@@ -37,7 +77,7 @@ impl Subscriber for WithoutRawCdp {
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
-        !is_raw(meta) && self.0.enabled(meta)
+        !is_wire(meta) && self.0.enabled(meta)
     }
 
     fn new_span(&self, attrs: &Attributes<'_>) -> Id {
@@ -53,7 +93,7 @@ impl Subscriber for WithoutRawCdp {
     }
 
     fn event(&self, event: &Event<'_>) {
-        if !is_raw(event.metadata()) {
+        if !is_wire(event.metadata()) {
             self.0.event(event)
         }
     }
@@ -72,5 +112,64 @@ impl Subscriber for WithoutRawCdp {
 
     fn try_close(&self, id: Id) -> bool {
         self.0.try_close(id)
+    }
+}
+
+/// Polls `future` under [`Quiet`]: nothing it (or a library it drives) logs at the wire
+/// level reaches the application's subscriber.
+pub fn quietly<F: Future>(future: F) -> WithDispatch<F> {
+    future.with_subscriber(Quiet::current())
+}
+
+/// Spawns `future` under the current dispatcher made [`Quiet`], in the current span. A task
+/// spawned with plain `tokio::spawn` would run under the global subscriber instead, with no
+/// filter.
+pub(crate) fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(quietly(future.in_current_span()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    fn meta(target: &'static str, level: Level) -> bool {
+        struct Cs;
+        impl tracing::callsite::Callsite for Cs {
+            fn set_interest(&self, _: Interest) {}
+            fn metadata(&self) -> &Metadata<'_> {
+                unreachable!()
+            }
+        }
+        static CS: Cs = Cs;
+        let m = Metadata::new(
+            "event",
+            target,
+            level,
+            None,
+            None,
+            None,
+            tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CS)),
+            tracing::metadata::Kind::EVENT,
+        );
+        is_wire(&m)
+    }
+
+    #[test]
+    fn wire_targets_are_recognised_and_nothing_else() {
+        assert!(meta("tungstenite::handshake::client", Level::TRACE));
+        assert!(meta("tungstenite::protocol", Level::DEBUG));
+        assert!(meta("async_tungstenite", Level::TRACE));
+        assert!(meta("chromiumoxide::conn", Level::TRACE));
+        assert!(meta("chromiumoxide::cmd", Level::ERROR));
+        assert!(meta("chromiumoxide::handler", Level::WARN));
+        assert!(!meta("chromiumoxide::handler", Level::ERROR));
+        assert!(!meta("tungstenitex", Level::TRACE));
+        assert!(!meta("outlive::wire", Level::TRACE));
+        assert!(!meta("my_app", Level::TRACE));
     }
 }

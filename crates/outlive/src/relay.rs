@@ -178,7 +178,7 @@ impl Relay {
         let (death_tx, death) = watch::channel(None);
         let (probe_tx, probe_rx) = mpsc::channel(8);
         let (cut_tx, cut_rx) = oneshot::channel();
-        let task = tokio::spawn(run(
+        let task = crate::quiet::spawn(run(
             listener,
             path,
             upstream_ws,
@@ -366,6 +366,7 @@ async fn run(
                             continue;
                         }
                         heartbeat_sent = None;
+                        wire_trace("from browser", text.as_str());
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
                     }
                     Some(Ok(Message::Binary(bytes))) => {
@@ -380,6 +381,7 @@ async fn run(
             msg = cl_rx.next() => {
                 match msg {
                     Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
+                        if let Message::Text(text) = &m { wire_trace("to browser", text.as_str()); }
                         if let Err(e) = up_tx.send(m).await { die(classify(&e)); return; }
                     }
                     Some(Ok(_)) => {}
@@ -454,6 +456,39 @@ impl tokio::io::AsyncWrite for QuickAck {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// What a CDP message is, without what it carries: its id, method and session.
+#[derive(serde::Deserialize, Default)]
+struct Head<'a> {
+    id: Option<u64>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "sessionId", borrow)]
+    session_id: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> Head<'a> {
+    fn of(text: &'a str) -> Head<'a> {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+}
+
+/// outlive's own account of the wire, for debugging: direction, size, id, method, session —
+/// never a payload (see `quiet`).
+fn wire_trace(direction: &'static str, text: &str) {
+    if tracing::enabled!(target: "outlive::wire", tracing::Level::TRACE) {
+        let head = Head::of(text);
+        tracing::trace!(
+            target: "outlive::wire",
+            direction,
+            bytes = text.len(),
+            id = head.id,
+            method = head.method.as_deref(),
+            session = head.session_id.as_deref(),
+            "cdp frame"
+        );
     }
 }
 

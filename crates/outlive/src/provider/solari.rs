@@ -273,9 +273,9 @@ impl Drop for SolariSession {
         // a runtime is still there to do it.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (client, id) = (self.client.clone(), self.id.clone());
-            handle.spawn(async move {
+            handle.spawn(crate::quietly(async move {
                 let _ = client.sessions().release(&id).await;
-            });
+            }));
         }
     }
 }
