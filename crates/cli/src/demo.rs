@@ -143,6 +143,9 @@ pub async fn run(
     let options = options.on_milestone(move |m| match m {
         outlive::Milestone::Died {
             cause, lost_work, ..
+        }
+        | outlive::Milestone::PageFailed {
+            cause, lost_work, ..
         } => milestones(DemoEvent::Died {
             cause: *cause,
             lost_work: *lost_work,

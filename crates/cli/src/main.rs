@@ -295,10 +295,19 @@ async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
                     outlive::DeathCause::Silence => "silent connection: no heartbeat answer",
                     outlive::DeathCause::ProcessExit => "browser process exited",
                     outlive::DeathCause::ProbeFailed => "no answer to a probe",
+                    outlive::DeathCause::PageCrashed => "renderer crashed",
+                    outlive::DeathCause::PageClosed => "page target closed",
+                    outlive::DeathCause::PageHung => "page stopped answering",
+                    _ => cause.as_str(),
+                };
+                let what = if cause.is_page() {
+                    "page failed"
+                } else {
+                    "browser died"
                 };
                 let _ = writeln!(
                     out,
-                    "\n✖ browser died ({how}); {:.1} s of work since the last checkpoint lost",
+                    "\n✖ {what} ({how}); {:.1} s of work since the last checkpoint lost",
                     lost_work.as_secs_f64()
                 );
             }

@@ -31,7 +31,8 @@ pub(crate) struct CdpBackend<'p, P: ?Sized> {
 pub(crate) struct CdpBrowser {
     page: Page,
     // Field order is drop order: the page and browser go before the pump and the relay.
-    _browser: Browser,
+    browser: Browser,
+    viewport: crate::options::Viewport,
     pump: Option<AbortOnDrop>,
     _exit_watch: AbortOnDrop,
     relay: Relay,
@@ -122,17 +123,7 @@ async fn connect(
         exit_tx.declare(DeathCause::ProcessExit);
     }));
 
-    let viewport = SetDeviceMetricsOverrideParams::new(
-        i64::from(options.viewport.width),
-        i64::from(options.viewport.height),
-        1.0,
-        false,
-    );
-    let ready = async {
-        let page = browser.new_page("about:blank").await?;
-        page.execute(viewport).await?;
-        Ok::<_, CdpError>(page)
-    };
+    let ready = open_page(&browser, options.viewport);
     let page = tokio::select! {
         r = ready => match r {
             Ok(p) => p,
@@ -145,14 +136,35 @@ async fn connect(
         },
         d = relay.died() => return Err(died_early(d)),
     };
+    relay.watch_page(
+        page.target_id().as_ref().to_owned(),
+        page.session_id().as_ref().to_owned(),
+    );
     Ok(CdpBrowser {
         page,
-        _browser: browser,
+        browser,
+        viewport: options.viewport,
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
         session: None,
     })
+}
+
+/// A blank page with the run's viewport.
+async fn open_page(
+    browser: &Browser,
+    viewport: crate::options::Viewport,
+) -> Result<Page, CdpError> {
+    let page = browser.new_page("about:blank").await?;
+    page.execute(SetDeviceMetricsOverrideParams::new(
+        i64::from(viewport.width),
+        i64::from(viewport.height),
+        1.0,
+        false,
+    ))
+    .await?;
+    Ok(page)
 }
 
 impl LiveBrowser for CdpBrowser {
@@ -171,21 +183,85 @@ impl LiveBrowser for CdpBrowser {
     }
 
     fn died(&self) -> impl Future<Output = Death> + Send {
-        let mut watch = self.relay.watch();
-        async move { crate::relay::wait_death(&mut watch).await }
+        let mut browser = self.relay.watch();
+        let (mut page, generation) = self.relay.page_watch();
+        async move {
+            tokio::select! {
+                biased;
+                d = crate::relay::wait_death(&mut browser) => d,
+                d = crate::relay::wait_page_death(&mut page, generation) => d,
+            }
+        }
     }
 
     fn death(&self) -> Option<Death> {
+        self.relay.death().or_else(|| self.relay.page_death())
+    }
+
+    fn browser_death(&self) -> Option<Death> {
         self.relay.death()
     }
 
     async fn confirm_alive(&self, timeout: Duration) -> bool {
-        if self.relay.probe(timeout).await {
-            true
-        } else {
+        let (browser, page) =
+            tokio::join!(self.relay.probe(timeout), self.relay.probe_page(timeout));
+        if !browser {
             self.relay.declare(DeathCause::ProbeFailed);
             false
+        } else if !page {
+            self.relay.declare_page(DeathCause::PageHung);
+            false
+        } else {
+            true
         }
+    }
+
+    async fn replace_page(&mut self) -> Result<(), Error> {
+        if let Some(d) = self.relay.death() {
+            return Err(Error::new(
+                ErrorKind::Cdp,
+                format!("the browser died too ({})", d.cause.as_str()),
+            ));
+        }
+        // The failed page goes first: a hung renderer is crashed so no new page can share it.
+        let hung = self
+            .relay
+            .page_death()
+            .is_some_and(|d| d.cause == DeathCause::PageHung);
+        self.relay.retire_page(
+            self.page.target_id().as_ref().to_owned(),
+            self.page.session_id().as_ref().to_owned(),
+            hung,
+        );
+        let mut browser_death = self.relay.watch();
+        let opened = tokio::select! {
+            r = tokio::time::timeout(CONNECT_TIMEOUT, open_page(&self.browser, self.viewport)) => r,
+            d = crate::relay::wait_death(&mut browser_death) => {
+                return Err(Error::new(ErrorKind::Cdp, format!("the browser died while a fresh page was opened ({})", d.cause.as_str())));
+            }
+        };
+        let page = match opened {
+            Ok(Ok(page)) => page,
+            Ok(Err(e)) => {
+                return Err(Error::new(
+                    ErrorKind::Cdp,
+                    "could not open a fresh page in the browser",
+                )
+                .with_source(e));
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Cdp,
+                    format!("no fresh page within {CONNECT_TIMEOUT:?}"),
+                ));
+            }
+        };
+        self.relay.watch_page(
+            page.target_id().as_ref().to_owned(),
+            page.session_id().as_ref().to_owned(),
+        );
+        self.page = page;
+        Ok(())
     }
 
     fn cut(&mut self) {

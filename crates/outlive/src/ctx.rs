@@ -1,7 +1,7 @@
 //! [`Ctx`]: what the task learns about its entry, and how it asks for a checkpoint.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -72,7 +72,21 @@ impl Store {
     }
 }
 
+/// One capture in flight at a time. A call that arrives while a capture runs waits for it and
+/// is answered by the next capture, which every caller that arrived meanwhile shares: a capture
+/// that started before the call may have missed the state the caller wants kept.
+#[derive(Default)]
+struct Flight {
+    /// Held by the capture in flight; waiters queue on it in arrival order.
+    turn: tokio::sync::Mutex<()>,
+    /// Captures started so far; a call is served by a capture numbered above what it saw.
+    started: AtomicU64,
+    /// The newest finished capture: its number, and whether it wrote a checkpoint.
+    finished: Mutex<(u64, bool)>,
+}
+
 struct Inner {
+    flight: Flight,
     attempt: u32,
     resumed_from: Option<ResumedFrom>,
     retired: AtomicBool,
@@ -111,6 +125,7 @@ impl Ctx {
     ) -> Self {
         Ctx {
             inner: Arc::new(Inner {
+                flight: Flight::default(),
                 attempt,
                 resumed_from,
                 retired: AtomicBool::new(false),
@@ -138,10 +153,33 @@ impl Ctx {
     /// Captures cookies, localStorage and the URL now. Never fails: answers `true` if a
     /// checkpoint was written, `false` if not (the browser is dying, the capture timed out,
     /// or this entry was retired after a death).
+    ///
+    /// One capture runs at a time. A call made while one is running (a periodic checkpoint,
+    /// or another `checkpoint()` of the task) waits for it, then is answered by one follow-up
+    /// capture shared by every call that arrived meanwhile — never by the capture that was
+    /// already running, which may have missed the state the call wants kept.
     pub async fn checkpoint(&self) -> bool {
         if self.is_retired() {
             return false;
         }
+        let flight = &self.inner.flight;
+        let wanted = flight.started.load(Ordering::SeqCst) + 1;
+        let _turn = flight.turn.lock().await;
+        let (newest, wrote) = *flight.finished.lock().expect("flight poisoned");
+        if newest >= wanted {
+            return wrote;
+        }
+        if self.is_retired() {
+            return false;
+        }
+        let number = flight.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let wrote = self.capture().await;
+        *flight.finished.lock().expect("flight poisoned") = (number, wrote);
+        wrote
+    }
+
+    /// One capture, offered to the store.
+    async fn capture(&self) -> bool {
         let started = Instant::now();
         let captured =
             tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;

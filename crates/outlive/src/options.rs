@@ -35,6 +35,7 @@ pub(crate) type OnMilestone = Arc<dyn Fn(&Milestone) + Send + Sync>;
 pub struct Options {
     pub(crate) checkpoint_every: Duration,
     pub(crate) max_relaunches: u32,
+    pub(crate) max_page_recoveries: u32,
     pub(crate) relaunch_backoff: Duration,
     pub(crate) viewport: Viewport,
     pub(crate) start_url: Option<String>,
@@ -60,6 +61,7 @@ impl fmt::Debug for Options {
         f.debug_struct("Options")
             .field("checkpoint_every", &self.checkpoint_every)
             .field("max_relaunches", &self.max_relaunches)
+            .field("max_page_recoveries", &self.max_page_recoveries)
             .field("relaunch_backoff", &self.relaunch_backoff)
             .field("viewport", &self.viewport)
             .field(
@@ -85,6 +87,7 @@ impl Options {
         Self {
             checkpoint_every: Duration::from_secs(30),
             max_relaunches: 5,
+            max_page_recoveries: 10,
             relaunch_backoff: Duration::from_secs(2),
             viewport: Viewport {
                 width: 1280,
@@ -122,6 +125,20 @@ impl Options {
     /// 5 (about an hour of task on a ten-minute session).
     pub fn max_relaunches(mut self, n: u32) -> Self {
         self.max_relaunches = n;
+        self
+    }
+
+    /// How many times the task's page may fail (crash, be closed, hang) in a browser that
+    /// lives on before the run gives up. Each such failure is recovered on a fresh page in the
+    /// same browser, without a relaunch; this budget is separate from `max_relaunches`. A page
+    /// that fails again and again (a site that exhausts the renderer's memory) ends the run
+    /// with `GaveUp` instead of looping. `0` means the first page failure gives up.
+    ///
+    /// # Default
+    ///
+    /// 10.
+    pub fn max_page_recoveries(mut self, n: u32) -> Self {
+        self.max_page_recoveries = n;
         self
     }
 
@@ -293,6 +310,15 @@ impl Options {
                 format!(
                     "option `max_relaunches` must be at most 1000, got {}",
                     self.max_relaunches
+                ),
+            ));
+        }
+        if self.max_page_recoveries > 1_000 {
+            return Err(Error::invalid_option(
+                "max_page_recoveries",
+                format!(
+                    "option `max_page_recoveries` must be at most 1000, got {}",
+                    self.max_page_recoveries
                 ),
             ));
         }

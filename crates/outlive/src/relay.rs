@@ -7,6 +7,16 @@
 //! private message id) whenever the connection has been quiet for a heartbeat interval.
 //! The first sign of death is published on a `watch` channel *before* the client side is
 //! cut, so anything chromiumoxide sees afterwards is already explained.
+//!
+//! The relay also watches the task's **page** (one target and its flattened CDP session):
+//! a renderer crash (`Inspector.targetCrashed`, `Target.targetCrashed`), the target destroyed
+//! or detached by anyone but outlive, and a hung page — a command on the page outstanding for
+//! a heartbeat interval makes the relay ask the page (`Runtime.evaluate` of a constant) and the
+//! browser (`Browser.getVersion`) at once; the browser answering and the page not within the
+//! heartbeat timeout is a hung page. A page failure is published on its own channel, then every
+//! command in flight on that page is answered with a CDP error at once, and so is every later
+//! command to it: nothing the task awaits hangs on a dead target (chromiumoxide would wait for
+//! its 30–60 s request timeout). The browser connection stays up for the next page.
 
 use std::time::Duration;
 
@@ -26,8 +36,10 @@ use crate::task::AbortOnDrop;
 /// Message ids at and above this are the relay's own; chromiumoxide counts up from 0.
 const PROBE_ID_BASE: u64 = 1_900_000_000;
 
-/// How a browser connection died, as the relay saw it.
+/// What ended an entry: the browser connection died, or (the `Page*` causes) only the task's
+/// page did, in a browser that lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeathCause {
     /// The endpoint sent a websocket close frame, or closed the TCP connection cleanly.
     Closed,
@@ -39,6 +51,15 @@ pub enum DeathCause {
     ProcessExit,
     /// A page call failed and the browser did not answer an on-demand probe.
     ProbeFailed,
+    /// The task's page crashed (its renderer died: out of memory, "Aw, Snap!"); the browser
+    /// lives on.
+    PageCrashed,
+    /// The task's page target was closed or detached by something other than outlive (the
+    /// site, another CDP client, the provider).
+    PageClosed,
+    /// The task's page stopped answering (its main thread is stuck, e.g. in an endless
+    /// script) while the browser still answers.
+    PageHung,
 }
 
 impl DeathCause {
@@ -50,7 +71,19 @@ impl DeathCause {
             DeathCause::Silence => "silence",
             DeathCause::ProcessExit => "process_exit",
             DeathCause::ProbeFailed => "probe_failed",
+            DeathCause::PageCrashed => "page_crashed",
+            DeathCause::PageClosed => "page_closed",
+            DeathCause::PageHung => "page_hung",
         }
+    }
+
+    /// Whether only the page failed: the browser may still be alive, and a fresh page in it
+    /// can take over.
+    pub fn is_page(self) -> bool {
+        matches!(
+            self,
+            DeathCause::PageCrashed | DeathCause::PageClosed | DeathCause::PageHung
+        )
     }
 }
 
@@ -77,7 +110,36 @@ fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(512 << 20))
 }
 
-type ProbeRequest = oneshot::Sender<()>;
+/// The page the relay watches: a target and its flattened session, numbered so that a
+/// failure of an earlier page is never taken for one of the current page.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchedPage {
+    pub target_id: String,
+    pub session_id: String,
+    pub generation: u64,
+}
+
+/// A page failure: which page (generation) and the death.
+type PageDeath = Option<(u64, Death)>;
+
+/// What the relay's handle asks of its task.
+enum Control {
+    /// Ask the browser for a sign of life; answer when it replies.
+    Probe(oneshot::Sender<()>),
+    /// Ask the watched page for a sign of life; answer when it replies.
+    ProbePage(oneshot::Sender<()>),
+    /// Watch this page from now on.
+    Watch(WatchedPage),
+    /// The handle declared the watched page failed: fail its commands as for any page death.
+    PageFailed(u64),
+    /// Done with a failed page: crash its renderer first if it hangs (so no new page can
+    /// share the stuck process), then close its target. Replies are not awaited.
+    Retire {
+        target_id: String,
+        session_id: String,
+        crash: bool,
+    },
+}
 
 /// Resolves with the first death published on `rx`.
 pub(crate) async fn wait_death(rx: &mut watch::Receiver<Option<Death>>) -> Death {
@@ -93,6 +155,39 @@ pub(crate) async fn wait_death(rx: &mut watch::Receiver<Option<Death>>) -> Death
             };
         }
     }
+}
+
+/// Resolves with the failure of page `generation`.
+pub(crate) async fn wait_page_death(rx: &mut watch::Receiver<PageDeath>, generation: u64) -> Death {
+    loop {
+        if let Some((g, d)) = *rx.borrow_and_update() {
+            if g == generation {
+                return d;
+            }
+        }
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Records the failure of page `generation` unless one is recorded; returns the recorded one.
+fn declare_page(tx: &watch::Sender<PageDeath>, generation: u64, cause: DeathCause) -> Death {
+    let mut recorded = Death {
+        cause,
+        at: Instant::now(),
+    };
+    tx.send_if_modified(|d| match d {
+        Some((g, existing)) if *g == generation => {
+            recorded = *existing;
+            false
+        }
+        _ => {
+            *d = Some((generation, recorded));
+            true
+        }
+    });
+    recorded
 }
 
 /// Reports a death to the relay's watchers; the first report wins.
@@ -125,7 +220,11 @@ pub(crate) struct Relay {
     client_url: String,
     death: watch::Receiver<Option<Death>>,
     death_tx: watch::Sender<Option<Death>>,
-    probe_tx: mpsc::Sender<ProbeRequest>,
+    page_death: watch::Receiver<PageDeath>,
+    page_death_tx: watch::Sender<PageDeath>,
+    /// The generation of the page being watched (0: none yet).
+    page_generation: u64,
+    control: mpsc::UnboundedSender<Control>,
     cut_tx: Option<oneshot::Sender<()>>,
     _task: AbortOnDrop,
 }
@@ -176,22 +275,29 @@ impl Relay {
         let client_url = format!("ws://127.0.0.1:{port}{path}");
 
         let (death_tx, death) = watch::channel(None);
-        let (probe_tx, probe_rx) = mpsc::channel(8);
+        let (page_death_tx, page_death) = watch::channel(None);
+        let (control, control_rx) = mpsc::unbounded_channel();
         let (cut_tx, cut_rx) = oneshot::channel();
         let task = crate::quiet::spawn(run(
             listener,
             path,
             upstream_ws,
             heartbeat,
-            death_tx.clone(),
-            probe_rx,
+            Signals {
+                death: death_tx.clone(),
+                page_death: page_death_tx.clone(),
+            },
+            control_rx,
             cut_rx,
         ));
         Ok(Relay {
             client_url,
             death,
             death_tx,
-            probe_tx,
+            page_death,
+            page_death_tx,
+            page_generation: 0,
+            control,
             cut_tx: Some(cut_tx),
             _task: AbortOnDrop(task),
         })
@@ -233,10 +339,64 @@ impl Relay {
             return false;
         }
         let (tx, rx) = oneshot::channel();
-        if self.probe_tx.send(tx).await.is_err() {
+        if self.control.send(Control::Probe(tx)).is_err() {
             return false;
         }
         matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+    }
+
+    /// Asks the watched page for a sign of life now. `true` if it answered within `timeout`.
+    pub async fn probe_page(&self, timeout: Duration) -> bool {
+        if self.page_death().is_some() {
+            return false;
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.control.send(Control::ProbePage(tx)).is_err() {
+            return false;
+        }
+        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+    }
+
+    /// Watches `target_id` (attached as `session_id`) as the task's page from now on; a
+    /// failure of the page watched before is no longer reported.
+    pub fn watch_page(&mut self, target_id: String, session_id: String) {
+        self.page_generation += 1;
+        let _ = self.control.send(Control::Watch(WatchedPage {
+            target_id,
+            session_id,
+            generation: self.page_generation,
+        }));
+    }
+
+    /// The failure of the watched page, if one was detected.
+    pub fn page_death(&self) -> Option<Death> {
+        match *self.page_death.borrow() {
+            Some((g, d)) if g == self.page_generation && g > 0 => Some(d),
+            _ => None,
+        }
+    }
+
+    /// A receiver and the watched page's generation, for [`wait_page_death`].
+    pub fn page_watch(&self) -> (watch::Receiver<PageDeath>, u64) {
+        (self.page_death.clone(), self.page_generation)
+    }
+
+    /// Records a failure of the watched page learned elsewhere (an unanswered on-demand
+    /// probe); its commands are failed as for any page death.
+    pub fn declare_page(&self, cause: DeathCause) -> Death {
+        let death = declare_page(&self.page_death_tx, self.page_generation, cause);
+        let _ = self.control.send(Control::PageFailed(self.page_generation));
+        death
+    }
+
+    /// Disposes of a failed page: crashes its renderer first when `crash` (a hung page), then
+    /// closes its target. Does not wait for either.
+    pub fn retire_page(&self, target_id: String, session_id: String, crash: bool) {
+        let _ = self.control.send(Control::Retire {
+            target_id,
+            session_id,
+            crash,
+        });
     }
 
     /// Closes the client side at once, so chromiumoxide stops talking to a dead browser.
@@ -288,20 +448,74 @@ fn ws_error_without_url(e: WsError) -> Box<dyn std::error::Error + Send + Sync> 
     }
 }
 
+/// The channels the relay task publishes deaths on.
+struct Signals {
+    death: watch::Sender<Option<Death>>,
+    page_death: watch::Sender<PageDeath>,
+}
+
+/// A page probe sent because a command on the page stalled, with a browser probe beside it.
+struct StallProbe {
+    page_id: u64,
+    browser_id: u64,
+    sent: Instant,
+    browser_answered: bool,
+}
+
+/// The relay's view of the task's page.
+#[derive(Default)]
+struct PageState {
+    watched: Option<WatchedPage>,
+    /// Commands in flight on the watched page: id → when sent. chromiumoxide's ids grow, so
+    /// the first is the oldest.
+    pending: std::collections::BTreeMap<u64, Instant>,
+    /// Sessions of failed pages: every command to them is answered with an error at once.
+    dead_sessions: std::collections::HashSet<String>,
+    stall_probe: Option<StallProbe>,
+    last_stall_probe: Option<Instant>,
+    /// The generation of the last page that failed (0: none).
+    failed_generation: u64,
+}
+
+impl PageState {
+    fn failed(&self) -> bool {
+        self.watched
+            .as_ref()
+            .is_some_and(|w| w.generation == self.failed_generation)
+    }
+
+    /// When the stall logic next needs the loop's attention.
+    fn deadline(&self, heartbeat: Heartbeat) -> Option<Instant> {
+        if let Some(probe) = &self.stall_probe {
+            return Some(probe.sent + heartbeat.timeout);
+        }
+        let (_, oldest) = self.pending.first_key_value()?;
+        let mut due = *oldest + heartbeat.interval;
+        if let Some(last) = self.last_stall_probe {
+            due = due.max(last + heartbeat.interval);
+        }
+        Some(due)
+    }
+}
+
 async fn run(
     listener: TcpListener,
     path: String,
     upstream: async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>,
     heartbeat: Heartbeat,
-    death_tx: watch::Sender<Option<Death>>,
-    mut probe_rx: mpsc::Receiver<ProbeRequest>,
+    signals: Signals,
+    mut control: mpsc::UnboundedReceiver<Control>,
     mut cut_rx: oneshot::Receiver<()>,
 ) {
     let die = |cause: DeathCause| {
-        DeathSender(death_tx.clone()).declare(cause);
+        DeathSender(signals.death.clone()).declare(cause);
     };
 
     let (mut up_tx, mut up_rx) = upstream.split();
+    let mut page = PageState::default();
+    // Control messages that arrive before the client connects (none are expected but a
+    // watch) are applied once it has.
+    let mut early: Vec<Control> = Vec::new();
 
     // Accept the one client, keeping the upstream watched meanwhile.
     let client = loop {
@@ -332,6 +546,7 @@ async fn run(
                     Some(Ok(_)) => {}
                 }
             }
+            Some(c) = control.recv() => early.push(c),
             _ = &mut cut_rx => return,
         }
     };
@@ -339,14 +554,23 @@ async fn run(
     let (mut cl_tx, mut cl_rx) = client.split();
 
     let mut next_probe_id = PROBE_ID_BASE;
-    let mut waiting: Vec<(u64, Option<ProbeRequest>)> = Vec::new();
+    let mut waiting: Vec<(u64, Option<oneshot::Sender<()>>)> = Vec::new();
     let mut heartbeat_sent: Option<Instant> = None;
     let mut last_rx = Instant::now();
+    let mut early = early.into_iter();
 
     loop {
-        let deadline = match heartbeat_sent {
+        let heartbeat_due = match heartbeat_sent {
             Some(sent) => sent + heartbeat.timeout,
             None => last_rx + heartbeat.interval,
+        };
+        let stall_due = page.deadline(heartbeat);
+        let deadline = stall_due.map_or(heartbeat_due, |s| s.min(heartbeat_due));
+        let next_control = async {
+            match early.next() {
+                Some(c) => Some(c),
+                None => control.recv().await,
+            }
         };
         tokio::select! {
             biased;
@@ -355,19 +579,22 @@ async fn run(
                 last_rx = Instant::now();
                 match msg {
                     Some(Ok(Message::Text(text))) => {
+                        heartbeat_sent = None;
                         if let Some(id) = probe_reply_id(text.as_str()) {
-                            heartbeat_sent = None;
-                            waiting.retain_mut(|(pid, reply)| {
-                                if *pid == id {
-                                    if let Some(r) = reply.take() { let _ = r.send(()); }
-                                    false
-                                } else { true }
-                            });
+                            on_probe_reply(id, &mut waiting, &mut page);
                             continue;
                         }
-                        heartbeat_sent = None;
                         wire_trace("from browser", text.as_str());
+                        if !page.pending.is_empty() {
+                            if let Some(id) = reply_id(text.as_str()) {
+                                page.pending.remove(&id);
+                            }
+                        }
+                        let failure = page_event(text.as_str(), &page);
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
+                        if let Some(cause) = failure {
+                            if fail_page(cause, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                        }
                     }
                     Some(Ok(Message::Binary(bytes))) => {
                         heartbeat_sent = None;
@@ -380,8 +607,23 @@ async fn run(
             }
             msg = cl_rx.next() => {
                 match msg {
-                    Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
-                        if let Message::Text(text) = &m { wire_trace("to browser", text.as_str()); }
+                    Some(Ok(Message::Text(text))) => {
+                        wire_trace("to browser", text.as_str());
+                        let head = Head::of(text.as_str());
+                        if let (Some(id), Some(session)) = (head.id, head.session_id.as_deref()) {
+                            if page.dead_sessions.contains(session) {
+                                // A command to a failed page: answered at once, never sent.
+                                let refusal = page_error(id, session, "the page failed earlier");
+                                if cl_tx.send(refusal).await.is_err() { return; }
+                                continue;
+                            }
+                            if page.watched.as_ref().is_some_and(|w| w.session_id == session) {
+                                page.pending.insert(id, Instant::now());
+                            }
+                        }
+                        if let Err(e) = up_tx.send(Message::Text(text)).await { die(classify(&e)); return; }
+                    }
+                    Some(Ok(m @ Message::Binary(_))) => {
                         if let Err(e) = up_tx.send(m).await { die(classify(&e)); return; }
                     }
                     Some(Ok(_)) => {}
@@ -389,27 +631,234 @@ async fn run(
                     Some(Err(_)) | None => return,
                 }
             }
-            req = probe_rx.recv() => {
-                let Some(reply) = req else { continue };
-                let id = next_probe_id;
-                next_probe_id += 1;
-                waiting.push((id, Some(reply)));
-                if let Err(e) = up_tx.send(probe_message(id)).await { die(classify(&e)); return; }
+            Some(c) = next_control => {
+                let sent = match c {
+                    Control::Probe(reply) => {
+                        let id = next_id(&mut next_probe_id);
+                        waiting.push((id, Some(reply)));
+                        up_tx.send(probe_message(id)).await
+                    }
+                    Control::ProbePage(reply) => match page.watched.as_ref() {
+                        Some(w) if !page.failed() => {
+                            let id = next_id(&mut next_probe_id);
+                            waiting.push((id, Some(reply)));
+                            up_tx.send(page_probe_message(id, &w.session_id)).await
+                        }
+                        _ => Ok(()),
+                    },
+                    Control::Watch(w) => {
+                        page.pending.clear();
+                        page.stall_probe = None;
+                        page.last_stall_probe = None;
+                        page.watched = Some(w);
+                        Ok(())
+                    }
+                    Control::PageFailed(generation) => {
+                        if page.watched.as_ref().is_some_and(|w| w.generation == generation) && !page.failed() {
+                            let cause = DeathCause::PageHung;
+                            if fail_page(cause, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                        }
+                        Ok(())
+                    }
+                    Control::Retire { target_id, session_id, crash } => {
+                        let mut r = Ok(());
+                        if crash {
+                            let id = next_id(&mut next_probe_id);
+                            r = up_tx.send(crash_message(id, &session_id)).await;
+                        }
+                        if r.is_ok() {
+                            let id = next_id(&mut next_probe_id);
+                            r = up_tx.send(close_target_message(id, &target_id)).await;
+                        }
+                        r
+                    }
+                };
+                if let Err(e) = sent { die(classify(&e)); return; }
             }
             _ = sleep_until(deadline) => {
+                let now = Instant::now();
+                if stall_due.is_some_and(|d| d <= now) {
+                    match page.stall_probe.take() {
+                        // The page did not answer in time.
+                        Some(probe) if probe.browser_answered => {
+                            tracing::debug!(timeout = ?heartbeat.timeout, "page probe unanswered while the browser answers");
+                            if fail_page(DeathCause::PageHung, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                        }
+                        // Neither answered: the connection is silent, the browser is gone.
+                        Some(_) => {
+                            tracing::debug!(timeout = ?heartbeat.timeout, "page and browser probes unanswered");
+                            die(DeathCause::Silence);
+                            return;
+                        }
+                        // A command has been outstanding for an interval: ask the page and the browser.
+                        None => {
+                            let Some(session) = page.watched.as_ref().map(|w| w.session_id.clone()) else { continue };
+                            let (page_id, browser_id) = (next_id(&mut next_probe_id), next_id(&mut next_probe_id));
+                            page.stall_probe = Some(StallProbe { page_id, browser_id, sent: now, browser_answered: false });
+                            page.last_stall_probe = Some(now);
+                            tracing::debug!(stalled = ?page.pending.first_key_value().map(|(_, t)| now - *t), "a page command stalled; probing the page");
+                            if let Err(e) = up_tx.send(page_probe_message(page_id, &session)).await { die(classify(&e)); return; }
+                            if let Err(e) = up_tx.send(probe_message(browser_id)).await { die(classify(&e)); return; }
+                        }
+                    }
+                    continue;
+                }
                 if heartbeat_sent.is_some() {
                     tracing::debug!(timeout = ?heartbeat.timeout, "heartbeat unanswered");
                     die(DeathCause::Silence);
                     return;
                 }
-                let id = next_probe_id;
-                next_probe_id += 1;
+                let id = next_id(&mut next_probe_id);
                 waiting.push((id, None));
                 if waiting.len() > 64 { waiting.remove(0); }
                 heartbeat_sent = Some(Instant::now());
                 if let Err(e) = up_tx.send(probe_message(id)).await { die(classify(&e)); return; }
             }
         }
+    }
+}
+
+fn next_id(next: &mut u64) -> u64 {
+    let id = *next;
+    *next += 1;
+    id
+}
+
+/// A reply to one of the relay's own messages: answers whoever waits for it.
+fn on_probe_reply(
+    id: u64,
+    waiting: &mut Vec<(u64, Option<oneshot::Sender<()>>)>,
+    page: &mut PageState,
+) {
+    if let Some(probe) = page.stall_probe.as_mut() {
+        if probe.browser_id == id {
+            probe.browser_answered = true;
+        } else if probe.page_id == id {
+            page.stall_probe = None;
+        }
+    }
+    waiting.retain_mut(|(pid, reply)| {
+        if *pid == id {
+            if let Some(r) = reply.take() {
+                let _ = r.send(());
+            }
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// Publishes the watched page's failure, then answers every command in flight on it with an
+/// error, and refuses every later one.
+async fn fail_page<S>(
+    cause: DeathCause,
+    page: &mut PageState,
+    signals: &Signals,
+    client: &mut S,
+) -> Result<(), WsError>
+where
+    S: futures::Sink<Message, Error = WsError> + Unpin,
+{
+    use futures::SinkExt;
+    let Some(watched) = page.watched.as_ref() else {
+        return Ok(());
+    };
+    if page.failed() {
+        return Ok(());
+    }
+    page.failed_generation = watched.generation;
+    let session = watched.session_id.clone();
+    declare_page(&signals.page_death, watched.generation, cause);
+    page.dead_sessions.insert(session.clone());
+    page.stall_probe = None;
+    let message = match cause {
+        DeathCause::PageCrashed => "the page crashed",
+        DeathCause::PageClosed => "the page was closed",
+        _ => "the page stopped answering",
+    };
+    for (id, _) in std::mem::take(&mut page.pending) {
+        client.feed(page_error(id, &session, message)).await?;
+    }
+    client.flush().await
+}
+
+/// The error answer outlive gives chromiumoxide for a command on a failed page.
+fn page_error(id: u64, session: &str, why: &str) -> Message {
+    let body = serde_json::json!({
+        "id": id,
+        "sessionId": session,
+        "error": {
+            "code": -32000,
+            "message": format!("outlive: {why}; the task is re-entered on a fresh page"),
+        },
+    });
+    Message::Text(body.to_string().into())
+}
+
+/// The id of a reply, if `text` is one. Chromium writes `"id"` first; other orders are
+/// parsed, for messages small enough to be replies to what is tracked.
+fn reply_id(text: &str) -> Option<u64> {
+    if let Some(rest) = text.strip_prefix("{\"id\":") {
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        return rest[..end].parse().ok();
+    }
+    if text.starts_with("{\"method\"") || text.len() > 1 << 20 {
+        return None;
+    }
+    let head = Head::of(text);
+    head.id.filter(|_| head.method.is_none())
+}
+
+/// Whether `text` reports the watched page's failure, and how.
+fn page_event(text: &str, page: &PageState) -> Option<DeathCause> {
+    let watched = page.watched.as_ref()?;
+    if page.failed() {
+        return None;
+    }
+    // Events open with their method in Chromium's encoding; anything else is parsed only
+    // when small (these events are).
+    let interesting = |m: &str| {
+        m.contains("targetCrashed")
+            || m.contains("targetDestroyed")
+            || m.contains("detachedFromTarget")
+    };
+    match text.strip_prefix("{\"method\":\"") {
+        Some(rest) if !interesting(&rest[..rest.len().min(40)]) => return None,
+        None if text.len() > 4096 || !interesting(text) => return None,
+        _ => {}
+    }
+    #[derive(serde::Deserialize)]
+    struct Event {
+        method: String,
+        #[serde(default, rename = "sessionId")]
+        session_id: Option<String>,
+        #[serde(default)]
+        params: Params,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Params {
+        #[serde(default, rename = "targetId")]
+        target_id: Option<String>,
+        #[serde(default, rename = "sessionId")]
+        session_id: Option<String>,
+    }
+    let event: Event = serde_json::from_str(text).ok()?;
+    let on_target = event.params.target_id.as_deref() == Some(watched.target_id.as_str());
+    let on_session = |s: &Option<String>| s.as_deref() == Some(watched.session_id.as_str());
+    match event.method.as_str() {
+        "Inspector.targetCrashed" if on_session(&event.session_id) => Some(DeathCause::PageCrashed),
+        "Target.targetCrashed" if on_target => Some(DeathCause::PageCrashed),
+        "Target.targetDestroyed" if on_target => Some(DeathCause::PageClosed),
+        "Target.detachedFromTarget"
+            if event.session_id.is_none()
+                && (on_target || on_session(&event.params.session_id)) =>
+        {
+            Some(DeathCause::PageClosed)
+        }
+        _ => None,
     }
 }
 
@@ -494,6 +943,34 @@ fn wire_trace(direction: &'static str, text: &str) {
 
 fn probe_message(id: u64) -> Message {
     Message::Text(format!(r#"{{"id":{id},"method":"Browser.getVersion"}}"#).into())
+}
+
+/// Asks the page's main thread for a constant: a hung page cannot answer.
+fn page_probe_message(id: u64, session: &str) -> Message {
+    let body = serde_json::json!({
+        "id": id,
+        "sessionId": session,
+        "method": "Runtime.evaluate",
+        "params": { "expression": "0", "returnByValue": true },
+    });
+    Message::Text(body.to_string().into())
+}
+
+/// Crashes a hung page's renderer (handled on the renderer's IO thread, so it works while the
+/// main thread is stuck).
+fn crash_message(id: u64, session: &str) -> Message {
+    let body = serde_json::json!({ "id": id, "sessionId": session, "method": "Page.crash" });
+    Message::Text(body.to_string().into())
+}
+
+/// Closes a target, at the browser level (its own session may be gone).
+fn close_target_message(id: u64, target: &str) -> Message {
+    let body = serde_json::json!({
+        "id": id,
+        "method": "Target.closeTarget",
+        "params": { "targetId": target },
+    });
+    Message::Text(body.to_string().into())
 }
 
 /// The id of a reply to one of the relay's own probes, if `text` is one. Chromium writes

@@ -55,6 +55,9 @@ pub struct WideEvent {
     /// Sessions whose release could not be confirmed. Anything but 0 means a browser may
     /// still be holding a slot.
     pub release_failed: u32,
+    /// Times the task's page failed (crashed, was closed, hung) and a fresh page in the same
+    /// browser took over, without a relaunch. Not in the TypeScript original.
+    pub page_recoveries: u32,
     /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
     /// task error's type name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +89,7 @@ impl WideEvent {
             total_ms = self.total_ms,
             attempts = self.attempts,
             release_failed = self.release_failed,
+            page_recoveries = self.page_recoveries,
             error_name = self.error_name.as_deref(),
             error_code = self.error_code.as_deref(),
             error = self.error.as_deref(),
@@ -113,6 +117,7 @@ mod tests {
             total_ms: 751_943,
             attempts: 2,
             release_failed: 0,
+            page_recoveries: 0,
             error_name: Some("GaveUp".into()),
             error_code: Some("gave_up".into()),
             error: Some("x".into()),
@@ -128,6 +133,7 @@ mod tests {
             "totalMs",
             "attempts",
             "releaseFailed",
+            "pageRecoveries",
             "errorName",
             "errorCode",
             "error",
@@ -186,5 +192,23 @@ pub enum Milestone {
         detected_at: std::time::Instant,
         /// The work lost by this death, as `lost_work_ms` counts it.
         lost_work: std::time::Duration,
+    },
+    /// The task's page failed (crashed, was closed, hung) while its browser lived on.
+    PageFailed {
+        /// The entry that was running (0 if the failure came before the task was entered).
+        attempt: u32,
+        /// What gave the failure away (a `Page*` cause).
+        cause: crate::DeathCause,
+        /// When it was detected.
+        detected_at: std::time::Instant,
+        /// The work lost by this failure, as `lost_work_ms` counts it.
+        lost_work: std::time::Duration,
+    },
+    /// A fresh page in the same browser took over from a failed one; the checkpoint is
+    /// restored into it next.
+    PageRecovered {
+        /// From the failure's detection to the fresh page being open (grace included when
+        /// the entry used it).
+        took: std::time::Duration,
     },
 }

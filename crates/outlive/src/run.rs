@@ -1,17 +1,23 @@
-//! The run loop: launch, restore, enter, watch, and on a death, grace, drop, relaunch.
+//! The run loop: launch, restore, enter, watch, and on a failure, grace, drop, replace.
 //!
-//! The loop is generic over a [`Backend`] so that its timing logic (grace, backoff, lost
-//! work) can be tested with a paused clock against a scripted fake; the real backend is
-//! [`crate::browser::CdpBackend`].
+//! One mechanism for every layer: a browser death and a page failure both end the entry at a
+//! well-defined point (after the grace period, the entry is dropped), and the task is
+//! re-entered with `attempt` + 1 on a replacement — a fresh page in the same browser when only
+//! the page failed and the browser still answers, a new browser otherwise. The loop is a
+//! struct with named steps ([`Run::next_browser`], [`Run::prepare`], [`Run::watch_entry`],
+//! [`Run::after_failure`]), generic over a [`Backend`] so that its timing logic (grace,
+//! backoff, lost work, budgets) is tested with a paused clock against a scripted fake; the
+//! real backend is [`crate::browser::CdpBackend`].
 
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::OptionFuture;
+use futures::future::{BoxFuture, OptionFuture};
 use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
@@ -24,7 +30,7 @@ use crate::relay::Death;
 use crate::report::{Milestone, Outcome, WideEvent};
 
 /// Where browsers come from, for the run loop.
-pub(crate) trait Backend {
+pub(crate) trait Backend: Sync {
     type Page: Clone;
     type Browser: LiveBrowser<Page = Self::Page>;
 
@@ -41,14 +47,21 @@ pub(crate) trait LiveBrowser: Send {
 
     fn page(&self) -> Self::Page;
     fn capturer(&self) -> Capturer;
-    /// Resolves with the first death detected. Cancel-safe.
+    /// Resolves with the first failure detected: the browser's death or the current page's.
+    /// Cancel-safe.
     fn died(&self) -> impl Future<Output = Death> + Send;
-    /// The death, if one has been detected.
+    /// The failure, if one has been detected: the browser's death first, else the current
+    /// page's.
     fn death(&self) -> Option<Death>;
-    /// Asks the browser whether it is alive; records a death if it is not.
+    /// The browser's own death, if one has been detected (page failures aside).
+    fn browser_death(&self) -> Option<Death>;
+    /// Asks the browser and the page whether they are alive; records a failure if not.
     fn confirm_alive(&self, timeout: Duration) -> impl Future<Output = bool> + Send;
     /// Cuts the connection so every page call fails at once.
     fn cut(&mut self);
+    /// Disposes of the failed page and opens a fresh one in the same browser; fails if the
+    /// browser is dead too or no page opens.
+    fn replace_page(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
     fn restore(&self, checkpoint: &Checkpoint) -> impl Future<Output = Result<(), Error>> + Send;
     fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
@@ -59,8 +72,12 @@ pub(crate) trait LiveBrowser: Send {
 struct Tally {
     relaunches: u32,
     attempts: u32,
-    /// Deaths plus failed launches: what `max_relaunches` limits.
+    /// Browser deaths plus failed launches and restores: what `max_relaunches` limits.
     failures: u32,
+    /// Page failures: what `max_page_recoveries` limits.
+    page_failures: u32,
+    /// Fresh pages that took over in a browser that lived on.
+    page_recoveries: u32,
     lost_work: Duration,
     max_lost_work: Duration,
     release_failed: u32,
@@ -97,6 +114,7 @@ impl Reporter<'_> {
             total_ms: self.started.elapsed().as_millis() as u64,
             attempts: self.tally.attempts,
             release_failed: self.tally.release_failed,
+            page_recoveries: self.tally.page_recoveries,
             error_name,
             error_code,
             error,
@@ -112,7 +130,7 @@ impl Reporter<'_> {
         event.emit(self.options.on_event.as_deref());
     }
 
-    fn outlive_error<T, E>(&mut self, e: Error) -> Result<T, RunError<E>> {
+    fn outlive_error<E>(&mut self, e: Error) -> RunError<E> {
         let outcome = if e.kind() == ErrorKind::GaveUp {
             Outcome::GaveUp
         } else {
@@ -124,21 +142,21 @@ impl Reporter<'_> {
             _ => "OutliveError",
         };
         self.emit(outcome, Some((name.to_owned(), e.code(), e.to_string())));
-        Err(RunError::Outlive(e))
+        RunError::Outlive(e)
     }
 
-    fn record_death(&mut self, death: Death, entry_started: Option<Instant>) -> Duration {
+    /// Adds the work `death` cost to the tally: from the newest checkpoint (or the entry's
+    /// start, if later) to its detection; nothing when no entry was running.
+    fn record_loss(&mut self, death: Death, entry_started: Option<Instant>) -> Duration {
         let lost = match entry_started {
             Some(entry) => {
                 let from = self.store.latest_taken().map_or(entry, |cp| cp.max(entry));
                 death.at.saturating_duration_since(from)
             }
-            // Died before the task was entered: no task work was lost.
             None => Duration::ZERO,
         };
         self.tally.lost_work += lost;
         self.tally.max_lost_work = self.tally.max_lost_work.max(lost);
-        self.tally.failures += 1;
         lost
     }
 
@@ -191,7 +209,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// The run loop. See the crate docs for the semantics.
 pub(crate) async fn run<B, F, Fut, T, E>(
     backend: &B,
-    mut task: F,
+    task: F,
     options: &Options,
 ) -> Result<T, RunError<E>>
 where
@@ -203,7 +221,7 @@ where
     let run_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("outlive", run_id = %run_id);
     let store = Arc::new(Store::default());
-    let mut reporter = Reporter {
+    let reporter = Reporter {
         run_id,
         started: Instant::now(),
         options,
@@ -211,280 +229,550 @@ where
         tally: Tally::default(),
         emitted: false,
     };
-    async move {
-        if let Err(e) = options.validate() {
-            return reporter.outlive_error(e);
+    let mut run = Run {
+        backend,
+        task,
+        options,
+        store,
+        reporter,
+        last_failure: None,
+        spare: None,
+        launches: 0,
+    };
+    run.drive().instrument(span).await
+}
+
+/// A launch in progress, boxed so it can wait in [`Run::spare`].
+type Launch<'r, B> = BoxFuture<'r, Result<B, Error>>;
+
+/// The state of one run, shared by its steps.
+struct Run<'r, B: Backend, F> {
+    backend: &'r B,
+    task: F,
+    options: &'r Options,
+    store: Arc<Store>,
+    reporter: Reporter<'r>,
+    /// When the last failure was detected: what the next entry's `replaced_in` counts from.
+    last_failure: Option<Instant>,
+    /// A browser launched during a dead entry's grace, taken by the next [`Run::next_browser`].
+    spare: Option<(Instant, Spare<'r, B::Browser>)>,
+    /// Launches so far (the spare counts when it is used).
+    launches: u32,
+}
+
+/// How an entry ended.
+enum Ended<T, E, Br> {
+    /// The run is over: completed, failed with the task's error, or given up. Reported.
+    Over(Result<T, RunError<E>>),
+    /// The entry's browser or page failed; the entry is gone.
+    Failed {
+        browser: Br,
+        death: Death,
+        entry_started: Instant,
+        attempt: u32,
+        /// For a page failure: the fresh page opened during the grace, or why none could be.
+        replaced: Option<Result<(), Error>>,
+    },
+}
+
+impl<'r, B, F, Fut, T, E> Run<'r, B, F>
+where
+    B: Backend,
+    F: FnMut(B::Page, Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Display,
+{
+    /// The loop: a browser (new, or the one whose page was replaced), prepared, entered,
+    /// watched; on a failure, accounted and replaced.
+    async fn drive(&mut self) -> Result<T, RunError<E>> {
+        if let Err(e) = self.options.validate() {
+            return Err(self.reporter.outlive_error(e));
         }
-        let mut first = true;
-        let mut last_death: Option<Instant> = None;
-        let mut pending = None;
+        let mut reuse: Option<B::Browser> = None;
         loop {
-            if !first {
-                reporter.tally.relaunches += 1;
-            }
-            first = false;
-
-            let (launch_started, launch) = match pending.take() {
-                Some((started, spare)) => (started, spare),
-                None => (Instant::now(), Spare::Launching(Box::pin(backend.launch(options)))),
+            let browser = match reuse.take() {
+                Some(b) => b,
+                None => match self.next_browser().await? {
+                    Some(b) => b,
+                    None => continue,
+                },
             };
-            let mut browser = match launch.get().await {
-                Ok(b) => b,
-                Err(e) => {
-                    reporter.tally.failures += 1;
-                    options.note(Milestone::LaunchFailed { error: redact(&e.to_string(), options.diagnostics) });
-                    tracing::warn!(
-                        failures = reporter.tally.failures,
-                        error = %redact(&e.to_string(), options.diagnostics),
-                        "launch failed"
-                    );
-                    if reporter.tally.failures > options.max_relaunches {
-                        let msg = format!(
-                            "gave up after {} browser failures (max_relaunches is {}); the last launch failed: {}",
-                            reporter.tally.failures, options.max_relaunches, e
-                        );
-                        return reporter.outlive_error(Error::new(ErrorKind::GaveUp, msg).with_source(e));
-                    }
-                    sleep(options.relaunch_backoff).await;
-                    continue;
-                }
-            };
-            let launched_in = launch_started.elapsed();
-            options.note(Milestone::Launched { took: launched_in });
-
-            // Restore (or the first navigation); a death here is a death before any entry.
-            let latest = store.latest();
-            let prepare = async {
-                match &latest {
-                    Some(cp) => {
-                        let restore_started = Instant::now();
-                        browser.restore(cp).await?;
-                        let restore = restore_started.elapsed();
-                        let navigate_started = Instant::now();
-                        if let Err(e) = navigate(&browser, &cp.url, options).await {
-                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
-                        }
-                        let navigate = navigate_started.elapsed();
-                        options.note(Milestone::Restored { restore, navigate });
-                        tracing::debug!(?launched_in, ?restore, ?navigate, "checkpoint restored");
-                        Ok(Some(ResumedFrom { url: cp.url.clone(), checkpoint_at: cp.at }))
-                    }
-                    None => {
-                        if reporter.tally.attempts == 0 {
-                            if let Some(url) = &options.start_url {
-                                if let Err(e) = navigate(&browser, url, options).await {
-                                    tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "start_url navigation failed; entering anyway");
-                                }
-                            }
-                        }
-                        Ok::<_, Error>(None)
-                    }
-                }
-            };
-            let prepared = tokio::select! {
-                biased;
-                death = browser.died() => Err(Some(death)),
-                r = prepare => r.map_err(|e| { tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed"); None }),
-            };
-            let resumed_from = match prepared {
+            let resumed_from = match self.prepare(&browser).await {
                 Ok(r) => r,
                 Err(death) => {
-                    let death = death.or(browser.death());
-                    browser.cut();
-                    reporter.release(browser).await;
-                    match death {
-                        Some(d) => {
-                            reporter.record_death(d, None);
-                            last_death = Some(d.at);
-                            options.note(Milestone::Died {
-                                attempt: 0,
-                                cause: d.cause,
-                                detected_at: d.at.into_std(),
-                                lost_work: Duration::ZERO,
-                            });
-                            tracing::info!(cause = d.cause.as_str(), "browser died before the task was entered");
-                        }
-                        None => reporter.tally.failures += 1,
-                    }
-                    if reporter.tally.failures > options.max_relaunches {
-                        return reporter.outlive_error(gave_up(&reporter.tally, options, death));
-                    }
-                    if death.is_none() {
-                        sleep(options.relaunch_backoff).await;
-                    }
+                    reuse = self.after_failure(browser, death, None, None).await?;
                     continue;
                 }
             };
+            match self.watch_entry(browser, resumed_from).await {
+                Ended::Over(result) => return result,
+                Ended::Failed {
+                    browser,
+                    death,
+                    entry_started,
+                    attempt,
+                    replaced,
+                } => {
+                    reuse = self
+                        .after_failure(
+                            browser,
+                            Some(death),
+                            Some((entry_started, attempt)),
+                            replaced,
+                        )
+                        .await?;
+                }
+            }
+        }
+    }
 
-            reporter.tally.attempts += 1;
-            let attempt = reporter.tally.attempts;
-            let ctx = Ctx::new(
-                attempt,
-                resumed_from,
-                browser.capturer(),
-                store.clone(),
-                options.capture_timeout,
-                options.on_milestone.clone(),
-            );
-            let entry_started = Instant::now();
-            options.note(Milestone::Entered {
-                attempt,
-                resumed: ctx.resumed_from().is_some(),
-                replaced_in: last_death.map(|d| entry_started.saturating_duration_since(d)),
-            });
-            tracing::info!(attempt, resumed = ctx.resumed_from().is_some(), "entering the task");
-            let entry = AssertUnwindSafe(
-                task(browser.page(), ctx.clone()).instrument(tracing::info_span!("entry", attempt)),
-            )
-            .catch_unwind();
-            // Boxed so that dropping it really ends the entry, at the point the loop says.
-            let mut entry = Box::pin(entry);
+    /// Launches a browser (or takes the spare launched during the last grace). `Ok(None)`: the
+    /// launch failed and the backoff has passed; try again.
+    async fn next_browser(&mut self) -> Result<Option<B::Browser>, RunError<E>> {
+        // Every launch but the first replaces something.
+        if self.launches > 0 {
+            self.reporter.tally.relaunches += 1;
+        }
+        self.launches += 1;
+        let (launch_started, launch) = match self.spare.take() {
+            Some(spare) => spare,
+            None => (
+                Instant::now(),
+                Spare::Launching(self.backend.launch(self.options).boxed()),
+            ),
+        };
+        match launch.get().await {
+            Ok(browser) => {
+                self.options.note(Milestone::Launched {
+                    took: launch_started.elapsed(),
+                });
+                Ok(Some(browser))
+            }
+            Err(e) => {
+                let error = redact(&e.to_string(), self.options.diagnostics);
+                self.reporter.tally.failures += 1;
+                self.options.note(Milestone::LaunchFailed {
+                    error: error.clone(),
+                });
+                tracing::warn!(failures = self.reporter.tally.failures, %error, "launch failed");
+                if self.reporter.tally.failures > self.options.max_relaunches {
+                    let msg = format!(
+                        "gave up after {} browser failures (max_relaunches is {}); the last launch failed: {}",
+                        self.reporter.tally.failures, self.options.max_relaunches, e
+                    );
+                    return Err(self
+                        .reporter
+                        .outlive_error(Error::new(ErrorKind::GaveUp, msg).with_source(e)));
+                }
+                sleep(self.options.relaunch_backoff).await;
+                Ok(None)
+            }
+        }
+    }
 
-            // Watch the entry, the connection and the checkpoint clock together.
-            let mut periodic: Option<std::pin::Pin<Box<dyn Future<Output = bool> + Send>>> = None;
-            let mut last_periodic = entry_started;
-            let ended = loop {
-                let base = store.latest_taken().map_or(entry_started, |t| t.max(entry_started)).max(last_periodic);
-                let due = base + options.checkpoint_every;
-                tokio::select! {
-                    biased;
-                    out = &mut entry => break Ok(out),
-                    death = browser.died() => break Err(death),
-                    Some(_) = OptionFuture::from(periodic.as_mut()), if periodic.is_some() => {
-                        periodic = None;
+    /// Restores the newest checkpoint into the browser's page and navigates to its URL (or,
+    /// before any checkpoint, opens `start_url` on the first entry). `Err(Some(death))`: the
+    /// browser or page failed meanwhile; `Err(None)`: the restore failed with both alive.
+    async fn prepare(
+        &mut self,
+        browser: &B::Browser,
+    ) -> Result<Option<ResumedFrom>, Option<Death>> {
+        let options = self.options;
+        let latest = self.store.latest();
+        let first_entry = self.reporter.tally.attempts == 0;
+        let restore = async {
+            match &latest {
+                Some(cp) => {
+                    let restore_started = Instant::now();
+                    browser.restore(cp).await?;
+                    let restore = restore_started.elapsed();
+                    let navigate_started = Instant::now();
+                    if let Err(e) = navigate(browser, &cp.url, options).await {
+                        tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
                     }
-                    _ = sleep_until(due), if periodic.is_none() => {
-                        last_periodic = Instant::now();
-                        // Held by the task: skip this one; the next is due an interval later.
-                        if !ctx.is_held() {
-                            let ctx = ctx.clone();
-                            periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
-                        }
-                    }
+                    let navigate = navigate_started.elapsed();
+                    options.note(Milestone::Restored { restore, navigate });
+                    tracing::debug!(?restore, ?navigate, "checkpoint restored");
+                    Ok(Some(ResumedFrom {
+                        url: cp.url.clone(),
+                        checkpoint_at: cp.at,
+                    }))
                 }
-            };
-            drop(periodic);
-
-            let death = match ended {
-                Ok(Ok(Ok(value))) => {
-                    ctx.retire();
-                    reporter.release(browser).await;
-                    reporter.emit(Outcome::Completed, None);
-                    return Ok(value);
-                }
-                Ok(Ok(Err(e))) => {
-                    // The task's error is its own unless its browser is already dead.
-                    let dead = browser.death().is_some()
-                        || !browser.confirm_alive(options.heartbeat_timeout).await;
-                    match (dead, browser.death()) {
-                        (true, Some(death)) => {
-                            tracing::info!(cause = death.cause.as_str(), "the task failed because its browser died");
-                            ctx.retire();
-                            browser.cut();
-                            death
-                        }
-                        _ => {
-                            ctx.retire();
-                            reporter.release(browser).await;
-                            reporter.emit(
-                                Outcome::Failed,
-                                Some((type_name_of::<E>(), "task_error", e.to_string())),
-                            );
-                            return Err(RunError::Task(e));
-                        }
-                    }
-                }
-                Ok(Err(panic)) => {
-                    ctx.retire();
-                    reporter.release(browser).await;
-                    let message = panic_message(&*panic);
-                    reporter.emit(Outcome::Failed, Some(("Panic".to_owned(), "panic", message)));
-                    std::panic::resume_unwind(panic);
-                }
-                Err(death) => {
-                    ctx.retire();
-                    browser.cut();
-                    tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "browser died; waiting out the grace period");
-                    // The replacement launches now, while the dead entry has its grace; it
-                    // is entered only after that entry is gone.
-                    let spare_started = Instant::now();
-                    let mut launching = Box::pin(backend.launch(options));
-                    let mut ready = None;
-                    let grace_end = Instant::now() + options.grace;
-                    let finished = loop {
-                        tokio::select! {
-                            biased;
-                            out = &mut entry => break Some(out),
-                            r = &mut launching, if ready.is_none() => ready = Some(r),
-                            _ = sleep_until(grace_end) => break None,
-                        }
-                    };
-                    let spare = match ready {
-                        Some(r) => Spare::Ready(r),
-                        None => Spare::Launching(launching),
-                    };
-                    match finished {
-                        Some(Ok(Ok(value))) => {
-                            tracing::info!("the task finished within the grace period");
-                            reporter.release(browser).await;
-                            spare.discard(&mut reporter).await;
-                            reporter.emit(Outcome::Completed, None);
-                            return Ok(value);
-                        }
-                        Some(Err(panic)) => {
-                            reporter.release(browser).await;
-                            spare.discard(&mut reporter).await;
-                            let message = panic_message(&*panic);
-                            reporter.emit(Outcome::Failed, Some(("Panic".to_owned(), "panic", message)));
-                            std::panic::resume_unwind(panic);
-                        }
-                        // An error after the death is the death's doing; a timeout drops the entry.
-                        Some(Ok(Err(_))) | None => {
-                            pending = Some((spare_started, spare));
-                            death
+                None => {
+                    if let (true, Some(url)) = (first_entry, &options.start_url) {
+                        if let Err(e) = navigate(browser, url, options).await {
+                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "start_url navigation failed; entering anyway");
                         }
                     }
+                    Ok::<_, Error>(None)
                 }
-            };
+            }
+        };
+        let prepared = tokio::select! {
+            biased;
+            death = browser.died() => Err(Some(death)),
+            r = restore => r.map_err(|e| {
+                tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed");
+                None
+            }),
+        };
+        // A restore that failed because the browser or page failed is that failure.
+        prepared.map_err(|death| death.or(browser.death()))
+    }
 
-            // At most one entry alive: the dead one is dropped before anything relaunches.
+    /// Enters the task and watches the entry, the connection and the checkpoint clock until
+    /// the entry ends or fails; on a failure, gives the entry its grace while the replacement
+    /// (a fresh page, or a new browser) gets ready, then drops it.
+    async fn watch_entry(
+        &mut self,
+        mut browser: B::Browser,
+        resumed_from: Option<ResumedFrom>,
+    ) -> Ended<T, E, B::Browser> {
+        let options = self.options;
+        self.reporter.tally.attempts += 1;
+        let attempt = self.reporter.tally.attempts;
+        let ctx = Ctx::new(
+            attempt,
+            resumed_from,
+            browser.capturer(),
+            self.store.clone(),
+            options.capture_timeout,
+            options.on_milestone.clone(),
+        );
+        let entry_started = Instant::now();
+        options.note(Milestone::Entered {
+            attempt,
+            resumed: ctx.resumed_from().is_some(),
+            replaced_in: self
+                .last_failure
+                .map(|d| entry_started.saturating_duration_since(d)),
+        });
+        tracing::info!(
+            attempt,
+            resumed = ctx.resumed_from().is_some(),
+            "entering the task"
+        );
+        let entry = AssertUnwindSafe(
+            (self.task)(browser.page(), ctx.clone())
+                .instrument(tracing::info_span!("entry", attempt)),
+        )
+        .catch_unwind();
+        // Boxed so that dropping it really ends the entry, at the point the loop says.
+        let mut entry = Box::pin(entry);
+
+        let mut periodic: Option<Pin<Box<dyn Future<Output = bool> + Send>>> = None;
+        let mut last_periodic = entry_started;
+        let ended = loop {
+            let base = self
+                .store
+                .latest_taken()
+                .map_or(entry_started, |t| t.max(entry_started))
+                .max(last_periodic);
+            let due = base + options.checkpoint_every;
+            tokio::select! {
+                biased;
+                out = &mut entry => break Ok(out),
+                death = browser.died() => break Err(death),
+                Some(_) = OptionFuture::from(periodic.as_mut()), if periodic.is_some() => {
+                    periodic = None;
+                }
+                _ = sleep_until(due), if periodic.is_none() => {
+                    last_periodic = Instant::now();
+                    // Held by the task: skip this one; the next is due an interval later.
+                    if !ctx.is_held() {
+                        let ctx = ctx.clone();
+                        periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
+                    }
+                }
+            }
+        };
+        drop(periodic);
+
+        let death = match ended {
+            Ok(Ok(Ok(value))) => {
+                ctx.retire();
+                return Ended::Over(self.complete(browser, value).await);
+            }
+            Ok(Ok(Err(e))) => {
+                // The task's error is its own unless its browser or page already failed.
+                let failed = browser.death().is_some()
+                    || !browser.confirm_alive(options.heartbeat_timeout).await;
+                match (failed, browser.death()) {
+                    (true, Some(death)) => {
+                        tracing::info!(
+                            cause = death.cause.as_str(),
+                            "the task failed because its browser or page failed"
+                        );
+                        ctx.retire();
+                        // Nothing is left of the entry: no grace to give.
+                        drop(entry);
+                        return self.failed(browser, death, entry_started, attempt).await;
+                    }
+                    _ => {
+                        ctx.retire();
+                        self.reporter.release(browser).await;
+                        self.reporter.emit(
+                            Outcome::Failed,
+                            Some((type_name_of::<E>(), "task_error", e.to_string())),
+                        );
+                        return Ended::Over(Err(RunError::Task(e)));
+                    }
+                }
+            }
+            Ok(Err(panic)) => {
+                ctx.retire();
+                self.panicked(browser, panic).await
+            }
+            Err(death) => death,
+        };
+
+        ctx.retire();
+        tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "the entry's {} failed; waiting out the grace period", if death.cause.is_page() { "page" } else { "browser" });
+        if death.cause.is_page() && browser.browser_death().is_none() {
+            // The fresh page opens now, while the entry has its grace.
+            let mut replacing = Box::pin(browser.replace_page());
+            let (finished, replaced) = grace(&mut entry, &mut replacing, options.grace).await;
+            match finished {
+                Some(Ok(Ok(value))) => {
+                    drop(replacing);
+                    return Ended::Over(self.complete(browser, value).await);
+                }
+                Some(Err(panic)) => {
+                    drop(replacing);
+                    self.panicked(browser, panic).await
+                }
+                // An error after the failure is the failure's doing; a timeout drops the entry.
+                Some(Ok(Err(_))) | None => {}
+            }
+            // At most one entry alive: it is dropped before the fresh page is used.
             drop(entry);
-            let lost = reporter.record_death(death, Some(entry_started));
-            last_death = Some(death.at);
+            let replaced = match replaced {
+                Some(r) => {
+                    drop(replacing);
+                    r
+                }
+                None => replacing.await,
+            };
+            return Ended::Failed {
+                browser,
+                death,
+                entry_started,
+                attempt,
+                replaced: Some(replaced),
+            };
+        }
+
+        browser.cut();
+        // The replacement launches now, while the dead entry has its grace; it is entered
+        // only after that entry is gone.
+        let spare_started = Instant::now();
+        let mut launching: Launch<'r, B::Browser> = self.backend.launch(options).boxed();
+        let (finished, launched) = grace(&mut entry, &mut launching, options.grace).await;
+        let spare = match launched {
+            Some(r) => Spare::Ready(r),
+            None => Spare::Launching(launching),
+        };
+        match finished {
+            Some(Ok(Ok(value))) => {
+                tracing::info!("the task finished within the grace period");
+                spare.discard(&mut self.reporter).await;
+                return Ended::Over(self.complete(browser, value).await);
+            }
+            Some(Err(panic)) => {
+                spare.discard(&mut self.reporter).await;
+                self.panicked(browser, panic).await
+            }
+            Some(Ok(Err(_))) | None => {}
+        }
+        drop(entry);
+        self.spare = Some((spare_started, spare));
+        Ended::Failed {
+            browser,
+            death,
+            entry_started,
+            attempt,
+            replaced: None,
+        }
+    }
+
+    /// An entry failed with nothing left to wait for (its error was the failure's).
+    async fn failed(
+        &mut self,
+        mut browser: B::Browser,
+        death: Death,
+        entry_started: Instant,
+        attempt: u32,
+    ) -> Ended<T, E, B::Browser> {
+        let replaced = if death.cause.is_page() && browser.browser_death().is_none() {
+            Some(browser.replace_page().await)
+        } else {
+            browser.cut();
+            None
+        };
+        Ended::Failed {
+            browser,
+            death,
+            entry_started,
+            attempt,
+            replaced,
+        }
+    }
+
+    /// Accounts for a failure (lost work, milestones, budgets) and decides what comes next:
+    /// `Ok(Some(browser))` to re-enter on its fresh page, `Ok(None)` to launch a new browser,
+    /// `Err` when the run gave up (reported, everything released).
+    async fn after_failure(
+        &mut self,
+        mut browser: B::Browser,
+        death: Option<Death>,
+        entry: Option<(Instant, u32)>,
+        replaced: Option<Result<(), Error>>,
+    ) -> Result<Option<B::Browser>, RunError<E>> {
+        let options = self.options;
+        let attempt = entry.map_or(0, |(_, a)| a);
+        let Some(death) = death else {
+            // The restore failed with the browser alive: a failure of this browser.
+            browser.cut();
+            self.reporter.release(browser).await;
+            self.reporter.tally.failures += 1;
+            self.check_budget(None).await?;
+            sleep(options.relaunch_backoff).await;
+            return Ok(None);
+        };
+        let lost = self
+            .reporter
+            .record_loss(death, entry.map(|(started, _)| started));
+        self.last_failure = Some(death.at);
+        tracing::info!(
+            attempt,
+            cause = death.cause.as_str(),
+            lost_work_ms = lost.as_millis() as u64,
+            "entry ended by a failure"
+        );
+
+        if death.cause.is_page() && browser.browser_death().is_none() {
+            options.note(Milestone::PageFailed {
+                attempt,
+                cause: death.cause,
+                detected_at: death.at.into_std(),
+                lost_work: lost,
+            });
+            self.reporter.tally.page_failures += 1;
+            if self.reporter.tally.page_failures > options.max_page_recoveries {
+                self.reporter.release(browser).await;
+                return Err(self.give_up(format!(
+                    "gave up after {} page failures (max_page_recoveries is {}); the last was: {}",
+                    self.reporter.tally.page_failures,
+                    options.max_page_recoveries,
+                    death.cause.as_str()
+                )));
+            }
+            let replaced = match replaced {
+                Some(r) => r,
+                None => browser.replace_page().await,
+            };
+            match replaced {
+                Ok(()) => {
+                    self.reporter.tally.page_recoveries += 1;
+                    options.note(Milestone::PageRecovered {
+                        took: death.at.elapsed(),
+                    });
+                    return Ok(Some(browser));
+                }
+                Err(e) => {
+                    tracing::info!(error = %redact(&e.to_string(), options.diagnostics), "no fresh page in this browser; relaunching");
+                }
+            }
+        } else {
             options.note(Milestone::Died {
                 attempt,
                 cause: death.cause,
                 detected_at: death.at.into_std(),
                 lost_work: lost,
             });
-            tracing::info!(
-                attempt,
-                cause = death.cause.as_str(),
-                lost_work_ms = lost.as_millis() as u64,
-                "entry abandoned after a browser death"
-            );
-            reporter.release(browser).await;
-            if reporter.tally.failures > options.max_relaunches {
-                if let Some((_, spare)) = pending.take() {
-                    spare.discard(&mut reporter).await;
-                }
-                return reporter.outlive_error(gave_up(&reporter.tally, options, Some(death)));
-            }
         }
+        // A new browser: this one died, or could not give a fresh page.
+        browser.cut();
+        self.reporter.release(browser).await;
+        self.reporter.tally.failures += 1;
+        self.check_budget(Some(death)).await?;
+        Ok(None)
     }
-    .instrument(span)
-    .await
+
+    /// Gives up when browser failures exceed `max_relaunches`, releasing any spare.
+    async fn check_budget(&mut self, death: Option<Death>) -> Result<(), RunError<E>> {
+        if self.reporter.tally.failures <= self.options.max_relaunches {
+            return Ok(());
+        }
+        if let Some((_, spare)) = self.spare.take() {
+            spare.discard(&mut self.reporter).await;
+        }
+        let cause = death.map_or("a failed restore", |d| d.cause.as_str());
+        Err(self.give_up(format!(
+            "gave up after {} browser failures (max_relaunches is {}); the last was: {}",
+            self.reporter.tally.failures, self.options.max_relaunches, cause
+        )))
+    }
+
+    fn give_up(&mut self, message: String) -> RunError<E> {
+        self.reporter
+            .outlive_error(Error::new(ErrorKind::GaveUp, message))
+    }
+
+    /// The task returned `Ok`: release, report, return.
+    async fn complete(&mut self, browser: B::Browser, value: T) -> Result<T, RunError<E>> {
+        self.reporter.release(browser).await;
+        if let Some((_, spare)) = self.spare.take() {
+            spare.discard(&mut self.reporter).await;
+        }
+        self.reporter.emit(Outcome::Completed, None);
+        Ok(value)
+    }
+
+    /// The task panicked: release, report, and resume unwinding.
+    async fn panicked(&mut self, browser: B::Browser, panic: Box<dyn std::any::Any + Send>) -> ! {
+        self.reporter.release(browser).await;
+        if let Some((_, spare)) = self.spare.take() {
+            spare.discard(&mut self.reporter).await;
+        }
+        let message = panic_message(&*panic);
+        self.reporter.emit(
+            Outcome::Failed,
+            Some(("Panic".to_owned(), "panic", message)),
+        );
+        std::panic::resume_unwind(panic)
+    }
+}
+
+/// Gives a failed entry the grace period to finish, while `replacement` makes progress.
+/// Returns the entry's outcome if it finished in time, and the replacement's if it did.
+async fn grace<O, R>(
+    entry: &mut (impl Future<Output = O> + Unpin),
+    replacement: &mut (impl Future<Output = R> + Unpin),
+    grace: Duration,
+) -> (Option<O>, Option<R>) {
+    let end = Instant::now() + grace;
+    let mut replaced = None;
+    let finished = loop {
+        tokio::select! {
+            biased;
+            out = &mut *entry => break Some(out),
+            r = &mut *replacement, if replaced.is_none() => replaced = Some(r),
+            _ = sleep_until(end) => break None,
+        }
+    };
+    (finished, replaced)
 }
 
 /// A browser launched ahead of need (during a dead entry's grace period).
-enum Spare<F, B> {
+enum Spare<'r, B> {
     /// Still launching.
-    Launching(std::pin::Pin<Box<F>>),
+    Launching(Launch<'r, B>),
     /// Launched (or failed to).
     Ready(Result<B, Error>),
 }
 
-impl<F: Future<Output = Result<B, Error>>, B: LiveBrowser> Spare<F, B> {
+impl<B: LiveBrowser> Spare<'_, B> {
     async fn get(self) -> Result<B, Error> {
         match self {
             Spare::Launching(f) => f.await,
@@ -519,17 +807,6 @@ async fn navigate<L: LiveBrowser>(browser: &L, url: &str, options: &Options) -> 
     }
 }
 
-fn gave_up(tally: &Tally, options: &Options, death: Option<Death>) -> Error {
-    let cause = death.map_or("a failed restore", |d| d.cause.as_str());
-    Error::new(
-        ErrorKind::GaveUp,
-        format!(
-            "gave up after {} browser failures (max_relaunches is {}); the last was: {}",
-            tally.failures, options.max_relaunches, cause
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     //! The loop's accounting, pinned with a paused clock and a scripted backend.
@@ -550,6 +827,16 @@ mod tests {
         DieAfter(Duration),
         /// The browser lives forever.
         Live,
+        /// The browser lives forever; each of its first `times` pages fails (crashes) `after`
+        /// it was opened, and fresh pages open fine.
+        PagesFail { after: Duration, times: u32 },
+        /// The page fails `after` launch, and no fresh page opens (the browser is gone too).
+        PageFailsNoFreshPage { after: Duration },
+        /// The page fails `page_after` launch, the browser dies `dies_after` launch.
+        PageFailsThenDies {
+            page_after: Duration,
+            dies_after: Duration,
+        },
     }
 
     struct Fake {
@@ -557,22 +844,44 @@ mod tests {
         launches: Mutex<Vec<Instant>>,
         releases: AtomicU32,
         capture_cost: Duration,
+        restore_cost: Duration,
     }
 
     impl Fake {
         fn new(plans: &[Plan]) -> Arc<Fake> {
+            Fake::with_costs(plans, Duration::from_millis(200), Duration::ZERO)
+        }
+
+        fn with_costs(plans: &[Plan], capture_cost: Duration, restore_cost: Duration) -> Arc<Fake> {
             Arc::new(Fake {
                 plans: Mutex::new(plans.iter().copied().collect()),
                 launches: Mutex::default(),
                 releases: AtomicU32::new(0),
-                capture_cost: Duration::from_millis(200),
+                capture_cost,
+                restore_cost,
             })
         }
     }
 
     struct FakeBrowser {
         dies_at: Option<Instant>,
+        /// When the current page fails, if it does.
+        page_fails_at: Option<Instant>,
+        /// How long after opening each fresh page fails, and for how many more pages.
+        page_plan: Option<(Duration, u32)>,
+        fresh_pages_open: bool,
         fake: Arc<Fake>,
+    }
+
+    impl FakeBrowser {
+        fn page_death(&self) -> Option<Death> {
+            self.page_fails_at
+                .filter(|at| Instant::now() >= *at)
+                .map(|at| Death {
+                    cause: DeathCause::PageCrashed,
+                    at,
+                })
+        }
     }
 
     impl Backend for Arc<Fake> {
@@ -582,16 +891,27 @@ mod tests {
         async fn launch(&self, _options: &Options) -> Result<FakeBrowser, Error> {
             self.launches.lock().unwrap().push(Instant::now());
             let plan = self.plans.lock().unwrap().pop_front().unwrap_or(Plan::Live);
+            let browser = |dies_at, page: Option<(Duration, u32)>, fresh_pages_open| FakeBrowser {
+                dies_at,
+                page_fails_at: page.map(|(after, _)| Instant::now() + after),
+                page_plan: page.map(|(after, times)| (after, times - 1)),
+                fresh_pages_open,
+                fake: self.clone(),
+            };
             match plan {
                 Plan::Fail => Err(Error::new(ErrorKind::Launch, "scripted launch failure")),
-                Plan::DieAfter(d) => Ok(FakeBrowser {
-                    dies_at: Some(Instant::now() + d),
-                    fake: self.clone(),
-                }),
-                Plan::Live => Ok(FakeBrowser {
-                    dies_at: None,
-                    fake: self.clone(),
-                }),
+                Plan::DieAfter(d) => Ok(browser(Some(Instant::now() + d), None, true)),
+                Plan::Live => Ok(browser(None, None, true)),
+                Plan::PagesFail { after, times } => Ok(browser(None, Some((after, times)), true)),
+                Plan::PageFailsNoFreshPage { after } => Ok(browser(None, Some((after, 1)), false)),
+                Plan::PageFailsThenDies {
+                    page_after,
+                    dies_after,
+                } => Ok(browser(
+                    Some(Instant::now() + dies_after),
+                    Some((page_after, 1)),
+                    true,
+                )),
             }
         }
     }
@@ -603,11 +923,14 @@ mod tests {
 
         fn capturer(&self) -> Capturer {
             let (dies_at, cost) = (self.dies_at, self.fake.capture_cost);
+            let page_fails_at = self.page_fails_at;
             Arc::new(move || {
                 Box::pin(async move {
                     let taken = Instant::now();
                     tokio::time::sleep(cost).await;
-                    if dies_at.is_some_and(|d| Instant::now() >= d) {
+                    let now = Instant::now();
+                    if dies_at.is_some_and(|d| now >= d) || page_fails_at.is_some_and(|d| now >= d)
+                    {
                         return Err(Error::new(ErrorKind::Cdp, "browser gone"));
                     }
                     Ok(Checkpoint::at_url("https://example.test/", taken))
@@ -616,15 +939,18 @@ mod tests {
         }
 
         fn died(&self) -> impl Future<Output = Death> + Send {
-            let dies_at = self.dies_at;
+            let (dies_at, page_fails_at) = (self.dies_at, self.page_fails_at);
             async move {
-                match dies_at {
-                    Some(at) => {
+                let first = match (dies_at, page_fails_at) {
+                    (Some(b), Some(p)) if p < b => Some((p, DeathCause::PageCrashed)),
+                    (Some(b), _) => Some((b, DeathCause::Closed)),
+                    (None, Some(p)) => Some((p, DeathCause::PageCrashed)),
+                    (None, None) => None,
+                };
+                match first {
+                    Some((at, cause)) => {
                         sleep_until(at).await;
-                        Death {
-                            cause: DeathCause::Closed,
-                            at,
-                        }
+                        Death { cause, at }
                     }
                     None => std::future::pending().await,
                 }
@@ -632,6 +958,10 @@ mod tests {
         }
 
         fn death(&self) -> Option<Death> {
+            self.browser_death().or_else(|| self.page_death())
+        }
+
+        fn browser_death(&self) -> Option<Death> {
             self.dies_at
                 .filter(|at| Instant::now() >= *at)
                 .map(|at| Death {
@@ -646,7 +976,22 @@ mod tests {
 
         fn cut(&mut self) {}
 
+        async fn replace_page(&mut self) -> Result<(), Error> {
+            if !self.fresh_pages_open || self.browser_death().is_some() {
+                return Err(Error::new(ErrorKind::Cdp, "no fresh page"));
+            }
+            self.page_fails_at = match self.page_plan {
+                Some((after, n)) if n > 0 => {
+                    self.page_plan = Some((after, n - 1));
+                    Some(Instant::now() + after)
+                }
+                _ => None,
+            };
+            Ok(())
+        }
+
         async fn restore(&self, _checkpoint: &Checkpoint) -> Result<(), Error> {
+            tokio::time::sleep(self.fake.restore_cost).await;
             Ok(())
         }
 
@@ -916,5 +1261,254 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(*answers.lock().unwrap(), vec![false, true]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_failure_is_recovered_in_the_same_browser() {
+        let fake = Fake::new(&[Plan::PagesFail {
+            after: Duration::from_secs(25),
+            times: 1,
+        }]);
+        let event = Arc::default();
+        let resumed = Mutex::new(Vec::new());
+        let v = run(
+            &fake,
+            |(), ctx| {
+                resumed.lock().unwrap().push(ctx.resumed_from().is_some());
+                work_forever_then_finish(ctx.attempt())
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, 2);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(
+            (e.attempts, e.relaunches, e.page_recoveries),
+            (2, 0, 1),
+            "re-entered on a fresh page, no relaunch"
+        );
+        // Checkpoints at 10 s and 20 s; the page failed at 25 s.
+        assert_eq!((e.lost_work_ms, e.max_lost_work_ms), (5_000, 5_000));
+        assert_eq!(fake.launches.lock().unwrap().len(), 1);
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 1);
+        assert_eq!(*resumed.lock().unwrap(), vec![false, true]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_failure_before_any_checkpoint_re_enters_without_resumed_from() {
+        let fake = Fake::new(&[Plan::PagesFail {
+            after: Duration::from_secs(3),
+            times: 1,
+        }]);
+        let event = Arc::default();
+        let resumed = Mutex::new(Vec::new());
+        run(
+            &fake,
+            |(), ctx| {
+                resumed.lock().unwrap().push(ctx.resumed_from().is_some());
+                work_forever_then_finish(ctx.attempt())
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(*resumed.lock().unwrap(), vec![false, false]);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.page_recoveries, e.lost_work_ms), (1, 3_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pages_that_fail_before_and_during_the_restore_are_replaced_again() {
+        // Every page fails 100 ms after it opens, three times; a capture takes 50 ms and a
+        // restore 300 ms. Page 1 fails in the entry at 100 ms (after a checkpoint at 0–50 ms);
+        // page 2 fails during the grace, before its restore; page 3 during its restore; page 4
+        // lives, and the task is re-entered on it.
+        let fake = Fake::with_costs(
+            &[Plan::PagesFail {
+                after: Duration::from_millis(100),
+                times: 3,
+            }],
+            Duration::from_millis(50),
+            Duration::from_millis(300),
+        );
+        let event = Arc::default();
+        let failed_in = Arc::new(Mutex::new(Vec::new()));
+        let seen = failed_in.clone();
+        let v = run(
+            &fake,
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    assert!(ctx.checkpoint().await);
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, String>(ctx.resumed_from().is_some())
+            },
+            &options(&event).on_milestone(move |m| {
+                if let Milestone::PageFailed { attempt, .. } = m {
+                    seen.lock().unwrap().push(*attempt);
+                }
+            }),
+        )
+        .await
+        .unwrap();
+        assert!(v, "the last entry was resumed from the checkpoint");
+        assert_eq!(*failed_in.lock().unwrap(), vec![1, 0, 0]);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (2, 3, 0));
+        assert_eq!(e.lost_work_ms, 100, "only the entry's failure lost work");
+        assert_eq!(fake.launches.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn page_failures_beyond_max_page_recoveries_give_up() {
+        let fake = Fake::new(&[Plan::PagesFail {
+            after: Duration::from_secs(1),
+            times: 10,
+        }]);
+        let event = Arc::default();
+        let err = run(
+            &fake,
+            |(), _ctx| std::future::pending::<Result<(), String>>(),
+            &options(&event).max_page_recoveries(2),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+        assert!(err.to_string().contains("page failures"), "{err}");
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(e.outcome, Outcome::GaveUp);
+        assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (3, 2, 0));
+        assert_eq!(
+            fake.releases.load(Ordering::SeqCst),
+            1,
+            "the browser was released"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_fresh_page_falls_back_to_a_relaunch() {
+        let fake = Fake::new(&[
+            Plan::PageFailsNoFreshPage {
+                after: Duration::from_secs(15),
+            },
+            Plan::Live,
+        ]);
+        let event = Arc::default();
+        let v = run(
+            &fake,
+            |(), ctx| work_forever_then_finish(ctx.attempt()),
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, 2);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (2, 0, 1));
+        assert_eq!(e.lost_work_ms, 5_000);
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_failure_racing_a_browser_death_relaunches() {
+        // The page fails at 15 s and the browser dies 100 ms later, during the grace: the
+        // fresh page opened in the dead browser is of no use, the run relaunches.
+        let fake = Fake::new(&[
+            Plan::PageFailsThenDies {
+                page_after: Duration::from_millis(15_000),
+                dies_after: Duration::from_millis(15_100),
+            },
+            Plan::Live,
+        ]);
+        let event = Arc::default();
+        let milestones = Arc::new(Mutex::new(Vec::new()));
+        let seen = milestones.clone();
+        let v = run(
+            &fake,
+            |(), ctx| work_forever_then_finish(ctx.attempt()),
+            &options(&event).on_milestone(move |m| {
+                if let Milestone::Died { cause, .. } = m {
+                    seen.lock().unwrap().push(*cause);
+                }
+            }),
+        )
+        .await
+        .unwrap();
+        assert_eq!(v, 2);
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!((e.attempts, e.relaunches, e.page_recoveries), (2, 1, 0));
+        assert_eq!(e.lost_work_ms, 5_000, "counted to the page failure");
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_during_a_capture_share_one_follow_up_capture() {
+        let fake = Fake::new(&[Plan::Live]); // a capture takes 200 ms
+        let event = Arc::default();
+        let answers = Mutex::new(Vec::new());
+        run(
+            &fake,
+            |(), ctx| {
+                let answers = &answers;
+                async move {
+                    let started = Instant::now();
+                    let call = |delay: u64| {
+                        let ctx = ctx.clone();
+                        async move {
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                            let wrote = ctx.checkpoint().await;
+                            (delay, wrote, started.elapsed().as_millis())
+                        }
+                    };
+                    // The first call starts a capture at 0 ms (0–200); the calls at 50 and
+                    // 150 ms arrive while it runs and share one follow-up (200–400); the call
+                    // at 450 ms finds nothing running and captures on its own (450–650).
+                    let got = futures::join!(call(0), call(50), call(150), call(450));
+                    answers.lock().unwrap().extend([got.0, got.1, got.2, got.3]);
+                    Ok::<_, String>(())
+                }
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            *answers.lock().unwrap(),
+            vec![
+                (0, true, 200),
+                (50, true, 400),
+                (150, true, 400),
+                (450, true, 650)
+            ]
+        );
+        let e = event.lock().unwrap().clone().unwrap();
+        assert_eq!(e.checkpoint_count, 3, "three captures for four calls");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_periodic_capture_in_flight_does_not_answer_a_later_call() {
+        let fake = Fake::new(&[Plan::Live]);
+        let event = Arc::default();
+        let finished_at = Mutex::new(None);
+        run(
+            &fake,
+            |(), ctx| {
+                let finished_at = &finished_at;
+                async move {
+                    // The periodic capture starts at 10 s; this call arrives at 10.1 s.
+                    tokio::time::sleep(Duration::from_millis(10_100)).await;
+                    let started = Instant::now();
+                    assert!(ctx.checkpoint().await);
+                    *finished_at.lock().unwrap() = Some(started.elapsed().as_millis());
+                    Ok::<_, String>(())
+                }
+            },
+            &options(&event),
+        )
+        .await
+        .unwrap();
+        // It waited for the periodic one (until 10.2 s), then had its own (10.2–10.4 s).
+        assert_eq!(*finished_at.lock().unwrap(), Some(300));
+        assert_eq!(event.lock().unwrap().clone().unwrap().checkpoint_count, 2);
     }
 }
