@@ -21,6 +21,9 @@ use crate::task::AbortOnDrop;
 
 /// How long the websocket connect to a fresh session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a fresh page may take to open in a live browser before outlive relaunches
+/// instead (a page that crashes while chromiumoxide initialises it never answers).
+const PAGE_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// chromiumoxide's own per-command timeout; outlive's liveness signals are much faster.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -235,7 +238,7 @@ impl LiveBrowser for CdpBrowser {
         );
         let mut browser_death = self.relay.watch();
         let opened = tokio::select! {
-            r = tokio::time::timeout(CONNECT_TIMEOUT, open_page(&self.browser, self.viewport)) => r,
+            r = tokio::time::timeout(PAGE_OPEN_TIMEOUT, open_page(&self.browser, self.viewport)) => r,
             d = crate::relay::wait_death(&mut browser_death) => {
                 return Err(Error::new(ErrorKind::Cdp, format!("the browser died while a fresh page was opened ({})", d.cause.as_str())));
             }
@@ -252,7 +255,7 @@ impl LiveBrowser for CdpBrowser {
             Err(_) => {
                 return Err(Error::new(
                     ErrorKind::Cdp,
-                    format!("no fresh page within {CONNECT_TIMEOUT:?}"),
+                    format!("no fresh page within {PAGE_OPEN_TIMEOUT:?}"),
                 ));
             }
         };

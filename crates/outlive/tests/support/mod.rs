@@ -176,6 +176,146 @@ impl Killable {
     }
 }
 
+impl Killable {
+    /// The newest browser's own CDP endpoint, bypassing outlive: for a second client.
+    pub fn upstream(&self) -> String {
+        let live = self
+            .live
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a browser was launched");
+        let live = live.lock().unwrap();
+        live.browser
+            .as_ref()
+            .expect("the browser is alive")
+            .endpoint()
+            .expose()
+            .to_owned()
+    }
+}
+
+/// A second CDP client on a browser — what another tool, the site or the provider would be:
+/// it closes or crashes targets behind outlive's back.
+pub struct SecondClient {
+    ws: async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>,
+    next_id: u64,
+    /// Events read while waiting for replies.
+    pub events: Vec<serde_json::Value>,
+}
+
+impl SecondClient {
+    pub async fn connect(url: &str) -> SecondClient {
+        let (ws, _) = async_tungstenite::tokio::connect_async(url).await.unwrap();
+        SecondClient {
+            ws,
+            next_id: 1,
+            events: Vec::new(),
+        }
+    }
+
+    /// Sends a command and waits for its reply (events meanwhile are kept in `events`).
+    pub async fn call(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+        session: Option<&str>,
+    ) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = serde_json::json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = session {
+            msg["sessionId"] = s.into();
+        }
+        self.ws
+            .send(Message::Text(msg.to_string().into()))
+            .await
+            .unwrap();
+        loop {
+            let m = self.next_message().await;
+            if m["id"] == id {
+                return m;
+            }
+            self.events.push(m);
+        }
+    }
+
+    /// Sends a command without waiting for a reply (a crashing page never sends one).
+    pub async fn send(&mut self, method: &str, params: serde_json::Value, session: Option<&str>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = serde_json::json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = session {
+            msg["sessionId"] = s.into();
+        }
+        self.ws
+            .send(Message::Text(msg.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    pub async fn next_message(&mut self) -> serde_json::Value {
+        loop {
+            match self
+                .ws
+                .next()
+                .await
+                .expect("the browser is connected")
+                .unwrap()
+            {
+                Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Closes a target.
+    pub async fn close_target(&mut self, target_id: &str) {
+        let r = self
+            .call(
+                "Target.closeTarget",
+                serde_json::json!({ "targetId": target_id }),
+                None,
+            )
+            .await;
+        assert!(r.get("error").is_none(), "closeTarget failed: {r}");
+    }
+
+    /// Crashes a page's renderer (what running out of memory does).
+    pub async fn crash_target(&mut self, target_id: &str) {
+        let r = self
+            .call(
+                "Target.attachToTarget",
+                serde_json::json!({ "targetId": target_id, "flatten": true }),
+                None,
+            )
+            .await;
+        let session = r["result"]["sessionId"]
+            .as_str()
+            .expect("attached")
+            .to_owned();
+        self.send("Page.crash", serde_json::json!({}), Some(&session))
+            .await;
+    }
+
+    /// Waits until a page target navigates to a URL containing `marker` and crashes it then
+    /// (discovery must be on: `Target.setDiscoverTargets`).
+    pub async fn crash_page_at(&mut self, marker: &str) {
+        let target = loop {
+            let m = self.next_message().await;
+            let info = &m["params"]["targetInfo"];
+            if m["method"] == "Target.targetInfoChanged"
+                && info["type"] == "page"
+                && info["url"].as_str().is_some_and(|u| u.contains(marker))
+            {
+                break info["targetId"].as_str().unwrap().to_owned();
+            }
+        };
+        self.crash_target(&target).await;
+    }
+}
+
 struct KillableSession {
     endpoint: CdpEndpoint,
     live: Arc<Mutex<Live>>,

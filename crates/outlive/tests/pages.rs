@@ -1,0 +1,296 @@
+//! The page as a unit of failure, against real Chromium: a crashed, closed or hung page is
+//! noticed from the connection, every call the task awaits on it fails at once, and the task
+//! is re-entered on a fresh page in the same browser with the checkpoint restored — without a
+//! relaunch — while a browser that died too is relaunched.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outlive::chromiumoxide::cdp::browser_protocol::page::{CrashParams, NavigateParams};
+use outlive::{DeathCause, Milestone, Options, Page, WideEvent, outlive};
+use support::{Kill, Killable, Profiles, SecondClient, Site, text};
+
+/// How an entry breaks its page, after its non-repeatable step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Break {
+    /// The renderer crashes (`Page.crash`, what running out of memory does).
+    Crash,
+    /// Another CDP client closes the page's target.
+    CloseBySecondClient,
+    /// The page's own script never yields (`for (;;) {}`).
+    Hang,
+    /// The renderer crashes while a checkpoint capture is in flight.
+    CrashDuringCapture,
+    /// The renderer crashes; the fresh page that replaces it crashes as soon as it exists,
+    /// while it is being restored.
+    CrashThenCrashTheFreshPage,
+    /// The renderer crashes and the whole browser is SIGKILLed at the same moment.
+    CrashAndKillTheBrowser,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// `Page*` causes of the page failures, in order (from the milestones).
+    page_failures: Vec<DeathCause>,
+    /// Causes of browser deaths.
+    deaths: Vec<DeathCause>,
+    /// Per entry: whether it was resumed from a checkpoint.
+    resumed: Vec<bool>,
+    /// How long the first call after each break took to fail.
+    failed_in: Vec<Duration>,
+}
+
+struct Outcome {
+    event: WideEvent,
+    seen: Seen,
+    transfers: usize,
+    launches: usize,
+    /// What the last entry found: the cookie header the site received, and localStorage.
+    state: (String, String),
+}
+
+/// Runs the two-step task: sign in (an HttpOnly cookie and a localStorage item), optionally
+/// checkpoint, then the non-repeatable step (a transfer), checkpoint, and `breaks[attempt-1]`.
+async fn run_task(breaks: &[Break], checkpoint_before_break: bool) -> Outcome {
+    let site = Site::start().await;
+    let profiles = Profiles::new();
+    let provider = Killable::new(&profiles.path());
+    let transferred = AtomicU32::new(0);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
+    let (slot, milestones) = (event.clone(), seen.clone());
+
+    let state = outlive(
+        &provider,
+        |page, ctx| {
+            let (site, provider, transferred, seen) = (&site, &provider, &transferred, &seen);
+            async move {
+                seen.lock()
+                    .unwrap()
+                    .resumed
+                    .push(ctx.resumed_from().is_some());
+                if ctx.resumed_from().is_none() {
+                    page.goto(NavigateParams::new(format!("{}/login/s3cr3t", site.base)))
+                        .await?;
+                    page.evaluate("localStorage.setItem('k', 'kept')").await?;
+                    if checkpoint_before_break {
+                        assert!(ctx.checkpoint().await);
+                    }
+                }
+                if transferred.load(Ordering::SeqCst) == 0 {
+                    page.goto(NavigateParams::new(format!("{}/page/transfer", site.base)))
+                        .await?;
+                    transferred.fetch_add(1, Ordering::SeqCst);
+                    // Off the transfer page before the checkpoint: a resume navigates to the
+                    // checkpoint's URL, which must not repeat the transfer.
+                    page.goto(NavigateParams::new(format!("{}/page/done", site.base)))
+                        .await?;
+                    if checkpoint_before_break {
+                        assert!(ctx.checkpoint().await);
+                    }
+                }
+                if let Some(how) = breaks.get(ctx.attempt() as usize - 1) {
+                    break_page(*how, &page, &ctx, provider).await;
+                    let started = Instant::now();
+                    let after = page.evaluate("1").await;
+                    seen.lock().unwrap().failed_in.push(started.elapsed());
+                    assert!(after.is_err(), "a call on a broken page must fail");
+                    after?;
+                }
+                page.goto(NavigateParams::new(format!("{}/whoami", site.base)))
+                    .await?;
+                let cookie = text(&page, "#cookie").await?;
+                let item: String = page
+                    .evaluate("localStorage.getItem('k') ?? 'MISSING'")
+                    .await?
+                    .into_value()?;
+                Ok::<_, outlive::chromiumoxide::error::CdpError>((cookie, item))
+            }
+        },
+        Options::new()
+            .heartbeat_interval(Duration::from_millis(500))
+            .heartbeat_timeout(Duration::from_secs(1))
+            .on_event(move |e| *slot.lock().unwrap() = Some(e.clone()))
+            .on_milestone(move |m| match m {
+                Milestone::PageFailed { cause, .. } => {
+                    milestones.lock().unwrap().page_failures.push(*cause)
+                }
+                Milestone::Died { cause, .. } => milestones.lock().unwrap().deaths.push(*cause),
+                _ => {}
+            }),
+    )
+    .await
+    .unwrap();
+
+    profiles.assert_nothing_left();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let event = event.lock().unwrap().clone().unwrap();
+    Outcome {
+        event,
+        seen,
+        transfers: site.hits("/page/transfer"),
+        launches: provider.launches.load(Ordering::SeqCst),
+        state,
+    }
+}
+
+async fn break_page(how: Break, page: &Page, ctx: &outlive::Ctx, provider: &Killable) {
+    let target = page.target_id().as_ref().to_owned();
+    match how {
+        Break::Crash => {
+            // The crash answers no reply; outlive fails the call when the crash is reported.
+            assert!(page.execute(CrashParams::default()).await.is_err());
+        }
+        Break::CloseBySecondClient => {
+            SecondClient::connect(&provider.upstream())
+                .await
+                .close_target(&target)
+                .await;
+        }
+        Break::Hang => {
+            page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
+                .await
+                .unwrap();
+        }
+        Break::CrashDuringCapture => {
+            let (crashed, _wrote) =
+                futures::join!(page.execute(CrashParams::default()), ctx.checkpoint());
+            assert!(crashed.is_err());
+        }
+        Break::CrashThenCrashTheFreshPage => {
+            let mut second = SecondClient::connect(&provider.upstream()).await;
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                second
+                    .call(
+                        "Target.setDiscoverTargets",
+                        serde_json::json!({ "discover": true }),
+                        None,
+                    )
+                    .await;
+                let _ = ready_tx.send(());
+                // outlive restores localStorage on a document it serves at this path.
+                second.crash_page_at("__outlive_restore").await;
+                // Keep the connection until the crash is delivered.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            });
+            ready_rx.await.unwrap();
+            assert!(page.execute(CrashParams::default()).await.is_err());
+        }
+        Break::CrashAndKillTheBrowser => {
+            let mut second = SecondClient::connect(&provider.upstream()).await;
+            second.crash_target(&target).await;
+            provider.kill(Kill::Sigkill);
+        }
+    }
+}
+
+fn assert_restored(out: &Outcome) {
+    assert_eq!(out.transfers, 1, "the non-repeatable step ran once");
+    assert_eq!(out.state.0, "sid=s3cr3t", "the HttpOnly cookie came back");
+    assert_eq!(out.state.1, "kept", "localStorage came back");
+    assert_eq!(out.event.release_failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renderer_crash_mid_task_is_recovered_on_a_fresh_page_without_a_relaunch() {
+    let out = run_task(&[Break::Crash], true).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.page_failures, vec![DeathCause::PageCrashed]);
+    assert_eq!(out.seen.resumed, vec![false, true]);
+    assert_eq!(
+        (
+            out.event.attempts,
+            out.event.page_recoveries,
+            out.event.relaunches
+        ),
+        (2, 1, 0)
+    );
+    assert_eq!(out.launches, 1, "no new browser");
+    // "At once": far below chromiumoxide's request timeout, whatever the machine's load.
+    assert!(
+        out.seen.failed_in[0] < Duration::from_secs(5),
+        "{:?}",
+        out.seen.failed_in
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_closed_by_another_client_is_recovered() {
+    let out = run_task(&[Break::CloseBySecondClient], true).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.page_failures, vec![DeathCause::PageClosed]);
+    assert_eq!((out.event.page_recoveries, out.event.relaunches), (1, 0));
+    assert_eq!(out.launches, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_page_is_noticed_by_its_stalled_command_and_recovered() {
+    let out = run_task(&[Break::Hang], true).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.page_failures, vec![DeathCause::PageHung]);
+    assert_eq!((out.event.page_recoveries, out.event.relaunches), (1, 0));
+    assert_eq!(out.launches, 1);
+    // Noticed one heartbeat interval + timeout (1.5 s here) after the call stalled.
+    assert!(
+        out.seen.failed_in[0] >= Duration::from_millis(1_400),
+        "{:?}",
+        out.seen.failed_in
+    );
+    assert!(
+        out.seen.failed_in[0] < Duration::from_secs(10),
+        "{:?}",
+        out.seen.failed_in
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_during_a_checkpoint_capture_is_recovered() {
+    let out = run_task(&[Break::CrashDuringCapture], true).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.page_failures, vec![DeathCause::PageCrashed]);
+    assert_eq!((out.event.page_recoveries, out.event.relaunches), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_fresh_page_during_its_restore_is_recovered_again() {
+    let out = run_task(&[Break::CrashThenCrashTheFreshPage], true).await;
+    assert_restored(&out);
+    assert_eq!(out.event.page_recoveries, 2, "{:?}", out.seen.page_failures);
+    assert_eq!(out.event.relaunches, 0);
+    assert_eq!(out.launches, 1);
+    assert_eq!(out.seen.page_failures.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_crashes_in_a_row_are_both_recovered() {
+    let out = run_task(&[Break::Crash, Break::Crash], true).await;
+    assert_restored(&out);
+    assert_eq!(
+        out.seen.page_failures,
+        vec![DeathCause::PageCrashed, DeathCause::PageCrashed]
+    );
+    assert_eq!(out.seen.resumed, vec![false, true, true]);
+    assert_eq!((out.event.page_recoveries, out.event.relaunches), (2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_first_checkpoint_re_enters_without_resumed_from() {
+    let out = run_task(&[Break::Crash], false).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.resumed, vec![false, false]);
+    assert_eq!((out.event.page_recoveries, out.event.relaunches), (1, 0));
+    assert_eq!(out.event.checkpoint_count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_failure_racing_a_browser_death_relaunches() {
+    let out = run_task(&[Break::CrashAndKillTheBrowser], true).await;
+    assert_restored(&out);
+    assert_eq!(out.event.relaunches, 1, "the dead browser was replaced");
+    assert_eq!(out.launches, 2);
+    assert!(!out.seen.deaths.is_empty() || !out.seen.page_failures.is_empty());
+}
