@@ -492,6 +492,39 @@ pub struct Detection {
     pub causes: Vec<String>,
 }
 
+/// One replacement: from the failure's detection to the task re-entered with the checkpoint
+/// restored.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// `page_crashed` (a fresh page in the same browser) or a browser death's cause.
+    pub cause: String,
+    /// Detection → re-entered (`Entered.replaced_in`).
+    pub replaced_in_ms: f64,
+    /// Detection → fresh page open (page recovery) or launch time (relaunch).
+    pub page_or_launch_ms: f64,
+    /// Cookies and localStorage put in place.
+    pub restore_ms: f64,
+    /// The resume navigation.
+    pub navigate_ms: f64,
+}
+
+/// Page recovery against a full relaunch, alternating in one run on one gateway.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryComparison {
+    /// Every replacement, in order.
+    pub replacements: Vec<Replacement>,
+    /// Median replace time of the page recoveries.
+    pub page_median_ms: f64,
+    /// Median replace time of the relaunches.
+    pub relaunch_median_ms: f64,
+    /// `page_median_ms / relaunch_median_ms` (target ≤ 0.5).
+    pub ratio: f64,
+    /// The run's wide event.
+    pub event: Option<WideEvent>,
+}
+
 /// The micro-measurements.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -500,6 +533,8 @@ pub struct MicroReport {
     pub checkpoint: Vec<CheckpointCost>,
     /// Detection latency per death mode.
     pub detection: Vec<Detection>,
+    /// Page recovery against a relaunch.
+    pub recovery: RecoveryComparison,
     /// outlive's heartbeat interval and timeout during the detection runs.
     pub heartbeat_ms: (f64, f64),
 }
@@ -680,6 +715,135 @@ async fn detection(
     })
 }
 
+/// What the next entry of the recovery run does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Next {
+    /// Crash its own page's renderer (`Page.crash`): a page failure.
+    CrashPage,
+    /// Wait to be killed by the gateway (close frame): a browser death.
+    AwaitKill,
+    /// Return: the run is over.
+    Finish,
+}
+
+/// Alternates `samples` page crashes with `samples` browser deaths in one run of the signed-in
+/// Aurora task, and measures each replacement from detection to re-entry with the checkpoint
+/// restored (cookie, localStorage, the account page).
+async fn recovery(samples: u32) -> Result<RecoveryComparison, BenchError> {
+    use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
+    let bed = bed(gateway::Config::new()
+        .lifetime(Duration::from_secs(600))
+        .jitter(Duration::ZERO))
+    .await?;
+    let ids: Arc<Mutex<Vec<String>>> = Arc::default();
+    let provider = Tracking {
+        inner: Solari::new(client(&bed.gw)?),
+        ids: ids.clone(),
+    };
+    // Entry 1 signs in; then crash, kill, crash, kill, …; the last entry finishes.
+    let mut plan: Vec<Next> = (0..samples)
+        .flat_map(|_| [Next::CrashPage, Next::AwaitKill])
+        .collect();
+    plan.push(Next::Finish);
+    let plan = Arc::new(plan);
+    let records: Arc<Mutex<Vec<Replacement>>> = Arc::default();
+    let pending: Arc<Mutex<Replacement>> = Arc::default();
+    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let (sink, slot) = (records.clone(), event.clone());
+    let options = Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .max_relaunches(samples + 2)
+        .max_page_recoveries(samples + 2)
+        .on_event(move |e| *slot.lock().expect("event") = Some(e.clone()))
+        .on_milestone(move |m| {
+            let mut p = pending.lock().expect("pending");
+            match m {
+                Milestone::PageFailed { cause, .. } | Milestone::Died { cause, .. } => {
+                    *p = Replacement {
+                        cause: cause.as_str().to_owned(),
+                        ..Replacement::default()
+                    };
+                }
+                Milestone::PageRecovered { took } => p.page_or_launch_ms = ms(*took),
+                Milestone::Launched { took } => p.page_or_launch_ms = ms(*took),
+                Milestone::Restored { restore, navigate } => {
+                    p.restore_ms = ms(*restore);
+                    p.navigate_ms = ms(*navigate);
+                }
+                Milestone::Entered {
+                    attempt,
+                    replaced_in,
+                    ..
+                } => {
+                    if let Some(r) = replaced_in {
+                        p.replaced_in_ms = ms(*r);
+                        sink.lock().expect("records").push(std::mem::take(&mut *p));
+                    }
+                    let _ = entered_tx.send(*attempt);
+                }
+                _ => {}
+            }
+        });
+    let task = BankTask::new(bed.bank.base_url(), &bed.bank_config, 1, Duration::ZERO);
+    let progress = BankProgress::default();
+    let run = outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (task, progress, plan) = (&task, &progress, plan.clone());
+            async move {
+                if ctx.attempt() == 1 {
+                    task.run(&page, Some(&ctx), progress, &|_| {}).await?;
+                }
+                match plan
+                    .get(ctx.attempt() as usize - 1)
+                    .copied()
+                    .unwrap_or(Next::Finish)
+                {
+                    Next::CrashPage => {
+                        let _ = page.execute(CrashParams::default()).await;
+                        std::future::pending::<()>().await;
+                    }
+                    Next::AwaitKill => std::future::pending::<()>().await,
+                    Next::Finish => {}
+                }
+                Ok::<_, crate::bank::BankError>(())
+            }
+        },
+        options,
+    );
+    let killer = async {
+        while let Some(attempt) = entered_rx.recv().await {
+            if plan.get(attempt as usize - 1) == Some(&Next::AwaitKill) {
+                let id = ids.lock().expect("ids").last().cloned();
+                if let Some(id) = id {
+                    let _ = bed.gw.kill(&id, DeathMode::Close).await;
+                }
+            }
+        }
+    };
+    // The killer ends when the run (and its milestone sender) is gone.
+    let (_, ()) = futures::join!(run, killer);
+    bed.gw.shutdown().await.map_err(BenchError::Gateway)?;
+    let replacements = records.lock().expect("records").clone();
+    let of = |page: bool| -> Vec<f64> {
+        replacements
+            .iter()
+            .filter(|r| r.cause.starts_with("page_") == page)
+            .map(|r| r.replaced_in_ms)
+            .collect()
+    };
+    let (page_median_ms, relaunch_median_ms) = (median(&of(true)), median(&of(false)));
+    let event = event.lock().expect("event").clone();
+    Ok(RecoveryComparison {
+        replacements,
+        page_median_ms,
+        relaunch_median_ms,
+        ratio: page_median_ms / relaunch_median_ms,
+        event,
+    })
+}
+
 /// Checkpoint cost at RTT 0/20/50 ms and detection latency for close, reset and silence.
 pub async fn micro(samples: u32, kills: u32) -> Result<MicroReport, BenchError> {
     let mut checkpoint = Vec::new();
@@ -691,9 +855,11 @@ pub async fn micro(samples: u32, kills: u32) -> Result<MicroReport, BenchError> 
     for mode in [DeathMode::Close, DeathMode::Reset, DeathMode::Silence] {
         detection_runs.push(detection(mode, kills, heartbeat).await?);
     }
+    let recovery = recovery(kills.max(5)).await?;
     Ok(MicroReport {
         checkpoint,
         detection: detection_runs,
+        recovery,
         heartbeat_ms: (ms(heartbeat.0), ms(heartbeat.1)),
     })
 }
@@ -856,6 +1022,16 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         survival.sessions_left, survival.chromium_left
     );
     if let Some(m) = micro {
+        out.push_str(&micro_summary(m));
+    }
+    out
+}
+
+/// A plain-text summary of the micro-measurements.
+pub fn micro_summary(m: &MicroReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    {
         let _ = writeln!(out, "micro:");
         for c in &m.checkpoint {
             let _ = writeln!(
@@ -869,6 +1045,37 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
                 c.took_ms.len()
             );
         }
+        let r = &m.recovery;
+        let part = |page: bool, f: fn(&Replacement) -> f64| {
+            median(
+                &r.replacements
+                    .iter()
+                    .filter(|x| x.cause.starts_with("page_") == page)
+                    .map(f)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "  page recovery:   median {:.0} ms (fresh page {:.0} + restore {:.0} + navigate {:.0}) vs relaunch {:.0} ms (launch {:.0} + restore {:.0} + navigate {:.0}); ratio {:.2} (target ≤ 0.5), n={}+{}",
+            r.page_median_ms,
+            part(true, |x| x.page_or_launch_ms),
+            part(true, |x| x.restore_ms),
+            part(true, |x| x.navigate_ms),
+            r.relaunch_median_ms,
+            part(false, |x| x.page_or_launch_ms),
+            part(false, |x| x.restore_ms),
+            part(false, |x| x.navigate_ms),
+            r.ratio,
+            r.replacements
+                .iter()
+                .filter(|x| x.cause.starts_with("page_"))
+                .count(),
+            r.replacements
+                .iter()
+                .filter(|x| !x.cause.starts_with("page_"))
+                .count(),
+        );
         for d in &m.detection {
             let _ = writeln!(
                 out,

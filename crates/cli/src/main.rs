@@ -398,7 +398,9 @@ async fn run_bench(
         None
     };
     let micro_report = if micro {
-        println!("micro: checkpoint cost at RTT 0/20/50 ms, detection latency per death mode");
+        println!(
+            "micro: checkpoint cost at RTT 0/20/50 ms, detection latency per death mode, page recovery against a relaunch"
+        );
         let report = bench::micro(samples, kills).await?;
         write("micro.json", &serde_json::to_string_pretty(&report)?)?;
         Some(report)
@@ -410,7 +412,9 @@ async fn run_bench(
         println!("\n{text}");
         write("summary.txt", &text)?;
     } else if let Some(m) = &micro_report {
-        println!("{}", serde_json::to_string_pretty(m)?);
+        let text = bench::micro_summary(m);
+        println!("\n{text}");
+        write("micro-summary.txt", &text)?;
     }
     Ok(())
 }

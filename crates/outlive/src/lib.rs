@@ -5,7 +5,9 @@
 //! against a Chromium [`Page`], checkpoints cookies + localStorage + URL, notices the death
 //! from the connection, launches a new browser through a [`Provider`], restores the
 //! checkpoint, and calls the task again with [`Ctx::attempt`] and [`Ctx::resumed_from`] so it
-//! can skip what it already did.
+//! can skip what it already did. When only the task's page fails (its renderer crashed,
+//! something closed it, its script hangs), the browser is kept and the task is re-entered on a
+//! fresh page in it, with the checkpoint restored.
 //!
 //! ```no_run
 //! use std::sync::Mutex;
@@ -51,16 +53,18 @@
 //! * [`RunError::Task`]: the task returned `Err` while its browser was alive. Returned
 //!   unchanged, never retried.
 //! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the browser died (or failed to
-//!   launch) more than `max_relaunches` times; with [`ErrorKind::InvalidOption`]: an option
-//!   was out of range, reported before anything was launched.
+//!   launch) more than `max_relaunches` times, or the page failed more than
+//!   `max_page_recoveries` times; with [`ErrorKind::InvalidOption`]: an option was out of
+//!   range, reported before anything was launched.
 //! * A panic in the task closes every browser, emits the event, and resumes unwinding.
 //!   Dropping the `outlive` future closes every browser too.
 //!
 //! # Re-entry is cancellation
 //!
-//! When a death is detected, the running entry gets the grace period (250 ms) to finish —
-//! a task whose last page call already succeeded usually does. After that it is dropped at
-//! its next `.await`: at most one entry of the task runs at a time. A non-browser side
+//! When a death (of the browser or of the page) is detected, the running entry gets the
+//! grace period (250 ms) to finish — a task whose last page call already succeeded usually
+//! does. After that it is dropped at its next `.await`: at most one entry of the task runs at
+//! a time. A non-browser side
 //! effect in flight at that moment (an HTTP POST, a database write) is cut at an await
 //! point, so write the task to be safe to re-run: checkpoint right after a non-repeatable
 //! step and check for its effect on re-entry.
@@ -70,9 +74,12 @@
 //! * [`provider`] — where browsers come from: [`LocalChromium`] (the default),
 //!   [`Solari`], [`Endpoint`] (any CDP websocket URL).
 //! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
-//!   detects a death first (close frame, reset, silent connection, process exit).
+//!   detects a death first (close frame, reset, silent connection, process exit) and watches
+//!   the task's page (crash, close, hang), failing its calls at once when it fails.
 //! * `checkpoint` — capturing cookies + localStorage + URL and restoring them.
-//! * `run` — the loop: launch, restore, enter, grace, relaunch; the accounting.
+//! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
+//!   entry, after a failure (a fresh page or a relaunch); the accounting.
+//! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * [`report`] — the wide event, one per run.
 //! * [`redact`] — what may reach a log line.
 //! * [`options`], [`error`], [`endpoint`] — the typed edges.

@@ -8,8 +8,6 @@ mod endpoint_fn;
 mod local;
 mod solari;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 pub use endpoint_fn::Endpoint;
@@ -20,7 +18,7 @@ use crate::endpoint::CdpEndpoint;
 use crate::error::Error;
 
 /// A boxed, sendable future; the return type of the object-safe traits here.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use futures::future::BoxFuture;
 
 /// Launches browser sessions. Small on purpose, and usable as `Box<dyn Provider>`.
 pub trait Provider: Send + Sync {
