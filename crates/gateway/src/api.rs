@@ -146,13 +146,9 @@ async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
+    let parsed = match parse_body(body, parse_create_body) {
         Ok(b) => b,
-        Err(rejection) => return body_rejection(rejection),
-    };
-    let parsed = match parse_create_body(&body) {
-        Ok(b) => b,
-        Err((code, message)) => return error(StatusCode::BAD_REQUEST, code, message),
+        Err(refusal) => return refusal,
     };
     let deadline = match parsed.timeout_seconds {
         None | Some(0) => None,
@@ -165,7 +161,7 @@ async fn create(
         }
         Some(s) => Some(Duration::from_secs(u64::from(s))),
     };
-    let overrides = match Overrides::from_metadata(parsed.user_metadata.as_ref()) {
+    let overrides = match Overrides::from_metadata(parsed.user_metadata.as_ref(), &shared.config) {
         Ok(o) => o,
         Err(message) => return error(StatusCode::BAD_REQUEST, "ValidationError", message),
     };
@@ -291,16 +287,25 @@ fn json_object(body: &[u8]) -> Result<Value, (&'static str, String)> {
     Ok(value)
 }
 
-fn body_rejection(rejection: BytesRejection) -> Response {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        payload_too_large()
-    } else {
-        error(
-            StatusCode::BAD_REQUEST,
-            "InvalidBody",
-            "the request body could not be read",
-        )
-    }
+/// The request body as `parse` reads it, or the answer refusing it: `413` over the size
+/// limit, `400` if it cannot be read or `parse` refuses it.
+#[allow(clippy::result_large_err)] // the refusal goes straight back to axum as the answer
+fn parse_body<T>(
+    body: Result<Bytes, BytesRejection>,
+    parse: impl FnOnce(&[u8]) -> Result<T, (&'static str, String)>,
+) -> Result<T, Response> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            payload_too_large()
+        } else {
+            error(
+                StatusCode::BAD_REQUEST,
+                "InvalidBody",
+                "the request body could not be read",
+            )
+        }
+    })?;
+    parse(&body).map_err(|(code, message)| error(StatusCode::BAD_REQUEST, code, message))
 }
 
 /// The authority clients reached this gateway by, for the websocket URLs it hands out.
@@ -619,13 +624,9 @@ async fn set_faults(
     State(shared): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(rejection) => return body_rejection(rejection),
-    };
-    let change = match parse_faults_body(&body) {
+    let change = match parse_body(body, parse_faults_body) {
         Ok(c) => c,
-        Err((code, message)) => return error(StatusCode::BAD_REQUEST, code, message),
+        Err(refusal) => return refusal,
     };
     if change.clear {
         shared.faults.clear();

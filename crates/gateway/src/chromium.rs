@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use outlive::{LocalBrowser, LocalChromium};
+use procfs::process::ProcState;
 
 /// Every process group this gateway started, until the group is empty and its leader reaped.
 #[derive(Debug, Default)]
@@ -44,7 +45,7 @@ impl Processes {
         }
         let pgids: Vec<u32> = groups.iter().map(|g| g.pgid).collect();
         let members = live_members(&pgids);
-        groups.retain(|g| !g.reaped || members.iter().any(|(pgid, _)| *pgid == g.pgid));
+        groups.retain(|g| !g.reaped || members.contains(&g.pgid));
         members.len()
     }
 
@@ -71,39 +72,23 @@ impl Processes {
     }
 }
 
-/// `(pgid, pid)` of every live process whose process group is one of `pgids`, read from
-/// `/proc` (the gateway runs where Chromium runs: Linux).
-fn live_members(pgids: &[u32]) -> Vec<(u32, u32)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+/// The process group of every live (not zombie) process whose group is one of `pgids`: one
+/// entry per process. (The gateway runs where Chromium runs: Linux, with `/proc`.)
+fn live_members(pgids: &[u32]) -> Vec<u32> {
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue; // exited meanwhile
-        };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|s| s.parse::<u32>().ok());
-        match pgrp {
-            Some(pgrp) if pgids.contains(&pgrp) && !matches!(state, "Z" | "X" | "x") => {
-                out.push((pgrp, pid));
-            }
-            _ => {}
-        }
-    }
-    out
+    all.flatten()
+        .filter_map(|p| p.stat().ok()) // none: it exited meanwhile
+        .filter(|s| {
+            !matches!(
+                ProcState::from_char(s.state),
+                Some(ProcState::Zombie | ProcState::Dead)
+            )
+        })
+        .filter_map(|s| u32::try_from(s.pgrp).ok())
+        .filter(|pgrp| pgids.contains(pgrp))
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,4 +1,5 @@
-//! [`Config`]: how long sessions live, how they die, and how the gateway is reached.
+//! [`Config`]: how long sessions live, how they and their pages die, and how the gateway is
+//! reached.
 
 use std::fmt;
 use std::str::FromStr;
@@ -68,6 +69,61 @@ impl FromStr for DeathMode {
     }
 }
 
+/// How a session's pages die while its browser, and the client's connection to it, live on.
+///
+/// A page fault hits every page target of the session's browser. Clients see it as CDP events
+/// on their own connection, the way a crashed or closed tab shows up on a real cloud browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PageFault {
+    /// Each page's renderer crashes (CDP `Page.crash`): clients see `Target.targetCrashed`
+    /// (with target discovery on) and `Inspector.targetCrashed` (on an attached session with
+    /// `Inspector` enabled). The target stays, dead, until it is reloaded or closed.
+    Crash,
+    /// Each page target is closed (CDP `Target.closeTarget`): clients see
+    /// `Target.targetDestroyed`, and their sessions attached to it detach.
+    Close,
+}
+
+impl PageFault {
+    /// The lowercase name used on the wire (`crash`, `close`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PageFault::Crash => "crash",
+            PageFault::Close => "close",
+        }
+    }
+}
+
+impl fmt::Display for PageFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The text was not one of `crash`, `close`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsePageFaultError(());
+
+impl fmt::Display for ParsePageFaultError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("expected one of crash, close")
+    }
+}
+
+impl std::error::Error for ParsePageFaultError {}
+
+impl FromStr for PageFault {
+    type Err = ParsePageFaultError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "crash" => Ok(PageFault::Crash),
+            "close" => Ok(PageFault::Close),
+            _ => Err(ParsePageFaultError(())),
+        }
+    }
+}
+
 /// Everything a gateway needs to know, validated once by [`Config::validate`] (which
 /// [`serve`](crate::serve) and [`spawn`](crate::spawn) call before starting anything).
 ///
@@ -85,6 +141,7 @@ pub struct Config {
     pub(crate) lifetime: Duration,
     pub(crate) jitter: Duration,
     pub(crate) death: DeathMode,
+    pub(crate) page_fault: Option<(PageFault, Duration)>,
     pub(crate) doa: f64,
     pub(crate) honest: bool,
     pub(crate) rtt: Duration,
@@ -106,6 +163,7 @@ impl fmt::Debug for Config {
             .field("lifetime", &self.lifetime)
             .field("jitter", &self.jitter)
             .field("death", &self.death)
+            .field("page_fault", &self.page_fault)
             .field("doa", &self.doa)
             .field("honest", &self.honest)
             .field("rtt", &self.rtt)
@@ -123,6 +181,7 @@ impl Config {
             lifetime: Duration::from_secs(600),
             jitter: Duration::from_secs(10),
             death: DeathMode::Close,
+            page_fault: None,
             doa: 0.0,
             honest: false,
             rtt: Duration::ZERO,
@@ -170,6 +229,29 @@ impl Config {
     /// [`DeathMode::Close`].
     pub fn death(mut self, mode: DeathMode) -> Self {
         self.death = mode;
+        self
+    }
+
+    /// Faults each session's pages `after` its creation, once, while its browser lives on:
+    /// every page then open crashes or closes (see [`PageFault`]). A session dies on schedule
+    /// all the same; if that comes first, its pages are never faulted. One session can choose
+    /// for itself at create time with `userMetadata: {"chaos.pageFault": "close",
+    /// "chaos.pageFaultAfterMs": 2000}` (see the crate docs). `after` must be greater than
+    /// zero and less than [`lifetime`](Self::lifetime).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = gateway::Config::new()
+    ///     .lifetime(Duration::from_secs(60))
+    ///     .page_fault(gateway::PageFault::Crash, Duration::from_secs(5));
+    /// assert!(config.validate().is_ok());
+    /// ```
+    ///
+    /// # Default
+    ///
+    /// No page fault.
+    pub fn page_fault(mut self, fault: PageFault, after: Duration) -> Self {
+        self.page_fault = Some((fault, after));
         self
     }
 
@@ -271,6 +353,23 @@ impl Config {
                 "max_sessions must be at least 1",
             ));
         }
+        if let Some((_, after)) = self.page_fault {
+            if after.is_zero() {
+                return Err(Error::invalid_config(
+                    "page_fault",
+                    "page_fault's delay must be greater than zero: at creation no client has a page yet",
+                ));
+            }
+            if after >= self.lifetime {
+                return Err(Error::invalid_config(
+                    "page_fault",
+                    format!(
+                        "page_fault's delay ({after:?}) must be less than lifetime ({:?}): the browser would die before its pages",
+                        self.lifetime
+                    ),
+                ));
+            }
+        }
         if self.rtt > Duration::from_secs(60) {
             return Err(Error::invalid_config(
                 "rtt",
@@ -301,6 +400,14 @@ mod tests {
             (Config::new().doa(f64::NAN), "doa"),
             (Config::new().max_sessions(0), "max_sessions"),
             (Config::new().rtt(Duration::from_secs(61)), "rtt"),
+            (
+                Config::new().page_fault(PageFault::Crash, Duration::ZERO),
+                "page_fault",
+            ),
+            (
+                Config::new().page_fault(PageFault::Close, Duration::from_secs(600)),
+                "page_fault",
+            ),
         ];
         for (config, option) in cases {
             let err = config.validate().unwrap_err();
@@ -326,5 +433,15 @@ mod tests {
             assert_eq!(mode.as_str().parse::<DeathMode>(), Ok(mode));
         }
         assert!("doa".parse::<DeathMode>().is_err());
+    }
+
+    #[test]
+    fn page_faults_parse_from_their_names() {
+        for fault in [PageFault::Crash, PageFault::Close] {
+            assert_eq!(fault.as_str().parse::<PageFault>(), Ok(fault));
+            assert_eq!(fault.to_string(), fault.as_str());
+        }
+        assert_eq!("CRASH".parse::<PageFault>(), Ok(PageFault::Crash));
+        assert!("hang".parse::<PageFault>().is_err());
     }
 }

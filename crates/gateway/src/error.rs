@@ -1,8 +1,5 @@
 //! The one error type of the gateway library.
 
-use std::error::Error as StdError;
-use std::fmt;
-
 /// Broad classification of an [`Error`], for matching.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,86 +17,83 @@ pub enum ErrorKind {
     /// A fault to inject was refused (its status is not an HTTP error status); no fault
     /// changed.
     InvalidFault,
+    /// A page fault was not carried out in full: the browser could not be reached over CDP,
+    /// refused a command, or a page did not crash or close in time. The session lives on.
+    PageFault,
 }
 
-type Source = Box<dyn StdError + Send + Sync + 'static>;
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An error of the gateway.
 ///
 /// `Display` says what went wrong at this layer; the cause, if any, is reachable through
 /// [`std::error::Error::source`] and is never repeated in the message. No message carries a
 /// secret (API key or relay token).
-pub struct Error {
-    inner: Box<Inner>,
-}
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Error(Box<Inner>); // boxed: a `Result` stays one pointer wide
 
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 struct Inner {
     kind: ErrorKind,
     message: String,
     option: Option<&'static str>,
+    #[source]
     source: Option<Source>,
 }
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            inner: Box::new(Inner {
-                kind,
-                message: message.into(),
-                option: None,
-                source: None,
-            }),
-        }
+        Self(Box::new(Inner {
+            kind,
+            message: message.into(),
+            option: None,
+            source: None,
+        }))
     }
 
     pub(crate) fn invalid_config(option: &'static str, message: impl Into<String>) -> Self {
         let mut e = Self::new(ErrorKind::InvalidConfig, message);
-        e.inner.option = Some(option);
+        e.0.option = Some(option);
         e
     }
 
     pub(crate) fn with_source(mut self, source: impl Into<Source>) -> Self {
-        self.inner.source = Some(source.into());
+        self.0.source = Some(source.into());
         self
     }
 
     /// What kind of error this is.
     pub fn kind(&self) -> ErrorKind {
-        self.inner.kind
+        self.0.kind
     }
 
     /// The [`Config`](crate::Config) option at fault, for [`ErrorKind::InvalidConfig`].
     pub fn option(&self) -> Option<&'static str> {
-        self.inner.option
+        self.0.option
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.inner.message)
-    }
-}
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
 
-impl fmt::Debug for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Error");
-        d.field("kind", &self.inner.kind)
-            .field("message", &self.inner.message);
-        if let Some(option) = self.inner.option {
-            d.field("option", &option);
-        }
-        if let Some(source) = &self.inner.source {
-            d.field("source", source);
-        }
-        d.finish()
-    }
-}
+    use super::*;
 
-impl StdError for Error {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.inner
-            .source
-            .as_deref()
-            .map(|s| s as &(dyn StdError + 'static))
+    #[test]
+    fn display_is_this_layers_message_and_the_cause_is_the_source() {
+        let cause = std::io::Error::other("the cause");
+        let e = Error::new(ErrorKind::Io, "the listener has no local address").with_source(cause);
+        assert_eq!(e.to_string(), "the listener has no local address");
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert_eq!(
+            e.source().map(ToString::to_string).as_deref(),
+            Some("the cause")
+        );
+        assert_eq!(
+            std::mem::size_of::<Result<(), Error>>(),
+            std::mem::size_of::<usize>()
+        );
     }
 }

@@ -84,14 +84,30 @@
 //!
 //! A client connecting to a dead session gets that death at once.
 //!
+//! ## Page faults
+//!
+//! A session's pages can die while its browser, and the client's relay connection, live on:
+//! every page target crashes (CDP `Page.crash`; clients see `Target.targetCrashed`, or
+//! `Inspector.targetCrashed` on an attached session) or is closed (`Target.closeTarget`;
+//! clients see `Target.targetDestroyed`), as [`PageFault`] says. This tests a task's handling
+//! of a dead tab rather than a dead browser.
+//!
+//! - On a schedule: [`Config::page_fault`] faults each session's pages once, a fixed time
+//!   after its create (the session still dies at its own time). One session can choose for
+//!   itself through `userMetadata`: `"chaos.pageFault"`: `crash` | `close`, and
+//!   `"chaos.pageFaultAfterMs"`: when; either alone takes the other from the config, which
+//!   must then have one (else `400 ValidationError` naming the key).
+//! - On demand: [`Gateway::fail_page`], which answers once each page is seen crashed or gone.
+//!
 //! # Layout
 //!
-//! - [`config`]: [`Config`] and [`DeathMode`], validated once.
+//! - [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
 //! - `server`: the accept loop ([`serve`]) and the in-process handle ([`spawn`], [`Gateway`]).
 //! - `api`: the REST routes, auth, and JSON errors.
 //! - `session`: the session registry, one keeper task per browser, and orderly shutdown.
 //! - `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
-//! - `chaos`: when and how each session dies.
+//! - `chaos`: when and how each session dies, and when its pages do.
+//! - `page`: page faults, over a CDP connection of the gateway's own to the browser.
 //! - `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
 //!   next creates and deletes.
 //! - `chromium`: the browser per session, and the process-group accounting behind
@@ -105,11 +121,12 @@ mod chromium;
 pub mod config;
 pub mod error;
 mod fault;
+mod page;
 mod relay;
 mod server;
 mod session;
 
-pub use config::{Config, DeathMode, ParseDeathModeError};
+pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
 pub use error::{Error, ErrorKind};
 pub use fault::{DeleteFault, FaultCounters};
 pub use server::{Gateway, serve, spawn};

@@ -78,40 +78,35 @@ pub(crate) async fn upgrade(
     let token = query.ok().and_then(|Query(q)| q.token);
     let attachment = match shared.attach(id, token.as_deref()) {
         Ok(a) => a,
-        Err(AttachError::Unknown) => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "InvalidSessionId",
-                "no such session on this gateway",
-            );
-        }
-        Err(AttachError::BadToken) => {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "Unauthorized",
-                "missing or wrong token",
-            );
-        }
-        Err(AttachError::Released) => {
-            return error(
-                StatusCode::GONE,
-                "SessionReleased",
-                "the session was released",
-            );
-        }
-        Err(AttachError::Busy) => {
-            return error(
-                StatusCode::CONFLICT,
-                "SessionBusy",
-                "another client is connected to this session",
-            );
-        }
-        Err(AttachError::ShuttingDown) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ShuttingDown",
-                "the gateway is shutting down",
-            );
+        Err(refused) => {
+            let (status, code, message) = match refused {
+                AttachError::Unknown => (
+                    StatusCode::NOT_FOUND,
+                    "InvalidSessionId",
+                    "no such session on this gateway",
+                ),
+                AttachError::BadToken => (
+                    StatusCode::UNAUTHORIZED,
+                    "Unauthorized",
+                    "missing or wrong token",
+                ),
+                AttachError::Released => (
+                    StatusCode::GONE,
+                    "SessionReleased",
+                    "the session was released",
+                ),
+                AttachError::Busy => (
+                    StatusCode::CONFLICT,
+                    "SessionBusy",
+                    "another client is connected to this session",
+                ),
+                AttachError::ShuttingDown => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ShuttingDown",
+                    "the gateway is shutting down",
+                ),
+            };
+            return error(status, code, message);
         }
     };
 

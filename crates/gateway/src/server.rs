@@ -18,13 +18,19 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::api;
 use crate::chaos::Death;
-use crate::config::{Config, DeathMode};
+use crate::config::{Config, DeathMode, PageFault};
 use crate::error::{Error, ErrorKind};
 use crate::fault::{self, DeleteFault, FaultCounters};
-use crate::session::{KillError, Shared, Status, parse_session_id};
+use crate::page;
+use crate::session::{KillError, Phase, Shared, Status, parse_session_id};
+
+/// How long a page fault whose browser connection broke waits to learn whether the session
+/// died meanwhile (its keeper publishes the death once Chromium is gone).
+const DEATH_NOTICE: Duration = Duration::from_secs(2);
 
 /// Serves the gateway on `listener` until `shutdown` resolves, then kills every Chromium it
-/// started and returns once they are gone.
+/// started and returns once they are gone. (Helpers whose browser died before them are left
+/// as zombies for the init process to reap: dead, but listed by `ps` until it does.)
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), gateway::Error> {
@@ -213,6 +219,74 @@ impl Gateway {
                 ErrorKind::SessionEnded,
                 "the session's browser is already dead or the session was released",
             )),
+        }
+    }
+
+    /// Crashes or closes every page (CDP target of type `page`) of a live session's browser
+    /// now, and returns how many pages crashed or closed once each is seen to. The browser,
+    /// and the client's relay connection to it, live on; clients see `Target.targetCrashed` /
+    /// `Inspector.targetCrashed` or `Target.targetDestroyed` for their pages (see
+    /// [`PageFault`]). Pages already crashed, or closed meanwhile, are not counted.
+    ///
+    /// The gateway uses a CDP connection of its own to the browser, so the fault works with or
+    /// without a client connected, and takes nothing from the client's connection.
+    ///
+    /// ```no_run
+    /// # async fn demo(gw: gateway::Gateway, session_id: &str) -> Result<(), gateway::Error> {
+    /// let crashed = gw.fail_page(session_id, gateway::PageFault::Crash).await?;
+    /// println!("{crashed} page(s) crashed");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnknownSession`] for an id this gateway never issued;
+    /// [`ErrorKind::SessionEnded`] if the browser is dead or the session released, before or
+    /// during the fault; [`ErrorKind::PageFault`] if the browser could not be reached over
+    /// CDP, refused a command, or a page did not crash or close within a few seconds.
+    pub async fn fail_page(&self, session_id: &str, fault: PageFault) -> Result<usize, Error> {
+        let unknown = || {
+            Error::new(
+                ErrorKind::UnknownSession,
+                "no session with this id on this gateway",
+            )
+        };
+        let ended = || {
+            Error::new(
+                ErrorKind::SessionEnded,
+                "the session's browser is dead or the session was released",
+            )
+        };
+        let id = parse_session_id(session_id).ok_or_else(unknown)?;
+        let (upstream, mut phase) = self.shared.live_browser(id).map_err(|e| match e {
+            KillError::Unknown => unknown(),
+            KillError::Ended => ended(),
+        })?;
+        let session_ended = async move {
+            while *phase.borrow_and_update() == Phase::Live {
+                if phase.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let mut session_ended = std::pin::pin!(session_ended);
+        let result = tokio::select! {
+            result = page::fail_pages(&upstream, fault) => result,
+            () = &mut session_ended => return Err(ended()),
+        };
+        match result {
+            Ok(pages) => {
+                tracing::info!(session = %id, %fault, pages, "pages faulted on demand");
+                Ok(pages)
+            }
+            // The browser went away under the fault: say so if that is the session ending.
+            Err(e) if e.is_connection() => {
+                match tokio::time::timeout(DEATH_NOTICE, session_ended).await {
+                    Ok(()) => Err(ended()),
+                    Err(_) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e.into()),
         }
     }
 

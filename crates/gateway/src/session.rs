@@ -2,7 +2,9 @@
 //! orderly shutdown of all of them.
 //!
 //! A session's [`Phase`] is published on a `watch` channel: the keeper moves it to `Dead` once
-//! it has killed Chromium, a release moves it to `Released`, and the relay follows it.
+//! it has killed Chromium, a release moves it to `Released`, and the relay follows it. The
+//! keeper also carries out the session's scheduled page fault, as part of its own future, so
+//! that the fault ends with the session.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -20,8 +22,9 @@ use uuid::Uuid;
 
 use crate::chaos::{Death, Fate, Overrides};
 use crate::chromium::{Browser, Processes};
-use crate::config::Config;
+use crate::config::{Config, PageFault};
 use crate::fault::Faults;
+use crate::page;
 
 /// Released sessions remembered in full (for `GET` and the list); older ones are remembered
 /// by id only, so that `DELETE` stays idempotent for every id this gateway issued.
@@ -347,8 +350,13 @@ impl Shared {
                 self.clone(),
                 id,
                 browser,
-                started + fate.after,
-                fate.death,
+                Schedule {
+                    death_at: started + fate.after,
+                    death: fate.death,
+                    page_fault: fate
+                        .page_fault
+                        .map(|(fault, after)| (fault, started + after)),
+                },
                 cmd_rx,
             );
             self.spawn_locked(&mut reg, task);
@@ -357,6 +365,7 @@ impl Shared {
                 session = %id,
                 death = ?fate.death,
                 after_ms = fate.after.as_millis() as u64,
+                page_fault = ?fate.page_fault,
                 "session created"
             );
         }
@@ -441,6 +450,20 @@ impl Shared {
             .map_err(|_| KillError::Ended)?;
         // A dropped answer means the keeper was already killing the browser for another reason.
         finished.await.map_err(|_| KillError::Ended)
+    }
+
+    /// A live session's browser endpoint, for a page fault, and its phase, to notice the
+    /// session ending meanwhile.
+    pub(crate) fn live_browser(
+        &self,
+        id: Uuid,
+    ) -> Result<(String, watch::Receiver<Phase>), KillError> {
+        let reg = self.registry();
+        let entry = reg.sessions.get(&id).ok_or(KillError::Unknown)?;
+        if *entry.phase.borrow() != Phase::Live || entry.keeper.is_none() {
+            return Err(KillError::Ended);
+        }
+        Ok((entry.upstream.clone(), entry.phase.subscribe()))
     }
 
     /// Moves a live session to `Dead`, once its browser is gone.
@@ -540,14 +563,21 @@ async fn stop_keeper(keeper: mpsc::UnboundedSender<Command>) {
     }
 }
 
-/// Owns one session's browser: kills it at its death time, on command, or at release, and
-/// notices when it exits on its own.
+/// What a keeper carries out on its own, and when.
+struct Schedule {
+    death_at: Instant,
+    death: Death,
+    /// The session's page fault, if any, and when.
+    page_fault: Option<(PageFault, Instant)>,
+}
+
+/// Owns one session's browser: faults its pages on schedule, kills it at its death time, on
+/// command, or at release, and notices when it exits on its own.
 async fn keep(
     shared: Arc<Shared>,
     id: Uuid,
     mut browser: Browser,
-    death_at: Instant,
-    death: Death,
+    schedule: Schedule,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     enum Why {
@@ -556,15 +586,40 @@ async fn keep(
         Killed(Option<Death>, oneshot::Sender<Death>),
         Released(Option<oneshot::Sender<()>>),
     }
-    let why = tokio::select! {
-        _ = tokio::time::sleep_until(death_at) => Why::Scheduled,
-        _ = browser.exited() => Why::Crashed,
-        command = commands.recv() => match command {
-            Some(Command::Kill { death, done }) => Why::Killed(death, done),
-            Some(Command::Release { done }) => Why::Released(Some(done)),
-            None => Why::Released(None),
-        },
+    let Schedule {
+        death_at,
+        death,
+        page_fault,
+    } = schedule;
+    let upstream = browser.endpoint();
+    // Part of this future, not a task of its own: whatever ends the session drops it, and with
+    // it the fault's connection to the browser.
+    let mut fault = Box::pin(async {
+        let Some((fault, at)) = page_fault else {
+            return;
+        };
+        tokio::time::sleep_until(at).await;
+        match page::fail_pages(&upstream, fault).await {
+            Ok(pages) => tracing::info!(session = %id, %fault, pages, "pages faulted on schedule"),
+            Err(e) => {
+                tracing::warn!(session = %id, %fault, error = %e, "scheduled page fault failed")
+            }
+        }
+    });
+    let mut fault_pending = true;
+    let why = loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(death_at) => break Why::Scheduled,
+            _ = browser.exited() => break Why::Crashed,
+            command = commands.recv() => break match command {
+                Some(Command::Kill { death, done }) => Why::Killed(death, done),
+                Some(Command::Release { done }) => Why::Released(Some(done)),
+                None => Why::Released(None),
+            },
+            () = &mut fault, if fault_pending => fault_pending = false,
+        }
     };
+    drop(fault);
     let dies = match &why {
         Why::Scheduled => Some(death),
         Why::Crashed => {

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 
 use gateway::Gateway;
 use serde_json::{Value, json};
-use solari_browser::CreateSessionOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -65,12 +64,6 @@ fn code(body: &str) -> Value {
     serde_json::from_str::<Value>(body).map_or(Value::Null, |v| v["code"].clone())
 }
 
-/// `(live, dead, chromium processes)`.
-fn census(gw: &Gateway) -> (usize, usize, usize) {
-    let s = gw.status();
-    (s.live_sessions, s.dead_sessions, s.chromium_processes)
-}
-
 #[tokio::test]
 async fn malformed_json_bodies_are_400() {
     let gw = support::start(gateway::Config::new()).await;
@@ -113,8 +106,8 @@ async fn malformed_json_bodies_are_400() {
     .await
     .expect("an answer");
     assert_eq!((status, code(&answer)), (400, json!("ValidationError")));
-    assert_eq!(census(&gw), (0, 0, 0), "no browser for a refused create");
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 0, 0), "no browser for a refused create");
+    gw.finish().await;
 }
 
 #[tokio::test]
@@ -179,19 +172,14 @@ async fn bodies_over_64_kib_are_413() {
         .expect("an answer");
     assert_eq!(status, 413);
 
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn ids_with_path_tricks_are_404_on_every_route() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
+    let session = gw.create().await;
     let id = &session.id;
     let uuid = id.replace('-', "");
     let long = "a".repeat(32 * 1024);
@@ -254,25 +242,17 @@ async fn ids_with_path_tricks_are_404_on_every_route() {
     }
 
     // None of it reached the real session.
-    assert_eq!(census(&gw).0, 1, "the session is still live");
-    let mut ws = support::connect(&session.cdp_endpoint).await;
-    support::cdp(&mut ws, 1, "Browser.getVersion").await;
-    drop(ws);
-    client.sessions().release(id).await.expect("release");
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    assert_eq!(gw.census().0, 1, "the session is still live");
+    drop(support::attach(&session.cdp_endpoint).await);
+    gw.release(id).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn the_relay_refuses_bad_tokens_and_plain_gets_before_upgrading() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = support::client(&gw);
-    let sessions = client.sessions();
-    let (a, b) = tokio::join!(
-        sessions.create(CreateSessionOptions::new()),
-        sessions.create(CreateSessionOptions::new()),
-    );
-    let (a, b) = (a.expect("create a"), b.expect("create b"));
+    let (a, b) = tokio::join!(gw.create(), gw.create());
     let (a_base, a_token) = a.cdp_endpoint.split_once("?token=").expect("token");
     let (b_base, b_token) = b.cdp_endpoint.split_once("?token=").expect("token");
 
@@ -292,22 +272,14 @@ async fn the_relay_refuses_bad_tokens_and_plain_gets_before_upgrading() {
         ),
     ] {
         assert_eq!(support::refused_status(&url).await, 401, "{what}");
-        assert_eq!(census(&gw).0, 2, "{what}");
+        assert_eq!(gw.census().0, 2, "{what}");
     }
 
     // Not a websocket at all: a clear 4xx, token checks first.
     let http = &reqwest::Client::new();
     let plain = |url: String| async move {
-        let res = http
-            .get(url.replace("ws://", "http://"))
-            .send()
-            .await
-            .expect("answer");
-        let status = res.status().as_u16();
-        (
-            status,
-            res.json::<Value>().await.expect("JSON")["code"].clone(),
-        )
+        let res = http.get(url.replace("ws://", "http://")).send().await;
+        support::answer_code(res.expect("answer")).await
     };
     assert_eq!(
         plain(a.cdp_endpoint.clone()).await,
@@ -317,15 +289,10 @@ async fn the_relay_refuses_bad_tokens_and_plain_gets_before_upgrading() {
         plain(format!("{a_base}?token={b_token}")).await,
         (401, json!("Unauthorized"))
     );
-    let res = http
-        .post(a.cdp_endpoint.replace("ws://", "http://"))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(res.status().as_u16(), 405);
+    let res = http.post(a.cdp_endpoint.replace("ws://", "http://")).send();
     assert_eq!(
-        res.json::<Value>().await.expect("JSON")["code"],
-        "MethodNotAllowed"
+        support::answer_code(res.await.expect("answer")).await,
+        (405, json!("MethodNotAllowed"))
     );
     let path = a
         .cdp_endpoint
@@ -344,19 +311,14 @@ async fn the_relay_refuses_bad_tokens_and_plain_gets_before_upgrading() {
 
     // The refusals held no relay slot: both sessions still take their one client.
     for session in [&a, &b] {
-        let mut ws = support::connect(&session.cdp_endpoint).await;
-        support::cdp(&mut ws, 1, "Browser.getVersion").await;
+        drop(support::attach(&session.cdp_endpoint).await);
     }
-    assert_eq!((census(&gw).0, census(&gw).1), (2, 0));
+    assert_eq!((gw.census().0, gw.census().1), (2, 0));
     for session in [&a, &b] {
-        client
-            .sessions()
-            .release(&session.id)
-            .await
-            .expect("release");
+        gw.release(&session.id).await;
     }
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }
 
 #[tokio::test]
@@ -422,6 +384,6 @@ async fn garbage_on_the_wire_is_refused_without_a_panic() {
         );
     }
 
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }

@@ -8,12 +8,8 @@ use std::time::{Duration, Instant};
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use futures::StreamExt;
-use serde_json::{Map, Value, json};
-use solari_browser::CreateSessionOptions;
-
-fn metadata(v: Value) -> Map<String, Value> {
-    v.as_object().expect("object").clone()
-}
+use reqwest::Method;
+use serde_json::json;
 
 #[tokio::test]
 async fn close_on_schedule_while_get_still_says_active() {
@@ -24,105 +20,61 @@ async fn close_on_schedule_while_get_still_says_active() {
             .jitter(Duration::ZERO),
     )
     .await;
-    let client = support::client(&gw);
     let created = Instant::now();
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
-    let mut ws = support::connect(&session.cdp_endpoint).await;
-    support::cdp(&mut ws, 1, "Browser.getVersion").await;
+    let session = gw.create().await;
+    let mut ws = support::attach(&session.cdp_endpoint).await;
 
-    match support::next_event(&mut ws).await {
-        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Away),
-        other => panic!("expected a close frame, got {other:?}"),
-    }
+    support::expect_close(&mut ws, CloseCode::Away).await;
     assert!(
         created.elapsed() >= lifetime - Duration::from_millis(100),
         "{:?}",
         created.elapsed()
     );
-    assert!(
-        support::next_event(&mut ws).await.is_none(),
-        "then TCP closes"
-    );
 
-    let view = client.sessions().get(&session.id).await.expect("get");
+    let view = gw.client().sessions().get(&session.id).await.expect("get");
     assert_eq!(
         view.status.as_deref(),
         Some("active"),
         "the control plane does not admit it"
     );
-    let status = gw.status();
-    assert_eq!(
-        (
-            status.live_sessions,
-            status.dead_sessions,
-            status.chromium_processes
-        ),
-        (0, 1, 0)
-    );
-
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 1, 0));
+    gw.release(&session.id).await;
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn reset_by_the_chaos_api_with_the_mode_from_metadata() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(
-            CreateSessionOptions::new().user_metadata(metadata(json!({"chaos.death": "reset"}))),
-        )
-        .await
-        .expect("create");
-    let mut ws = support::connect(&session.cdp_endpoint).await;
-    support::cdp(&mut ws, 1, "Browser.getVersion").await;
+    let session = gw
+        .create_with_metadata(json!({"chaos.death": "reset"}))
+        .await;
+    let mut ws = support::attach(&session.cdp_endpoint).await;
 
-    let res = reqwest::Client::new()
-        .post(format!(
-            "{}/__chaos/sessions/{}/kill",
-            gw.base_url(),
-            session.id
-        ))
-        .header("Authorization", format!("Bearer {}", gw.api_key()))
+    let res = gw
+        .request(
+            Method::POST,
+            &format!("/__chaos/sessions/{}/kill", session.id),
+        )
         .send()
         .await
         .expect("kill request");
-    assert_eq!(res.status().as_u16(), 200);
-    assert_eq!(res.json::<Value>().await.unwrap()["death"], "reset");
+    let (status, body) = support::answer(res).await;
+    assert_eq!((status, &body["death"]), (200, &json!("reset")), "{body}");
 
     match support::next_event(&mut ws).await {
         Some(Err(WsError::Io(e))) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}"),
         other => panic!("expected a TCP reset, got {other:?}"),
     }
     assert_eq!(gw.status().chromium_processes, 0);
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
-    support::finish(gw).await;
+    gw.release(&session.id).await;
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn silence_answers_nothing_and_keeps_the_socket_open() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
-    let mut ws = support::connect(&session.cdp_endpoint).await;
-    support::cdp(&mut ws, 1, "Browser.getVersion").await;
+    let session = gw.create().await;
+    let mut ws = support::attach(&session.cdp_endpoint).await;
 
     let applied = gw
         .kill(&session.id, gateway::DeathMode::Silence)
@@ -143,47 +95,23 @@ async fn silence_answers_nothing_and_keeps_the_socket_open() {
     assert!(quiet.is_err(), "expected silence, got {:?}", quiet.unwrap());
 
     // Releasing the session finally ends the connection.
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
+    gw.release(&session.id).await;
     match support::next_event(&mut ws).await {
         None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {}
         Some(Ok(other)) => panic!("nothing may be relayed after death, got {other:?}"),
     }
-    support::finish(gw).await;
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn dead_on_arrival_closes_at_once_and_honest_get_admits_it() {
     let gw = support::start(gateway::Config::new().doa(1.0).honest(true)).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
-    let status = gw.status();
-    assert_eq!(
-        (
-            status.live_sessions,
-            status.dead_sessions,
-            status.chromium_processes
-        ),
-        (0, 1, 0)
-    );
+    let session = gw.create().await;
+    assert_eq!(gw.census(), (0, 1, 0));
 
     let mut ws = support::connect(&session.cdp_endpoint).await;
-    match support::next_event(&mut ws).await {
-        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Error),
-        other => panic!("expected a close frame, got {other:?}"),
-    }
-    assert!(
-        support::next_event(&mut ws).await.is_none(),
-        "then TCP closes"
-    );
-    let view = client.sessions().get(&session.id).await.expect("get");
+    support::expect_close(&mut ws, CloseCode::Error).await;
+    let view = gw.client().sessions().get(&session.id).await.expect("get");
     assert_eq!(view.status.as_deref(), Some("ended"));
     let err = gw
         .kill(&session.id, gateway::DeathMode::Close)
@@ -192,5 +120,5 @@ async fn dead_on_arrival_closes_at_once_and_honest_get_admits_it() {
     assert_eq!(err.kind(), gateway::ErrorKind::SessionEnded);
 
     // Not released: shutdown cleans it up.
-    support::finish(gw).await;
+    gw.finish().await;
 }

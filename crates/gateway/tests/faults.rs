@@ -5,16 +5,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use gateway::{DeleteFault, FaultCounters, Gateway};
+use gateway::{DeleteFault, FaultCounters};
+use reqwest::Method;
 use serde_json::{Value, json};
-use solari_browser::{Client, ClientOptions, CreateSessionOptions, SolariErrorCode};
-
-fn client_with(gw: &Gateway, options: impl FnOnce(ClientOptions) -> ClientOptions) -> Client {
-    Client::new(options(
-        ClientOptions::new(gw.api_key(), gw.base_url()).backoff_ms(50),
-    ))
-    .expect("client")
-}
+use solari_browser::{CreateSessionOptions, SolariErrorCode};
 
 fn counters(creates_faulted: u64, deletes_faulted: u64) -> FaultCounters {
     let mut c = FaultCounters::default();
@@ -23,137 +17,89 @@ fn counters(creates_faulted: u64, deletes_faulted: u64) -> FaultCounters {
     c
 }
 
-/// `(live, dead, chromium processes)`.
-fn census(gw: &Gateway) -> (usize, usize, usize) {
-    let s = gw.status();
-    (s.live_sessions, s.dead_sessions, s.chromium_processes)
-}
-
-/// Waits (bounded) until no Chromium this gateway started is alive.
-async fn no_chromium_left(gw: &Gateway) {
-    let gone = tokio::time::timeout(support::SOON, async {
-        while gw.status().chromium_processes > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(gone.is_ok(), "{:?}", gw.status());
-}
-
 #[tokio::test]
-async fn unhealthy_creates_then_success_without_client_retries() {
-    let gw = support::start(gateway::Config::new()).await;
-    let client = client_with(&gw, |o| o.max_attempts(1));
-    gw.fail_creates(2, 503).expect("a 503 is a fault");
-
-    for _ in 0..2 {
-        let err = client
-            .sessions()
-            .create(CreateSessionOptions::new())
-            .await
-            .unwrap_err();
-        assert_eq!(err.status(), Some(503), "{err}");
-        assert_eq!(err.code(), Some(&SolariErrorCode::BrowserUnhealthy));
-        assert_eq!(census(&gw), (0, 0, 0), "no browser for a faulted create");
+async fn create_faults_against_the_clients_own_retries() {
+    struct Case {
+        what: &'static str,
+        /// `(count, status)` of the create fault.
+        fault: (u32, u16),
+        /// The client's attempts per create (it retries 503, with the same Idempotency-Key).
+        attempts: u32,
+        /// Each create in turn: `Ok` or the error's status and code.
+        creates: Vec<Result<(), (u16, SolariErrorCode)>>,
     }
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("the third create succeeds");
-    assert_eq!(gw.status().live_sessions, 1);
-    assert_eq!(gw.fault_counters(), counters(2, 0));
-
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
-    support::finish(gw).await;
-}
-
-#[tokio::test]
-async fn the_clients_own_retries_absorb_unhealthy_creates() {
-    let gw = support::start(gateway::Config::new()).await;
-    // The client retries 503 itself, with the same Idempotency-Key on every attempt.
-    let client = client_with(&gw, |o| o.max_attempts(3));
-    gw.fail_creates(2, 503).expect("fault");
-
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("the third attempt creates: no fault was replayed for the key");
-    assert_eq!(gw.fault_counters(), counters(2, 0));
-    assert_eq!(census(&gw).0, 1, "exactly one session");
-
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
-    support::finish(gw).await;
-}
-
-#[tokio::test]
-async fn concurrency_limit_fault_is_not_retried_by_the_client() {
-    let gw = support::start(gateway::Config::new()).await;
-    let client = client_with(&gw, |o| o.max_attempts(3));
-    gw.fail_creates(1, 429).expect("fault");
-
-    let err = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .unwrap_err();
-    assert_eq!(err.status(), Some(429), "{err}");
-    assert_eq!(err.code(), Some(&SolariErrorCode::ConcurrencyLimitExceeded));
-    assert_eq!(
-        gw.fault_counters(),
-        counters(1, 0),
-        "one request, one fault"
-    );
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    let unhealthy = || Err((503, SolariErrorCode::BrowserUnhealthy));
+    let cases = [
+        Case {
+            what: "unhealthy creates, then a success, without client retries",
+            fault: (2, 503),
+            attempts: 1,
+            creates: vec![unhealthy(), unhealthy(), Ok(())],
+        },
+        Case {
+            what: "the client's own retries absorb unhealthy creates",
+            fault: (2, 503),
+            attempts: 3,
+            creates: vec![Ok(())],
+        },
+        Case {
+            what: "a concurrency-limit fault is not retried by the client",
+            fault: (1, 429),
+            attempts: 3,
+            creates: vec![Err((429, SolariErrorCode::ConcurrencyLimitExceeded))],
+        },
+    ];
+    for case in cases {
+        let what = case.what;
+        let gw = support::start(gateway::Config::new()).await;
+        let client = gw.client_with(|o| o.max_attempts(case.attempts));
+        gw.fail_creates(case.fault.0, case.fault.1).expect(what);
+        for expected in &case.creates {
+            let created = client.sessions().create(CreateSessionOptions::new()).await;
+            match (created, expected) {
+                (Ok(session), Ok(())) => {
+                    assert_eq!(gw.census().0, 1, "{what}: exactly one session");
+                    gw.release(&session.id).await;
+                }
+                (Err(err), Err((status, code))) => {
+                    assert_eq!((err.status(), err.code()), (Some(*status), Some(code)));
+                    assert_eq!(gw.census(), (0, 0, 0), "{what}: no browser for a fault");
+                }
+                (created, _) => panic!("{what}: expected {expected:?}, got {created:?}"),
+            }
+        }
+        assert_eq!(
+            gw.fault_counters(),
+            counters(case.fault.0.into(), 0),
+            "{what}"
+        );
+        gw.finish().await;
+    }
 }
 
 #[tokio::test]
 async fn a_faulted_keyed_create_is_neither_recorded_nor_replayed() {
     let gw = support::start(gateway::Config::new()).await;
     gw.fail_creates(1, 503).expect("fault");
-    let http = reqwest::Client::new();
-    let keyed = || {
-        http.post(format!("{}/sessions", gw.base_url()))
-            .bearer_auth(gw.api_key())
-            .header("Idempotency-Key", "call-1")
-            .header("Content-Length", "0")
-            .send()
-    };
 
-    let faulted = keyed().await.expect("answer");
-    assert_eq!(faulted.status().as_u16(), 503);
+    let (status, faulted) = gw.keyed_create("call-1").await;
     assert_eq!(
-        faulted.json::<Value>().await.expect("JSON")["code"],
-        "BrowserUnhealthy"
+        (status, &faulted["code"]),
+        (503, &json!("BrowserUnhealthy"))
     );
-    let created = keyed().await.expect("answer");
-    assert_eq!(created.status().as_u16(), 201, "the retry creates");
-    let created: Value = created.json().await.expect("JSON");
-    let replayed: Value = keyed().await.expect("answer").json().await.expect("JSON");
+    let (status, created) = gw.keyed_create("call-1").await;
+    assert_eq!(status, 201, "the retry creates");
+    let (_, replayed) = gw.keyed_create("call-1").await;
     assert_eq!(created["sessionId"], replayed["sessionId"], "then replays");
-    assert_eq!(census(&gw).0, 1);
-    support::finish(gw).await;
+    assert_eq!(gw.census().0, 1);
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn delete_500_kills_the_browser_but_leaves_the_session_unreleased() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
+    let client = gw.client();
+    let session = gw.create().await;
     gw.fail_deletes(Some(1), DeleteFault::Status(500))
         .expect("fault");
 
@@ -163,60 +109,48 @@ async fn delete_500_kills_the_browser_but_leaves_the_session_unreleased() {
         err.code(),
         Some(&SolariErrorCode::Other("InternalError".into()))
     );
-    assert_eq!(census(&gw), (0, 1, 0), "dead, unreleased, no Chromium");
+    assert_eq!(gw.census(), (0, 1, 0), "dead, unreleased, no Chromium");
     assert_eq!(gw.fault_counters(), counters(0, 1));
     let view = client.sessions().get(&session.id).await.expect("get");
     assert_eq!(view.status.as_deref(), Some("active"), "not released");
 
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("the next delete is not faulted");
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    gw.release(&session.id).await; // the next delete is not faulted
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn a_hung_delete_times_the_client_out_and_shutdown_is_prompt() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = client_with(&gw, |o| o.timeout_ms(1000).max_attempts(1));
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
+    let session = gw.create().await;
     gw.fail_deletes(None, DeleteFault::Hang).expect("fault");
 
+    let client = gw.client_with(|o| o.timeout_ms(1000).max_attempts(1));
     let started = Instant::now();
     let err = client.sessions().release(&session.id).await.unwrap_err();
     assert_eq!(err.status(), None, "no answer, a timeout: {err}");
     assert!(started.elapsed() >= Duration::from_millis(900));
-    no_chromium_left(&gw).await;
-    assert_eq!(census(&gw), (0, 1, 0));
+    support::eventually("no Chromium left", || gw.status().chromium_processes == 0).await;
+    assert_eq!(gw.census(), (0, 1, 0));
 
     // Still hanging: a second delete is faulted too.
     let pending = tokio::spawn({
-        let client = client_with(&gw, |o| o.timeout_ms(60_000).max_attempts(1));
+        let client = gw.client_with(|o| o.timeout_ms(60_000).max_attempts(1));
         let id = session.id.clone();
         async move { client.sessions().release(&id).await }
     });
-    tokio::time::timeout(support::SOON, async {
-        while gw.fault_counters().deletes_faulted < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    support::eventually("the second delete arrives", || {
+        gw.fault_counters().deletes_faulted >= 2
     })
-    .await
-    .expect("the second delete arrives");
+    .await;
 
     let started = Instant::now();
-    let status = gw.shutdown().await.expect("no task panicked");
+    gw.finish().await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "shutdown took {:?}",
         started.elapsed()
     );
-    assert_eq!(status, gateway::Status::default());
     let outcome = tokio::time::timeout(support::SOON, pending)
         .await
         .expect("the hung request ends with the gateway")
@@ -227,48 +161,42 @@ async fn a_hung_delete_times_the_client_out_and_shutdown_is_prompt() {
 #[tokio::test]
 async fn one_hung_delete_is_absorbed_by_the_clients_retry() {
     let gw = support::start(gateway::Config::new()).await;
-    let client = client_with(&gw, |o| o.timeout_ms(1000).max_attempts(2));
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
+    let session = gw.create().await;
     gw.fail_deletes(Some(1), DeleteFault::Hang).expect("fault");
 
-    client
+    gw.client_with(|o| o.timeout_ms(1000).max_attempts(2))
         .sessions()
         .release(&session.id)
         .await
         .expect("the retry after the timeout releases");
     assert_eq!(gw.fault_counters(), counters(0, 1));
-    assert_eq!(census(&gw), (0, 0, 0));
-    support::finish(gw).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
+}
+
+async fn post_faults(gw: &support::TestGateway, body: Value) -> (u16, Value) {
+    let res = gw.request(Method::POST, "/__chaos/faults").json(&body);
+    support::answer(res.send().await.expect("answer")).await
 }
 
 #[tokio::test]
 async fn faults_route_sets_clears_and_validates() {
     let gw = support::start(gateway::Config::new()).await;
-    let http = reqwest::Client::new();
-    let url = format!("{}/__chaos/faults", gw.base_url());
-    let post = |body: String| http.post(&url).bearer_auth(gw.api_key()).body(body).send();
-    async fn answer(res: reqwest::Response) -> (u16, Value) {
-        let status = res.status().as_u16();
-        (status, res.json().await.expect("JSON"))
-    }
 
-    let res = http.post(&url).body("{}").send().await.expect("answer");
+    let res = reqwest::Client::new()
+        .post(format!("{}/__chaos/faults", gw.base_url()))
+        .body("{}")
+        .send()
+        .await
+        .expect("answer");
     assert_eq!(res.status().as_u16(), 401, "bearer auth like the rest");
 
-    let (status, body) = answer(
-        post(
-            json!({
-                "creates": {"count": 2, "status": 503},
-                "deletes": {"count": 1, "status": 500},
-            })
-            .to_string(),
-        )
-        .await
-        .expect("answer"),
+    let (status, body) = post_faults(
+        &gw,
+        json!({
+            "creates": {"count": 2, "status": 503},
+            "deletes": {"count": 1, "status": 500},
+        }),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -282,12 +210,7 @@ async fn faults_route_sets_clears_and_validates() {
         })
     );
 
-    let (status, body) = answer(
-        post(json!({"clear": true, "deletes": {"hang": true}}).to_string())
-            .await
-            .expect("answer"),
-    )
-    .await;
+    let (status, body) = post_faults(&gw, json!({"clear": true, "deletes": {"hang": true}})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["creates"], Value::Null, "cleared");
     assert_eq!(body["deletes"], json!({"remaining": null, "hang": true}));
@@ -311,21 +234,12 @@ async fn faults_route_sets_clears_and_validates() {
             "ValidationError",
         ),
     ] {
-        let (status, body) = answer(post(bad.to_owned()).await.expect("answer")).await;
-        assert_eq!(
-            (status, &body["code"]),
-            (400, &json!(code)),
-            "{bad}: {body}"
-        );
+        let res = gw.request(Method::POST, "/__chaos/faults").body(bad);
+        let (status, code_got) = support::answer_code(res.send().await.expect("answer")).await;
+        assert_eq!((status, code_got), (400, json!(code)), "{bad}");
     }
-    let (_, body) = answer(
-        http.get(&url)
-            .bearer_auth(gw.api_key())
-            .send()
-            .await
-            .expect("answer"),
-    )
-    .await;
+    let res = gw.request(Method::GET, "/__chaos/faults").send().await;
+    let (_, body) = support::answer(res.expect("answer")).await;
     assert_eq!(
         body["deletes"],
         json!({"remaining": null, "hang": true}),
@@ -333,10 +247,13 @@ async fn faults_route_sets_clears_and_validates() {
     );
 
     // Set over REST, seen by the official client.
-    post(json!({"clear": true, "creates": {"count": 1, "status": 429}}).to_string())
-        .await
-        .expect("answer");
-    let err = support::client(&gw)
+    post_faults(
+        &gw,
+        json!({"clear": true, "creates": {"count": 1, "status": 429}}),
+    )
+    .await;
+    let err = gw
+        .client()
         .sessions()
         .create(CreateSessionOptions::new())
         .await
@@ -354,5 +271,5 @@ async fn faults_route_sets_clears_and_validates() {
             .kind(),
         gateway::ErrorKind::InvalidFault
     );
-    support::finish(gw).await;
+    gw.finish().await;
 }

@@ -4,20 +4,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use solari_browser::CreateSessionOptions;
 
 #[tokio::test]
 async fn relays_cdp_with_latency_and_closes_on_release() {
     let rtt = Duration::from_millis(200);
     let gw = support::start(gateway::Config::new().rtt(rtt)).await;
-    let client = support::client(&gw);
-    let session = client
-        .sessions()
-        .create(CreateSessionOptions::new())
-        .await
-        .expect("create");
+    let session = gw.create().await;
     let url = session.cdp_endpoint.clone();
 
     let (base, _token) = url.split_once("?token=").expect("token in the URL");
@@ -57,20 +50,9 @@ async fn relays_cdp_with_latency_and_closes_on_release() {
         "one client per session"
     );
 
-    client
-        .sessions()
-        .release(&session.id)
-        .await
-        .expect("release");
-    match support::next_event(&mut ws).await {
-        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Away),
-        other => panic!("expected a close frame on release, got {other:?}"),
-    }
-    assert!(
-        support::next_event(&mut ws).await.is_none(),
-        "then the connection ends"
-    );
+    gw.release(&session.id).await;
+    support::expect_close(&mut ws, CloseCode::Away).await;
     assert_eq!(support::refused_status(&url).await, 410, "released");
     assert_eq!(gw.status().chromium_processes, 0);
-    support::finish(gw).await;
+    gw.finish().await;
 }

@@ -3,7 +3,8 @@
 
 mod support;
 
-use serde_json::{Map, Value, json};
+use reqwest::Method;
+use serde_json::json;
 use solari_browser::{CreateSessionOptions, ListSessionsOptions, SolariErrorCode};
 
 fn other(code: &str) -> Option<SolariErrorCode> {
@@ -13,9 +14,9 @@ fn other(code: &str) -> Option<SolariErrorCode> {
 #[tokio::test]
 async fn solari_client_creates_gets_lists_and_releases() {
     let gw = support::start(gateway::Config::new().max_sessions(2)).await;
-    let client = support::client(&gw);
+    let client = gw.client();
 
-    let wrong = support::client_with_key(&gw, "wrong-key");
+    let wrong = gw.client_with_key("wrong-key");
     let err = wrong
         .sessions()
         .create(CreateSessionOptions::new())
@@ -26,14 +27,7 @@ async fn solari_client_creates_gets_lists_and_releases() {
         (Some(401), other("Unauthorized").as_ref())
     );
 
-    let mut team = Map::new();
-    team.insert("team".into(), json!("x"));
-    let sessions = client.sessions();
-    let (a, b) = tokio::join!(
-        sessions.create(CreateSessionOptions::new().user_metadata(team)),
-        sessions.create(CreateSessionOptions::new()),
-    );
-    let (a, b) = (a.expect("first create"), b.expect("second create"));
+    let (a, b) = tokio::join!(gw.create_with_metadata(json!({"team": "x"})), gw.create(),);
     assert!(
         a.cdp_endpoint
             .starts_with(&format!("ws://{}/cdp/{}?token=", gw.local_addr(), a.id))
@@ -76,7 +70,7 @@ async fn solari_client_creates_gets_lists_and_releases() {
         [a.id.as_str()]
     );
 
-    client.sessions().release(&b.id).await.expect("release");
+    gw.release(&b.id).await;
     client
         .sessions()
         .release(&b.id)
@@ -94,87 +88,44 @@ async fn solari_client_creates_gets_lists_and_releases() {
         assert_eq!(err.code(), Some(&SolariErrorCode::InvalidSessionId));
     }
 
-    client.sessions().release(&a.id).await.expect("release");
-    let status = gw.status();
-    assert_eq!(
-        (
-            status.live_sessions,
-            status.dead_sessions,
-            status.chromium_processes
-        ),
-        (0, 0, 0)
-    );
-    support::finish(gw).await;
+    gw.release(&a.id).await;
+    assert_eq!(gw.census(), (0, 0, 0));
+    gw.finish().await;
 }
 
 #[tokio::test]
 async fn raw_http_errors_and_idempotency() {
     let gw = support::start(gateway::Config::new().max_sessions(1)).await;
-    let http = reqwest::Client::new();
     let url = format!("{}/sessions", gw.base_url());
-    let bearer = format!("Bearer {}", gw.api_key());
-
-    async fn code(res: reqwest::Response) -> (u16, Value) {
-        let status = res.status().as_u16();
-        (
-            status,
-            res.json::<Value>().await.expect("JSON error body")["code"].clone(),
-        )
-    }
-
-    let res = http.post(&url).send().await.unwrap();
-    assert_eq!(code(res).await, (401, json!("Unauthorized")));
-
-    let res = http
-        .post(&url)
-        .header("Authorization", &bearer)
-        .body("{\"userMetadata\": ")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(code(res).await, (400, json!("InvalidJson")));
-
-    let res = http
-        .post(&url)
-        .header("Authorization", &bearer)
-        .body(json!({ "timeoutSeconds": "soon" }).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(code(res).await, (400, json!("ValidationError")));
+    let res = reqwest::Client::new().post(&url).send().await.unwrap();
+    assert_eq!(
+        support::answer_code(res).await,
+        (401, json!("Unauthorized"))
+    );
 
     let big = format!(
         "{{\"userMetadata\":{{\"pad\":\"{}\"}}}}",
         "x".repeat(70 * 1024)
     );
-    let res = http
-        .post(&url)
-        .header("Authorization", &bearer)
-        .body(big)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(code(res).await, (413, json!("PayloadTooLarge")));
+    for (body, expected) in [
+        ("{\"userMetadata\": ".to_owned(), (400, "InvalidJson")),
+        (
+            json!({ "timeoutSeconds": "soon" }).to_string(),
+            (400, "ValidationError"),
+        ),
+        (big, (413, "PayloadTooLarge")),
+    ] {
+        let res = gw.request(Method::POST, "/sessions").body(body).send();
+        let (status, code) = support::answer_code(res.await.unwrap()).await;
+        assert_eq!((status, code), (expected.0, json!(expected.1)));
+    }
 
-    let keyed = || {
-        http.post(&url)
-            .header("Authorization", &bearer)
-            .header("Idempotency-Key", "call-1")
-            .header("Content-Length", "0")
-            .send()
-    };
-    let first = keyed().await.unwrap();
-    assert_eq!(first.status().as_u16(), 201);
-    let first: Value = first.json().await.unwrap();
-    let again = keyed().await.unwrap();
-    assert_eq!(
-        again.status().as_u16(),
-        201,
-        "answered from the first result, not 429"
-    );
-    let again: Value = again.json().await.unwrap();
+    let (status, first) = gw.keyed_create("call-1").await;
+    assert_eq!(status, 201);
+    let (status, again) = gw.keyed_create("call-1").await;
+    assert_eq!(status, 201, "answered from the first result, not 429");
     assert_eq!(first["sessionId"], again["sessionId"]);
     assert_eq!(gw.status().live_sessions, 1);
 
-    support::finish(gw).await;
+    gw.finish().await;
 }

@@ -2,7 +2,9 @@
 //! live page and restored into a fresh one.
 //!
 //! A checkpoint is a credential. It lives in memory only, its `Debug` shows sizes and never
-//! values, and its strings are zeroed when it is dropped.
+//! values, and its strings are zeroed when it is dropped — so are the copies restore makes
+//! (the restore documents). The copies inside the CDP commands chromiumoxide serialises and
+//! sends are chromiumoxide's and are not zeroed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,7 +25,7 @@ use chromiumoxide::cdp::browser_protocol::storage::{GetCookiesParams, SetCookies
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use futures::StreamExt;
 use tokio::time::Instant;
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{Error, ErrorKind};
 use crate::task::AbortOnDrop;
@@ -279,14 +281,16 @@ fn collect_origins(tree: &FrameTree, out: &mut Vec<String>) {
 }
 
 /// A blank document whose inline script writes `items` into its origin's localStorage.
-fn restore_document(items: &[(String, String)]) -> String {
-    let data = serde_json::to_string(items).expect("strings serialise");
+fn restore_document(items: &[(String, String)]) -> Zeroizing<String> {
+    let json = Zeroizing::new(serde_json::to_string(items).expect("strings serialise"));
     // Keep the data inside the <script> element whatever it contains.
-    let data = data.replace("</", "<\\/").replace("<!--", "<\\!--");
-    format!(
+    let step = Zeroizing::new(json.replace("</", "<\\/"));
+    let data = Zeroizing::new(step.replace("<!--", "<\\!--"));
+    let data = data.as_str();
+    Zeroizing::new(format!(
         "<!doctype html><title>outlive restore</title><link rel=\"icon\" href=\"data:,\"><script>(function(){{var d={data};\
          localStorage.clear();for(var i=0;i<d.length;i++){{localStorage.setItem(d[i][0],d[i][1]);}}}})()</script>"
-    )
+    ))
 }
 
 /// Puts cookies and every origin's localStorage into a fresh page, before any request
@@ -317,7 +321,8 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), 
         .event_listener::<EventRequestPaused>()
         .await
         .map_err(|e| cdp_error("listening for Fetch.requestPaused", e))?;
-    let documents: BTreeMap<String, String> = origins
+    // Copies of the values: zeroed when restore returns, like the checkpoint itself.
+    let documents: BTreeMap<String, Zeroizing<String>> = origins
         .iter()
         .map(|(o, items)| ((*o).clone(), restore_document(items)))
         .collect();
@@ -373,7 +378,7 @@ mod tests {
     #[test]
     fn restore_document_cannot_be_broken_out_of() {
         let doc = restore_document(&[("k".into(), "</script><script>alert(1)</script>".into())]);
-        assert_eq!(doc.matches("</script>").count(), 1, "{doc}");
+        assert_eq!(doc.matches("</script>").count(), 1, "{}", doc.as_str());
     }
 
     #[test]

@@ -158,12 +158,38 @@ impl<E> RunError<E> {
         }
     }
 
+    /// The task's error, by reference, if that is what this is.
+    pub fn task(&self) -> Option<&E> {
+        match self {
+            RunError::Task(e) => Some(e),
+            RunError::Outlive(_) => None,
+        }
+    }
+
     /// outlive's own error, if that is what this is.
     pub fn outlive(&self) -> Option<&Error> {
         match self {
             RunError::Task(_) => None,
             RunError::Outlive(e) => Some(e),
         }
+    }
+
+    /// outlive's own error, by value, if that is what this is.
+    pub fn into_outlive(self) -> Option<Error> {
+        match self {
+            RunError::Task(_) => None,
+            RunError::Outlive(e) => Some(e),
+        }
+    }
+
+    /// The kind of outlive's own error (`None` for the task's error).
+    pub fn kind(&self) -> Option<ErrorKind> {
+        self.outlive().map(Error::kind)
+    }
+
+    /// Whether the run gave up: the browser or the page failed more often than allowed.
+    pub fn is_gave_up(&self) -> bool {
+        self.kind() == Some(ErrorKind::GaveUp)
     }
 }
 

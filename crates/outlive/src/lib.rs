@@ -71,8 +71,8 @@
 //!
 //! # Layout
 //!
-//! * [`provider`] — where browsers come from: [`LocalChromium`] (the default),
-//!   [`Solari`], [`Endpoint`] (any CDP websocket URL).
+//! * `provider` — where browsers come from: [`LocalChromium`] (the default),
+//!   [`Solari`], [`Endpoint`] (any CDP websocket URL); the [`Provider`] and [`Session`] traits.
 //! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
 //!   detects a death first (close frame, reset, silent connection, process exit) and watches
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
@@ -80,24 +80,33 @@
 //! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
 //!   entry, after a failure (a fresh page or a relaunch); the accounting.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
-//! * [`report`] — the wide event, one per run.
+//! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.
-//! * [`options`], [`error`], [`endpoint`] — the typed edges.
+//! * `options`, `error`, `endpoint` — the typed edges: [`Options`], [`Error`] and
+//!   [`RunError`], [`CdpEndpoint`].
+//!
+//! Every type has one public path, at the crate root; [`redact`] is the one public module
+//! (its functions).
 #![forbid(unsafe_code)]
 
 mod browser;
 pub(crate) mod checkpoint;
 mod ctx;
-pub mod endpoint;
-pub mod error;
-pub mod options;
-pub mod provider;
+mod endpoint;
+mod error;
+mod options;
+mod provider;
 mod quiet;
 pub mod redact;
 mod relay;
-pub mod report;
+mod report;
 mod run;
 mod task;
+
+// The README's Rust example is compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -107,15 +116,52 @@ pub use chromiumoxide::Page;
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
-pub use options::{Options, Viewport};
+pub use options::{Diagnostics, Options, Viewport};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };
 pub use quiet::{Quiet, quietly};
-pub use redact::Diagnostics;
 pub use relay::{Death, DeathCause};
 pub use report::{Milestone, Outcome, WideEvent};
 pub use solari_browser;
+
+/// [`outlive()`], also returning the run's [`WideEvent`] (the one `on_event` receives).
+///
+/// ```no_run
+/// # async fn demo() {
+/// use outlive::{LocalChromium, Options};
+/// let (result, event) = outlive::outlive_with_event(
+///     &LocalChromium::new(),
+///     |page, _ctx| async move { page.url().await },
+///     Options::new(),
+/// )
+/// .await;
+/// println!("{} after {} attempts: {:?}", event.outcome.as_str(), event.attempts, result.is_ok());
+/// # }
+/// ```
+///
+/// If the task panics, the panic propagates as with [`outlive()`] (the event has been
+/// delivered to `on_event` first).
+pub async fn outlive_with_event<P, F, Fut, T, E>(
+    provider: &P,
+    task: F,
+    options: Options,
+) -> (Result<T, RunError<E>>, WideEvent)
+where
+    P: Provider + ?Sized,
+    F: FnMut(Page, Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Display,
+{
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let result = outlive(provider, task, options.with_event_slot(slot.clone())).await;
+    let event = slot
+        .lock()
+        .expect("event slot poisoned")
+        .take()
+        .expect("every run that returns has emitted its event");
+    (result, event)
+}
 
 /// Runs `task` against a browser from `provider` and returns what it returns, relaunching
 /// and re-entering it whenever the browser dies.

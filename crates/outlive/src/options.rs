@@ -5,8 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::redact::Diagnostics;
+
 use crate::report::{Milestone, WideEvent};
+
+/// How much outlive may reveal in logs and the wide event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Diagnostics {
+    /// URLs reduced to scheme and host, credential-shaped values blanked, text clipped to
+    /// 300 characters.
+    #[default]
+    Safe,
+    /// Raw text, neither redacted nor clipped: URLs, tokens and all. Use only where you trust
+    /// every log sink.
+    Full,
+}
 
 /// A page size in CSS pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +233,21 @@ impl Options {
     /// None.
     pub fn on_milestone(mut self, f: impl Fn(&Milestone) + Send + Sync + 'static) -> Self {
         self.on_milestone = Some(Arc::new(f));
+        self
+    }
+
+    /// Also delivers the run's event to `slot` (after the caller's own `on_event`).
+    pub(crate) fn with_event_slot(
+        mut self,
+        slot: Arc<std::sync::Mutex<Option<WideEvent>>>,
+    ) -> Self {
+        let theirs = self.on_event.take();
+        self.on_event = Some(Arc::new(move |e: &WideEvent| {
+            if let Some(f) = &theirs {
+                f(e);
+            }
+            *slot.lock().expect("event slot poisoned") = Some(e.clone());
+        }));
         self
     }
 

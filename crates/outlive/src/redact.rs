@@ -13,16 +13,7 @@ use regex::Regex;
 /// The longest text redaction returns, in characters.
 pub const MAX_LEN: usize = 300;
 
-/// How much outlive may reveal in logs and the wide event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Diagnostics {
-    /// URLs reduced to scheme and host, credential-shaped values blanked, text clipped to
-    /// 300 characters.
-    #[default]
-    Safe,
-    /// Raw text: URLs, tokens and all. Use only where you trust every log sink.
-    Full,
-}
+use crate::options::Diagnostics;
 
 static URL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(

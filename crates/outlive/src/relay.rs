@@ -11,7 +11,7 @@
 //! The relay also watches the task's **page** (one target and its flattened CDP session):
 //! a renderer crash (`Inspector.targetCrashed`, `Target.targetCrashed`), the target destroyed
 //! or detached by anyone but outlive, and a hung page — a command on the page outstanding for
-//! a heartbeat interval makes the relay ask the page (`Runtime.evaluate` of a constant) and the
+//! half a heartbeat interval makes the relay ask the page (`Runtime.evaluate` of a constant) and the
 //! browser (`Browser.getVersion`) at once; the browser answering and the page not within the
 //! heartbeat timeout is a hung page. A page failure is published on its own channel, then every
 //! command in flight on that page is answered with a CDP error at once, and so is every later
@@ -335,26 +335,18 @@ impl Relay {
 
     /// Asks the browser for a sign of life now. `true` if it answered within `timeout`.
     pub async fn probe(&self, timeout: Duration) -> bool {
-        if self.death().is_some() {
-            return false;
-        }
-        let (tx, rx) = oneshot::channel();
-        if self.control.send(Control::Probe(tx)).is_err() {
-            return false;
-        }
-        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+        self.death().is_none() && self.ask(Control::Probe, timeout).await
     }
 
     /// Asks the watched page for a sign of life now. `true` if it answered within `timeout`.
     pub async fn probe_page(&self, timeout: Duration) -> bool {
-        if self.page_death().is_some() {
-            return false;
-        }
+        self.page_death().is_none() && self.ask(Control::ProbePage, timeout).await
+    }
+
+    async fn ask(&self, control: fn(oneshot::Sender<()>) -> Control, timeout: Duration) -> bool {
         let (tx, rx) = oneshot::channel();
-        if self.control.send(Control::ProbePage(tx)).is_err() {
-            return false;
-        }
-        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+        self.control.send(control(tx)).is_ok()
+            && matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
     }
 
     /// Watches `target_id` (attached as `session_id`) as the task's page from now on; a
@@ -473,6 +465,11 @@ struct PageState {
     dead_sessions: std::collections::HashSet<String>,
     stall_probe: Option<StallProbe>,
     last_stall_probe: Option<Instant>,
+    /// Navigation commands in flight on the watched page (`Page.navigate`, …): answered only
+    /// when the navigation commits.
+    navigations: std::collections::HashSet<u64>,
+    /// A navigation of the page's main frame has started and not yet committed or stopped.
+    navigating: bool,
     /// The generation of the last page that failed (0: none).
     failed_generation: u64,
 }
@@ -485,14 +482,28 @@ impl PageState {
     }
 
     /// When the stall logic next needs the loop's attention.
+    /// Whether the page is between a navigation's start and its commit. Chromium holds
+    /// DevTools messages for a page while its navigation is pending, so a probe then would
+    /// go unanswered by a healthy page: no stall probing until the navigation commits (a
+    /// navigation is bounded by its own timeouts).
+    fn is_navigating(&self) -> bool {
+        self.navigating || !self.navigations.is_empty()
+    }
+
     fn deadline(&self, heartbeat: Heartbeat) -> Option<Instant> {
+        if self.is_navigating() {
+            return None;
+        }
         if let Some(probe) = &self.stall_probe {
             return Some(probe.sent + heartbeat.timeout);
         }
         let (_, oldest) = self.pending.first_key_value()?;
-        let mut due = *oldest + heartbeat.interval;
+        // Half an interval: the hung page is then declared within interval + timeout of the
+        // stalled command being sent, probe round trip included.
+        let stalled_after = heartbeat.interval / 2;
+        let mut due = *oldest + stalled_after;
         if let Some(last) = self.last_stall_probe {
-            due = due.max(last + heartbeat.interval);
+            due = due.max(last + stalled_after);
         }
         Some(due)
     }
@@ -588,8 +599,10 @@ async fn run(
                         if !page.pending.is_empty() {
                             if let Some(id) = reply_id(text.as_str()) {
                                 page.pending.remove(&id);
+                                page.navigations.remove(&id);
                             }
                         }
+                        track_navigation(text.as_str(), &mut page);
                         let failure = page_event(text.as_str(), &page);
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
                         if let Some(cause) = failure {
@@ -619,6 +632,13 @@ async fn run(
                             }
                             if page.watched.as_ref().is_some_and(|w| w.session_id == session) {
                                 page.pending.insert(id, Instant::now());
+                                if matches!(
+                                    head.method.as_deref(),
+                                    Some("Page.navigate" | "Page.reload" | "Page.navigateToHistoryEntry")
+                                ) {
+                                    page.navigations.insert(id);
+                                    page.stall_probe = None;
+                                }
                             }
                         }
                         if let Err(e) = up_tx.send(Message::Text(text)).await { die(classify(&e)); return; }
@@ -650,6 +670,8 @@ async fn run(
                         page.pending.clear();
                         page.stall_probe = None;
                         page.last_stall_probe = None;
+                        page.navigations.clear();
+                        page.navigating = false;
                         page.watched = Some(w);
                         Ok(())
                     }
@@ -810,6 +832,59 @@ fn reply_id(text: &str) -> Option<u64> {
     }
     let head = Head::of(text);
     head.id.filter(|_| head.method.is_none())
+}
+
+/// Follows the watched page's main-frame navigations (its frame id is its target id) from
+/// the `Page` events chromiumoxide enables.
+fn track_navigation(text: &str, page: &mut PageState) {
+    let Some(watched) = page.watched.as_ref() else {
+        return;
+    };
+    let Some(rest) = text.strip_prefix("{\"method\":\"Page.frame") else {
+        return;
+    };
+    let starts = rest.starts_with("RequestedNavigation") || rest.starts_with("StartedNavigating");
+    let ends = rest.starts_with("Navigated\"") || rest.starts_with("StoppedLoading");
+    if !(starts || ends) {
+        return;
+    }
+    #[derive(serde::Deserialize)]
+    struct Event {
+        #[serde(default, rename = "sessionId")]
+        session_id: Option<String>,
+        #[serde(default)]
+        params: Params,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Params {
+        #[serde(default, rename = "frameId")]
+        frame_id: Option<String>,
+        #[serde(default)]
+        frame: Option<Frame>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Frame {
+        id: String,
+        #[serde(default, rename = "parentId")]
+        parent_id: Option<String>,
+    }
+    let Ok(event) = serde_json::from_str::<Event>(text) else {
+        return;
+    };
+    if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+        return;
+    }
+    let main_frame = match (&event.params.frame_id, &event.params.frame) {
+        (Some(id), _) => *id == watched.target_id,
+        (None, Some(f)) => f.parent_id.is_none() && f.id == watched.target_id,
+        _ => false,
+    };
+    if main_frame {
+        page.navigating = starts;
+        if starts {
+            page.stall_probe = None;
+        }
+    }
 }
 
 /// Whether `text` reports the watched page's failure, and how.

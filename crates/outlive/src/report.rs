@@ -66,7 +66,8 @@ pub struct WideEvent {
     /// `"cancelled"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
-    /// On failure: the error's message, redacted and at most 300 characters.
+    /// On failure: the error's message; under [`Diagnostics::Safe`](crate::Diagnostics::Safe)
+    /// (the default) redacted and clipped to 300 characters, under `Full` as it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

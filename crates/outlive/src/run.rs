@@ -1020,19 +1020,28 @@ mod tests {
         Ok(attempt)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn lost_work_counts_from_the_newest_checkpoint_to_detection() {
-        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(25)), Plan::Live]);
+    /// Runs a task whose first entry works until it is dropped and whose second finishes, with
+    /// the test options adjusted by `tweak`; returns the run's event.
+    async fn second_entry_finishes(
+        fake: &Arc<Fake>,
+        tweak: impl FnOnce(Options) -> Options,
+    ) -> WideEvent {
         let event = Arc::default();
         let v = run(
-            &fake,
+            fake,
             |(), ctx| work_forever_then_finish(ctx.attempt()),
-            &options(&event),
+            &tweak(options(&event)),
         )
         .await
         .unwrap();
         assert_eq!(v, 2);
-        let e = event.lock().unwrap().clone().unwrap();
+        event.lock().unwrap().clone().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_work_counts_from_the_newest_checkpoint_to_detection() {
+        let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(25)), Plan::Live]);
+        let e = second_entry_finishes(&fake, |o| o).await;
         // Checkpoints taken at 10 s and 20 s; death detected at 25 s; grace not counted.
         assert_eq!(e.lost_work_ms, 5_000);
         assert_eq!(e.max_lost_work_ms, 5_000);
@@ -1263,12 +1272,10 @@ mod tests {
         assert_eq!(*answers.lock().unwrap(), vec![false, true]);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_page_failure_is_recovered_in_the_same_browser() {
-        let fake = Fake::new(&[Plan::PagesFail {
-            after: Duration::from_secs(25),
-            times: 1,
-        }]);
+    /// One page failure `after` launch, in a task that works until it is dropped: the
+    /// event, whether each entry was resumed, and the fake.
+    async fn one_page_failure(after: Duration) -> (WideEvent, Vec<bool>, Arc<Fake>) {
+        let fake = Fake::new(&[Plan::PagesFail { after, times: 1 }]);
         let event = Arc::default();
         let resumed = Mutex::new(Vec::new());
         let v = run(
@@ -1283,6 +1290,12 @@ mod tests {
         .unwrap();
         assert_eq!(v, 2);
         let e = event.lock().unwrap().clone().unwrap();
+        (e, resumed.into_inner().unwrap(), fake)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_failure_is_recovered_in_the_same_browser() {
+        let (e, resumed, fake) = one_page_failure(Duration::from_secs(25)).await;
         assert_eq!(
             (e.attempts, e.relaunches, e.page_recoveries),
             (2, 0, 1),
@@ -1292,29 +1305,13 @@ mod tests {
         assert_eq!((e.lost_work_ms, e.max_lost_work_ms), (5_000, 5_000));
         assert_eq!(fake.launches.lock().unwrap().len(), 1);
         assert_eq!(fake.releases.load(Ordering::SeqCst), 1);
-        assert_eq!(*resumed.lock().unwrap(), vec![false, true]);
+        assert_eq!(resumed, vec![false, true]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_page_failure_before_any_checkpoint_re_enters_without_resumed_from() {
-        let fake = Fake::new(&[Plan::PagesFail {
-            after: Duration::from_secs(3),
-            times: 1,
-        }]);
-        let event = Arc::default();
-        let resumed = Mutex::new(Vec::new());
-        run(
-            &fake,
-            |(), ctx| {
-                resumed.lock().unwrap().push(ctx.resumed_from().is_some());
-                work_forever_then_finish(ctx.attempt())
-            },
-            &options(&event),
-        )
-        .await
-        .unwrap();
-        assert_eq!(*resumed.lock().unwrap(), vec![false, false]);
-        let e = event.lock().unwrap().clone().unwrap();
+        let (e, resumed, _) = one_page_failure(Duration::from_secs(3)).await;
+        assert_eq!(resumed, vec![false, false]);
         assert_eq!((e.page_recoveries, e.lost_work_ms), (1, 3_000));
     }
 
@@ -1394,16 +1391,7 @@ mod tests {
             },
             Plan::Live,
         ]);
-        let event = Arc::default();
-        let v = run(
-            &fake,
-            |(), ctx| work_forever_then_finish(ctx.attempt()),
-            &options(&event),
-        )
-        .await
-        .unwrap();
-        assert_eq!(v, 2);
-        let e = event.lock().unwrap().clone().unwrap();
+        let e = second_entry_finishes(&fake, |o| o).await;
         assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (2, 0, 1));
         assert_eq!(e.lost_work_ms, 5_000);
         assert_eq!(fake.releases.load(Ordering::SeqCst), 2);

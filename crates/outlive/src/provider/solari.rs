@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::Message;
+use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
-use solari_browser::{Client, CreateSessionOptions, SolariError};
+use solari_browser::{Client, CreateSessionOptions, SolariError, SolariErrorCode};
 
 use super::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
-use crate::redact::{Diagnostics, redact};
+use crate::options::Diagnostics;
+use crate::redact::redact;
 
 /// How each Solari browser is launched.
 #[derive(Debug, Clone)]
@@ -48,8 +50,13 @@ impl SolariLaunch {
         self
     }
 
-    /// Extra attempts when creating a session fails transiently (5xx, transport) or the
-    /// probe fails. Each failed attempt's session is released first.
+    /// Extra attempts when creating a session fails transiently or the probe fails, with an
+    /// exponential backoff (200 ms doubling, at most 5 s, jittered). Each failed attempt's
+    /// session is released first. What is transient follows the official `solari-browser`
+    /// crate's own rule: transport, connect and protocol failures and 5xx answers — but not
+    /// 429 (`ConcurrencyLimitExceeded`: outlive's relaunch backoff deals with it) and not a
+    /// 502 `PoolResponseUnparseable`, after which the session may exist and a fresh create
+    /// would make a second one.
     ///
     /// # Default
     ///
@@ -159,12 +166,17 @@ impl Solari {
     }
 }
 
+/// Whether a failed create is worth another: the official crate's rule (its `session.rs`).
 fn is_transient(e: &SolariError) -> bool {
     match e {
         SolariError::Transport { .. }
         | SolariError::Protocol { .. }
         | SolariError::Connect { .. } => true,
-        SolariError::Api { status, .. } => *status == 0 || *status >= 500 || *status == 429,
+        // The pool may already have created the session: a fresh create would make a second.
+        SolariError::Api { status, code, .. } => {
+            (*status == 0 || *status >= 500)
+                && !matches!(code, Some(SolariErrorCode::Other(c)) if c == "PoolResponseUnparseable")
+        }
         SolariError::Config { .. } => false,
     }
 }
@@ -223,17 +235,21 @@ impl Provider for Solari {
 
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
         Box::pin(async move {
-            let mut attempt = 0;
-            loop {
-                match self.create_once().await {
-                    Ok(s) => return Ok(Box::new(s) as Box<dyn Session>),
-                    Err((e, transient)) if transient && attempt < self.launch.retries => {
-                        attempt += 1;
-                        tracing::debug!(attempt, error = %e, "Solari launch failed; retrying");
-                    }
-                    Err((e, _)) => return Err(e),
-                }
-            }
+            let policy = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_max_times(self.launch.retries as usize)
+                .with_jitter();
+            (|| self.create_once())
+                .retry(policy)
+                .sleep(tokio::time::sleep)
+                .when(|(_, transient)| *transient)
+                .notify(|(e, _), after| {
+                    tracing::debug!(error = %e, ?after, "Solari launch failed; retrying");
+                })
+                .await
+                .map(|s| Box::new(s) as Box<dyn Session>)
+                .map_err(|(e, _)| e)
         })
     }
 }
@@ -277,5 +293,35 @@ impl Drop for SolariSession {
                 let _ = client.sessions().release(&id).await;
             }));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: Option<&str>) -> SolariError {
+        SolariError::Api {
+            status,
+            code: code.map(SolariErrorCode::from),
+            message: "x".into(),
+        }
+    }
+
+    #[test]
+    fn retries_follow_the_official_clients_rule() {
+        assert!(is_transient(&SolariError::Transport {
+            message: "x".into()
+        }));
+        assert!(is_transient(&api(503, Some("BrowserUnhealthy"))));
+        assert!(is_transient(&api(0, None)));
+        // A concurrency limit is not fixed by asking again at once.
+        assert!(!is_transient(&api(429, Some("ConcurrencyLimitExceeded"))));
+        assert!(!is_transient(&api(400, None)));
+        // The session may exist already: another create would make a second one.
+        assert!(!is_transient(&api(502, Some("PoolResponseUnparseable"))));
+        assert!(!is_transient(&SolariError::Config {
+            message: "x".into()
+        }));
     }
 }

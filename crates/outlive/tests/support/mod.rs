@@ -29,13 +29,15 @@ pub struct Site {
 
 impl Site {
     /// Routes: `/login/:sid` sets an HttpOnly cookie `sid`; `/whoami` echoes the cookie
-    /// header it received in `#cookie`; `/page/*` is a blank page.
+    /// header it received in `#cookie`; `/page/*` is a blank page; `/slow/:ms` answers after
+    /// `ms` milliseconds.
     pub async fn start() -> Site {
         let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let app = Router::new()
             .route("/login/{sid}", get(login))
             .route("/whoami", get(whoami))
             .route("/page/{name}", get(page))
+            .route("/slow/{ms}", get(slow))
             .layer(axum::middleware::from_fn_with_state(hits.clone(), count))
             .with_state(());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -115,6 +117,12 @@ async fn whoami(headers: HeaderMap) -> Html<String> {
     Html(format!(
         "<title>whoami</title><pre id=\"cookie\">{cookie}</pre>"
     ))
+}
+
+/// A page whose response takes `ms` milliseconds: a slow server, not a hung page.
+async fn slow(UrlPath(ms): UrlPath<u64>) -> Html<String> {
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    Html(format!("<title>slow</title><p id=\"name\">slow {ms}</p>"))
 }
 
 async fn page(UrlPath(name): UrlPath<String>) -> Html<String> {
@@ -222,16 +230,7 @@ impl SecondClient {
         params: serde_json::Value,
         session: Option<&str>,
     ) -> serde_json::Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut msg = serde_json::json!({ "id": id, "method": method, "params": params });
-        if let Some(s) = session {
-            msg["sessionId"] = s.into();
-        }
-        self.ws
-            .send(Message::Text(msg.to_string().into()))
-            .await
-            .unwrap();
+        let id = self.send(method, params, session).await;
         loop {
             let m = self.next_message().await;
             if m["id"] == id {
@@ -241,8 +240,13 @@ impl SecondClient {
         }
     }
 
-    /// Sends a command without waiting for a reply (a crashing page never sends one).
-    pub async fn send(&mut self, method: &str, params: serde_json::Value, session: Option<&str>) {
+    /// Sends a command without waiting for its reply (a crashing page never sends one).
+    pub async fn send(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+        session: Option<&str>,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let mut msg = serde_json::json!({ "id": id, "method": method, "params": params });
@@ -253,6 +257,7 @@ impl SecondClient {
             .send(Message::Text(msg.to_string().into()))
             .await
             .unwrap();
+        id
     }
 
     pub async fn next_message(&mut self) -> serde_json::Value {
