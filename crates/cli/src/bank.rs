@@ -185,11 +185,9 @@ impl BankTask {
     async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
         self.goto(page, "/login").await?;
         let body = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| format!("{k}={}", urlencode(v)))
-                .collect::<Vec<_>>()
-                .join("&")
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(pairs)
+                .finish()
         };
         let post = |path: &str, form: String| {
             format!(
@@ -280,15 +278,4 @@ impl BankTask {
         }
         Ok(progress.polls_done())
     }
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -1,14 +1,17 @@
 //! `outlive demo`: the bank task through outlive, on an embedded gateway whose sessions die
 //! on schedule, against an embedded Aurora Bank — everything on 127.0.0.1.
 
-use std::sync::{Arc, Mutex};
+use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Options, Solari, WideEvent};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use outlive::{Options, WideEvent};
 
-use crate::bank::{BankEvent, BankProgress, BankTask};
+use crate::bank::{BankEvent, BankProgress};
+use crate::bed::TestBed;
+use crate::error::Error;
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -55,26 +58,6 @@ pub struct DemoReport {
     pub gateway_after: gateway::Status,
 }
 
-/// Why the demo could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// Aurora Bank did not start.
-    #[error("Aurora Bank did not start")]
-    Aurora(#[source] std::io::Error),
-    /// The gateway did not start.
-    #[error("the gateway did not start")]
-    Gateway(#[source] gateway::Error),
-    /// The Solari client rejected its options.
-    #[error("the Solari client could not be built: {0}")]
-    Client(String),
-    /// The task failed or outlive gave up; the event says more.
-    #[error("the run did not complete ({})", .event.outcome.as_str())]
-    Run {
-        /// The run's wide event.
-        event: Box<WideEvent>,
-    },
-}
-
 /// The task's polling plan for a config: a poll every lifetime/30, for `task`.
 pub fn plan(config: &DemoConfig) -> (u32, Duration) {
     let every = config.lifetime / 30;
@@ -106,38 +89,33 @@ pub enum DemoEvent {
 }
 
 /// Runs the demo; `on_event` sees every step as it happens.
+///
+/// # Errors
+///
+/// The test bed's errors, and [`ErrorKind::Run`](crate::ErrorKind::Run) (with the run's
+/// wide event) if the task failed or outlive gave up.
 pub async fn run(
     config: &DemoConfig,
     on_event: impl Fn(DemoEvent) + Send + Sync + 'static,
-) -> Result<DemoReport, DemoError> {
-    let bank_config = aurora::Config::new();
-    let bank = aurora::spawn(bank_config.clone())
-        .await
-        .map_err(DemoError::Aurora)?;
-    let gw = gateway::spawn(
+) -> Result<DemoReport, Error> {
+    let bed = TestBed::start(
         gateway::Config::new()
             .lifetime(config.lifetime)
             .jitter(config.jitter)
             .death(config.death)
             .doa(config.doa),
     )
-    .await
-    .map_err(DemoError::Gateway)?;
-    let client = Client::new(ClientOptions::new(gw.api_key(), gw.base_url()))
-        .map_err(|e| DemoError::Client(e.to_string()))?;
-    let provider = Solari::new(client);
+    .await?;
+    let provider = bed.provider();
 
     let (polls, every) = plan(config);
-    let task = BankTask::new(bank.base_url(), &bank_config, polls, every);
+    let task = bed.task(polls, every);
     let progress = BankProgress::default();
-    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
-    let slot = event.clone();
     let lifetimes = (config.task.as_secs_f64() / config.lifetime.as_secs_f64()).ceil() as u32;
     let options = Options::new()
         .checkpoint_every(config.checkpoint_every)
         .max_relaunches(lifetimes * 2 + 5)
-        .relaunch_backoff(Duration::from_millis(500))
-        .on_event(move |e| *slot.lock().expect("event slot") = Some(e.clone()));
+        .relaunch_backoff(Duration::from_millis(500));
     let on_event = Arc::new(on_event);
     let milestones = on_event.clone();
     let options = options.on_milestone(move |m| match m {
@@ -159,7 +137,7 @@ pub async fn run(
     });
     let on_task = move |e: BankEvent| on_event(DemoEvent::Task(e));
 
-    let result = outlive::outlive(
+    let (result, event) = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (task, progress, on_task) = (&task, &progress, &on_task);
@@ -169,14 +147,8 @@ pub async fn run(
     )
     .await;
 
-    let event = event
-        .lock()
-        .expect("event slot")
-        .clone()
-        .expect("outlive emits one event per run");
-    let totps_accepted = bank.counters().totps_accepted;
-    let gateway_after = gw.shutdown().await.map_err(DemoError::Gateway)?;
-    let _ = bank.shutdown().await;
+    let totps_accepted = bed.bank().counters().totps_accepted;
+    let gateway_after = bed.shutdown().await?;
     match result {
         Ok(_) => Ok(DemoReport {
             event,
@@ -185,8 +157,136 @@ pub async fn run(
             totps_accepted,
             gateway_after,
         }),
-        Err(_) => Err(DemoError::Run {
-            event: Box::new(event),
-        }),
+        Err(_) => Err(Error::run(event)),
     }
+}
+
+/// Shows the demo's events on stdout as they happen: a progress bar for the polls on a
+/// terminal, plain lines otherwise.
+pub struct Console {
+    bar: ProgressBar,
+    tty: bool,
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Console::new()
+    }
+}
+
+impl Console {
+    /// A console on stdout.
+    pub fn new() -> Self {
+        let tty = std::io::stdout().is_terminal();
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
+        bar.set_style(
+            ProgressStyle::with_template("  [{bar:40}] {pos}/{len} polls")
+                .expect("a valid template")
+                .progress_chars("█·"),
+        );
+        Console { bar, tty }
+    }
+
+    /// A line of text, above the progress bar if one is drawn.
+    fn line(&self, text: &str) {
+        if self.tty && !self.bar.is_finished() {
+            self.bar.println(text);
+        } else {
+            println!("{text}");
+        }
+    }
+
+    /// Shows one event.
+    pub fn show(&self, event: DemoEvent) {
+        match event {
+            DemoEvent::Task(BankEvent::Entered { attempt: 1, .. }) => {
+                self.line("▶ entry 1 on a fresh browser");
+            }
+            DemoEvent::Task(BankEvent::Entered { attempt, resumed }) => {
+                let how = if resumed {
+                    "checkpoint restored"
+                } else {
+                    "no checkpoint yet"
+                };
+                self.line(&format!("  entry {attempt} ({how})"));
+            }
+            DemoEvent::Task(BankEvent::SignedIn) => {
+                self.line("  signed in with password + TOTP; checkpointed");
+            }
+            DemoEvent::Task(BankEvent::Polled { done, of }) => self.polled(done, of),
+            DemoEvent::Died { cause, lost_work } => {
+                let what = if cause.is_page() {
+                    "page failed"
+                } else {
+                    "browser died"
+                };
+                self.line(&format!(
+                    "✖ {what} ({}); {:.1} s of work since the last checkpoint lost",
+                    death_wording(cause),
+                    lost_work.as_secs_f64()
+                ));
+            }
+            DemoEvent::Replaced { took } => self.line(&format!(
+                "↻ replacement browser ready and restored in {} ms",
+                took.as_millis()
+            )),
+            DemoEvent::LaunchFailed => {
+                self.line("  a launch failed (dead on arrival?); retrying after the backoff");
+            }
+        }
+    }
+
+    /// Moves the bar on a terminal; a plain line every tenth of the task otherwise.
+    fn polled(&self, done: u32, of: u32) {
+        if self.tty {
+            self.bar.set_length(u64::from(of));
+            self.bar.set_position(u64::from(done));
+            if done == of {
+                self.bar.finish();
+            }
+        } else if done == of || done % of.div_ceil(10).max(1) == 0 {
+            println!("  {done}/{of} polls");
+        }
+    }
+}
+
+/// How a death cause reads to people.
+fn death_wording(cause: outlive::DeathCause) -> &'static str {
+    use outlive::DeathCause;
+    match cause {
+        DeathCause::Closed => "close frame",
+        DeathCause::Reset => "connection reset",
+        DeathCause::Silence => "silent connection: no heartbeat answer",
+        DeathCause::ProcessExit => "browser process exited",
+        DeathCause::ProbeFailed => "no answer to a probe",
+        DeathCause::PageCrashed => "renderer crashed",
+        DeathCause::PageClosed => "page target closed",
+        DeathCause::PageHung => "page stopped answering",
+        _ => cause.as_str(),
+    }
+}
+
+/// What the demo is about to do, for people.
+pub fn intro(config: &DemoConfig) -> String {
+    let (polls, every) = plan(config);
+    format!(
+        "Aurora Bank task: sign in (password + TOTP), then {polls} polls every {every:?}.\n\
+         Browser sessions live {:?} (±{:?}) and die by {}; outlive keeps the task going.\n",
+        config.lifetime, config.jitter, config.death
+    )
+}
+
+/// What the demo did, for people: the counts and the pretty-printed wide event.
+pub fn outro(report: &DemoReport) -> String {
+    format!(
+        "\nCompleted: {} polls, {} sign-in(s), {} TOTP accepted by the bank.\n\
+         Gateway after the run: {} live sessions, {} Chromium processes.\n\
+         \nwide event:\n{}",
+        report.polls,
+        report.sign_ins,
+        report.totps_accepted,
+        report.gateway_after.live_sessions,
+        report.gateway_after.chromium_processes,
+        serde_json::to_string_pretty(&report.event).expect("a wide event serialises")
+    )
 }

@@ -2,20 +2,29 @@
 //!
 //! # Layout
 //!
+//! The product:
+//!
 //! * [`bank`] — the Aurora Bank task (sign in with TOTP, checkpoint, poll), re-entry safe;
-//!   used by the demo, the benchmark and the end-to-end tests.
+//!   used by the demo, the lab and the end-to-end tests.
+//! * [`bed`] — the [`TestBed`](bed::TestBed): Aurora Bank, a gateway and a Solari client,
+//!   shared by the demo and the lab.
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
-//! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
-//! * [`soak`] — `outlive soak`: many runs with random deaths, then a measured leak audit.
-//! * [`timeline`] — the SVG timeline of benchmark runs.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
+//! * [`error`] — the one [`Error`] type.
+//! * [`stats`] — the median the probe and the lab share.
+//!
+//! The lab, in [`lab`]: `outlive bench` (survival benchmark and micro-measurements),
+//! `outlive soak` (random deaths, then a leak audit) and the SVG timeline.
 #![forbid(unsafe_code)]
 
 pub mod bank;
-pub mod bench;
+pub mod bed;
 pub mod demo;
+pub mod error;
+pub mod lab;
 pub mod probe;
 pub mod setup;
-pub mod soak;
-pub mod timeline;
+pub mod stats;
+
+pub use error::{Error, ErrorKind};

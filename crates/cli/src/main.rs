@@ -1,12 +1,14 @@
-//! `outlive`: demo, gateway.
+//! `outlive`: the command. Parses arguments with clap and calls `outlive_cli`: `demo`, `probe`
+//! and `gateway` are the product; `bench` and `soak` are the lab (`outlive_cli::lab`).
 
-use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outlive_cli::bank::BankEvent;
 use outlive_cli::demo::{self, DemoConfig, DemoEvent};
+use outlive_cli::lab::{bench, soak, timeline};
+use outlive_cli::probe::{self, ProbeConfig};
+use outlive_cli::setup::{self, ChromiumSetup};
 
 #[derive(Parser)]
 #[command(
@@ -134,6 +136,13 @@ enum Command {
         /// Concurrent sessions allowed.
         #[arg(long, default_value_t = 2)]
         max_sessions: usize,
+        /// Page chaos: crash (`crash`) or close (`close`) every page of each session, once,
+        /// `--page-fault-after` its creation; the browser lives on.
+        #[arg(long, requires = "page_fault_after")]
+        page_fault: Option<gateway::PageFault>,
+        /// When the page fault strikes (must be shorter than the lifetime).
+        #[arg(long, value_parser = humantime::parse_duration, requires = "page_fault")]
+        page_fault_after: Option<Duration>,
     },
 }
 
@@ -178,7 +187,7 @@ async fn main() -> anyhow::Result<()> {
             samples,
             kills,
         } => {
-            let config = outlive_cli::bench::SurvivalConfig {
+            let config = bench::SurvivalConfig {
                 tasks,
                 lifetime,
                 death,
@@ -211,6 +220,8 @@ async fn main() -> anyhow::Result<()> {
             honest,
             rtt,
             max_sessions,
+            page_fault,
+            page_fault_after,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -227,6 +238,10 @@ async fn main() -> anyhow::Result<()> {
                 .honest(honest)
                 .rtt(rtt)
                 .max_sessions(max_sessions);
+            let config = match (page_fault, page_fault_after) {
+                (Some(fault), Some(after)) => config.page_fault(fault, after),
+                _ => config,
+            };
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("could not listen on {listen}"))?;
@@ -242,128 +257,40 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
-    if let outlive_cli::setup::ChromiumSetup::Installed(path) =
-        outlive_cli::setup::ensure_chromium()?
-    {
+    if let ChromiumSetup::Installed(path) = setup::ensure_chromium()? {
         eprintln!("installed Chromium at {}", path.display());
     }
-    let (polls, every) = demo::plan(&config);
     if !json {
-        println!(
-            "Aurora Bank task: sign in (password + TOTP), then {polls} polls every {every:?}.\n\
-             Browser sessions live {:?} (±{:?}) and die by {}; outlive keeps the task going.\n",
-            config.lifetime, config.jitter, config.death
-        );
+        println!("{}", demo::intro(&config));
     }
-    let render = move |e: DemoEvent| {
-        if json {
-            return;
+    let console = demo::Console::new();
+    let show = move |e: DemoEvent| {
+        if !json {
+            console.show(e);
         }
-        let mut out = std::io::stdout().lock();
-        match e {
-            DemoEvent::Task(BankEvent::Entered { attempt: 1, .. }) => {
-                let _ = writeln!(out, "▶ entry 1 on a fresh browser");
-            }
-            DemoEvent::Task(BankEvent::Entered { attempt, resumed }) => {
-                let how = if resumed {
-                    "checkpoint restored"
-                } else {
-                    "no checkpoint yet"
-                };
-                let _ = writeln!(out, "  entry {attempt} ({how})");
-            }
-            DemoEvent::Task(BankEvent::SignedIn) => {
-                let _ = writeln!(out, "  signed in with password + TOTP; checkpointed");
-            }
-            DemoEvent::Task(BankEvent::Polled { done, of }) => {
-                let width = 40;
-                let filled = (done as usize * width) / of.max(1) as usize;
-                let _ = write!(
-                    out,
-                    "\r  [{}{}] {done}/{of} polls",
-                    "█".repeat(filled),
-                    "·".repeat(width - filled)
-                );
-                if done == of {
-                    let _ = writeln!(out);
-                }
-            }
-            DemoEvent::Died { cause, lost_work } => {
-                let how = match cause {
-                    outlive::DeathCause::Closed => "close frame",
-                    outlive::DeathCause::Reset => "connection reset",
-                    outlive::DeathCause::Silence => "silent connection: no heartbeat answer",
-                    outlive::DeathCause::ProcessExit => "browser process exited",
-                    outlive::DeathCause::ProbeFailed => "no answer to a probe",
-                    outlive::DeathCause::PageCrashed => "renderer crashed",
-                    outlive::DeathCause::PageClosed => "page target closed",
-                    outlive::DeathCause::PageHung => "page stopped answering",
-                    _ => cause.as_str(),
-                };
-                let what = if cause.is_page() {
-                    "page failed"
-                } else {
-                    "browser died"
-                };
-                let _ = writeln!(
-                    out,
-                    "\n✖ {what} ({how}); {:.1} s of work since the last checkpoint lost",
-                    lost_work.as_secs_f64()
-                );
-            }
-            DemoEvent::Replaced { took } => {
-                let _ = writeln!(
-                    out,
-                    "↻ replacement browser ready and restored in {} ms",
-                    took.as_millis()
-                );
-            }
-            DemoEvent::LaunchFailed => {
-                let _ = writeln!(
-                    out,
-                    "  a launch failed (dead on arrival?); retrying after the backoff"
-                );
-            }
-        }
-        let _ = out.flush();
     };
-    match demo::run(&config, render).await {
-        Ok(report) => {
-            if json {
-                println!("{}", report.event.to_json());
-            } else {
-                println!(
-                    "\nCompleted: {} polls, {} sign-in(s), {} TOTP accepted by the bank.",
-                    report.polls, report.sign_ins, report.totps_accepted
-                );
-                println!(
-                    "Gateway after the run: {} live sessions, {} Chromium processes.",
-                    report.gateway_after.live_sessions, report.gateway_after.chromium_processes
-                );
-                println!(
-                    "\nwide event:\n{}",
-                    serde_json::to_string_pretty(&report.event)?
-                );
-            }
-            Ok(())
-        }
-        Err(demo::DemoError::Run { event }) => {
+    match demo::run(&config, show).await {
+        Ok(report) if json => println!("{}", report.event.to_json()),
+        Ok(report) => println!("{}", demo::outro(&report)),
+        Err(e) => {
+            let Some(event) = e.event() else {
+                return Err(e.into());
+            };
             println!("{}", event.to_json());
             anyhow::bail!("the demo run did not complete: {}", event.outcome.as_str())
         }
-        Err(e) => Err(e.into()),
     }
+    Ok(())
 }
 
 async fn run_bench(
-    config: outlive_cli::bench::SurvivalConfig,
+    config: bench::SurvivalConfig,
     out: std::path::PathBuf,
     survival: bool,
     micro: bool,
     samples: u32,
     kills: u32,
 ) -> anyhow::Result<()> {
-    use outlive_cli::bench;
     std::fs::create_dir_all(&out).with_context(|| format!("could not create {}", out.display()))?;
     let write = |name: &str, text: &str| -> anyhow::Result<()> {
         let path = out.join(name);
@@ -377,21 +304,11 @@ async fn run_bench(
             "survival: {} tasks per arm, lifetime {:?}; this takes a few minutes",
             config.tasks, config.lifetime
         );
-        let report = bench::survival(&config, |r| {
-            println!(
-                "  {:?} #{}: {} after {:.1} s, {} polls",
-                r.arm,
-                r.index,
-                r.outcome,
-                r.total_ms / 1000.0,
-                r.polls_done
-            )
-        })
-        .await?;
+        let report = bench::survival(&config, |r| println!("  {r}")).await?;
         write("survival.json", &serde_json::to_string_pretty(&report)?)?;
         write(
             "timeline.svg",
-            &outlive_cli::timeline::render(&bench::timeline_runs(&report)),
+            &timeline::render(&bench::timeline_runs(&report)),
         )?;
         Some(report)
     } else {
@@ -427,12 +344,11 @@ async fn run_probe(
     heartbeat: Duration,
     lifetime: Duration,
 ) -> anyhow::Result<()> {
-    use outlive_cli::probe::{self, ProbeConfig};
     // Without a provider, probe an embedded gateway (which needs Chromium).
     let embedded = match base_url {
         Some(_) => None,
         None => {
-            outlive_cli::setup::ensure_chromium()?;
+            setup::ensure_chromium()?;
             Some(
                 gateway::spawn(
                     gateway::Config::new()
@@ -457,18 +373,7 @@ async fn run_probe(
         "probing {} sessions, one after another (heartbeat {heartbeat:?})",
         sessions
     );
-    let samples = probe::probe(&config, |s| {
-        let lifetime = s.lifetime_ms.map_or("still alive".to_owned(), |ms| {
-            format!("{:.1} s", ms as f64 / 1000.0)
-        });
-        let said = s.control_plane_said.as_deref().unwrap_or("?");
-        println!(
-            "  session {}: {lifetime}, {} (control plane said: {said})",
-            s.session + 1,
-            s.cause
-        );
-    })
-    .await?;
+    let samples = probe::probe(&config, |s| println!("  {s}")).await?;
     println!("{}", probe::summary(&samples));
     if let Some(gw) = embedded {
         gw.shutdown()
@@ -484,13 +389,12 @@ async fn run_soak(
     lifetime: Duration,
     out: std::path::PathBuf,
 ) -> anyhow::Result<()> {
-    use outlive_cli::soak::{self, SoakConfig};
-    outlive_cli::setup::ensure_chromium()?;
-    let config = SoakConfig {
+    setup::ensure_chromium()?;
+    let config = soak::SoakConfig {
         runs,
         concurrency,
         lifetime,
-        ..SoakConfig::default()
+        ..soak::SoakConfig::default()
     };
     println!(
         "soak: {runs} runs, {concurrency} at once, sessions live {lifetime:?} ± half, deaths of every mode"
@@ -508,26 +412,7 @@ async fn run_soak(
     std::fs::create_dir_all(&out)?;
     let path = out.join("soak.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!(
-        "completed {} · gave up {} · failed {} · relaunches {} · release failures {} · extra sign-ins {}",
-        report.completed,
-        report.gave_up,
-        report.failed,
-        report.relaunches,
-        report.release_failed,
-        report.extra_sign_ins
-    );
-    for (label, f) in [
-        ("before", report.before),
-        ("after 20 runs", report.after_20),
-        ("end", report.end),
-    ] {
-        println!(
-            "  {label:>14}: rss {} KiB, fds {}, chromium {}, temp profiles {}, /tmp singletons {}",
-            f.rss_kib, f.fds, f.chromium_processes, f.temp_profiles, f.tmp_singletons
-        );
-    }
-    println!("  sessions left on the gateway: {}", report.sessions_left);
+    println!("{}", report.summary());
     println!("wrote {}", path.display());
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! release it, on every path.
 //!
 //! The CDP endpoint carries a bearer token in its query; it goes to the websocket connect and
-//! nowhere else — not into a [`Sample`], a [`ProbeError`] or a tracing field.
+//! nowhere else — not into a [`Sample`], an [`Error`] or a tracing field.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +24,9 @@ use outlive::solari_browser::{Client, ClientOptions, SolariError};
 use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
+
+use crate::error::{Error, ErrorKind};
+use crate::stats::median;
 
 /// How long the websocket handshake to a new session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,14 +81,10 @@ impl ProbeConfig {
     ///
     /// # Errors
     ///
-    /// [`ProbeError::InvalidConfig`] naming the first option out of range.
-    pub fn validate(&self) -> Result<(), ProbeError> {
-        let invalid = |option, message: &str| {
-            Err(ProbeError::InvalidConfig {
-                option,
-                message: message.to_owned(),
-            })
-        };
+    /// [`ErrorKind::InvalidOption`] naming the first option out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid =
+            |option, message| Err(Error::new(ErrorKind::InvalidOption { option, message }));
         let scheme_ok = ["http://", "https://"].iter().any(|s| {
             self.base_url.len() > s.len() && self.base_url[..s.len()].eq_ignore_ascii_case(s)
         });
@@ -141,40 +140,6 @@ pub struct Sample {
     pub control_plane_said: Option<String>,
 }
 
-/// Why a probe could not run to the end. Messages carry no URL beyond scheme and host, and
-/// never the CDP token.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProbeError {
-    /// An option was out of range; nothing was started.
-    #[error("invalid probe option `{option}`: {message}")]
-    InvalidConfig {
-        /// The option's field name.
-        option: &'static str,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// The Solari client could not be built.
-    #[error("the Solari client could not be built")]
-    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The control plane did not create a session; the samples before it were already
-    /// passed to `on_sample`.
-    #[error("the control plane did not create session {session}{}", http_status(*.status))]
-    Create {
-        /// The index of the session that could not be created.
-        session: u32,
-        /// The HTTP status of the refusal, if there was a response.
-        status: Option<u16>,
-        /// The client's error, redacted.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-fn http_status(status: Option<u16>) -> String {
-    status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
-}
-
 /// A client error's text with URLs cut to scheme and host and credential-shaped values
 /// blanked: a create's protocol error can echo the response body, endpoints and all.
 fn redacted(e: &dyn fmt::Display) -> Box<dyn std::error::Error + Send + Sync> {
@@ -207,7 +172,7 @@ impl Cause {
 /// `on_sample` sees each sample as soon as its session is released.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), outlive_cli::probe::ProbeError> {
+/// # async fn demo() -> Result<(), outlive_cli::Error> {
 /// use outlive_cli::probe::{probe, summary, ProbeConfig};
 ///
 /// let config = ProbeConfig::new("https://api.solari.dev", "sk-…");
@@ -218,8 +183,8 @@ impl Cause {
 ///
 /// # Errors
 ///
-/// [`ProbeError::InvalidConfig`] before anything starts; [`ProbeError::Client`] if the
-/// client cannot be built; [`ProbeError::Create`] if the control plane refuses a session
+/// [`ErrorKind::InvalidOption`] before anything starts; [`ErrorKind::Client`] if the
+/// client cannot be built; [`ErrorKind::Create`] if the control plane refuses a session
 /// (the probe stops there: every session before it was released and passed to `on_sample`).
 /// A session that is created but whose websocket cannot be opened is a sample with cause
 /// `error`, not an error.
@@ -227,13 +192,13 @@ impl Cause {
 pub async fn probe(
     config: &ProbeConfig,
     on_sample: impl Fn(&Sample),
-) -> Result<Vec<Sample>, ProbeError> {
+) -> Result<Vec<Sample>, Error> {
     config.validate()?;
     let client = Client::new(ClientOptions::new(
         config.api_key.clone(),
         config.base_url.clone(),
     ))
-    .map_err(|e| ProbeError::Client(redacted(&e)))?;
+    .map_err(|e| Error::with(ErrorKind::Client, redacted(&e)))?;
     let mut samples = Vec::with_capacity(config.sessions as usize);
     for index in 0..config.sessions {
         let sample = probe_one(&client, config, index)
@@ -245,20 +210,18 @@ pub async fn probe(
     Ok(samples)
 }
 
-async fn probe_one(
-    client: &Client,
-    config: &ProbeConfig,
-    index: u32,
-) -> Result<Sample, ProbeError> {
+async fn probe_one(client: &Client, config: &ProbeConfig, index: u32) -> Result<Sample, Error> {
     let asked = Instant::now();
     let session = client
         .sessions()
         .create(Default::default())
         .await
-        .map_err(|e| ProbeError::Create {
-            session: index,
-            status: e.status(),
-            source: redacted(&e),
+        .map_err(|e| {
+            let kind = ErrorKind::Create {
+                session: index,
+                status: e.status(),
+            };
+            Error::with(kind, redacted(&e))
         })?;
     let lease = Lease::new(client.clone(), session.id);
     tracing::debug!("session created");
@@ -397,16 +360,11 @@ fn reply_id(text: &str) -> Option<u64> {
     serde_json::from_str::<Reply>(text).ok()?.id
 }
 
-/// A handshake error fit for a log line: an HTTP refusal can echo the request, token and all,
-/// so only its status is kept.
+/// A handshake error fit for a log line. tungstenite's `Display` shows only the status of an
+/// HTTP refusal (not the response, which can echo the request); a URL in the text (an
+/// unreachable endpoint, token and all) is cut to scheme and host.
 fn handshake_error(e: &WsError) -> String {
-    match e {
-        WsError::Http(response) => {
-            format!("HTTP {} during the websocket handshake", response.status())
-        }
-        WsError::Url(_) => "invalid websocket URL".to_owned(),
-        other => redact(&other.to_string(), Diagnostics::Safe),
-    }
+    redact(&e.to_string(), Diagnostics::Safe)
 }
 
 /// A created session, released on every path: by [`Lease::release`], or — if the probe is
@@ -460,6 +418,22 @@ impl Drop for Lease {
     }
 }
 
+/// One line for people: `session 1: 10.2 s, close (control plane said: active)`.
+impl fmt::Display for Sample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lifetime = self.lifetime_ms.map_or("still alive".to_owned(), |ms| {
+            format!("{:.1} s", ms as f64 / 1000.0)
+        });
+        let said = self.control_plane_said.as_deref().unwrap_or("?");
+        write!(
+            f,
+            "session {}: {lifetime}, {} (control plane said: {said})",
+            self.session + 1,
+            self.cause
+        )
+    }
+}
+
 /// A few lines for people: how many sessions, min/median/max lifetime, how many ended by
 /// each cause, and what the control plane said about the dead ones.
 pub fn summary(samples: &[Sample]) -> String {
@@ -475,7 +449,7 @@ pub fn summary(samples: &[Sample]) -> String {
         (Some(&min), Some(&max)) => out.push_str(&format!(
             "\nlifetime: min {}, median {}, max {} (over {} death{})",
             format_ms(min),
-            format_ms(median(&lifetimes)),
+            format_ms(median(&lifetimes.iter().map(|&ms| ms as f64).collect::<Vec<_>>()) as u64),
             format_ms(max),
             lifetimes.len(),
             if lifetimes.len() == 1 { "" } else { "s" },
@@ -515,16 +489,6 @@ pub fn summary(samples: &[Sample]) -> String {
         ));
     }
     out
-}
-
-/// The median of sorted, non-empty values; the mean of the middle two for an even count.
-fn median(sorted: &[u64]) -> u64 {
-    let mid = sorted.len() / 2;
-    if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        sorted[mid - 1] / 2 + sorted[mid] / 2 + (sorted[mid - 1] % 2 + sorted[mid] % 2) / 2
-    }
 }
 
 /// `850 ms`, `2.41 s`, `10 min 2.5 s`.
@@ -620,8 +584,8 @@ mod tests {
             ),
         ];
         for (config, option) in cases {
-            match config.validate() {
-                Err(ProbeError::InvalidConfig { option: named, .. }) => assert_eq!(named, option),
+            match config.validate().map_err(|e| e.kind().clone()) {
+                Err(ErrorKind::InvalidOption { option: named, .. }) => assert_eq!(named, option),
                 other => panic!("{option}: {other:?}"),
             }
         }
@@ -636,8 +600,8 @@ mod tests {
         let err = probe(&config, |_| panic!("no sample")).await.unwrap_err();
         assert!(
             matches!(
-                err,
-                ProbeError::InvalidConfig {
+                err.kind(),
+                ErrorKind::InvalidOption {
                     option: "sessions",
                     ..
                 }
@@ -658,7 +622,7 @@ mod tests {
         };
         let err = probe(&config, |_| panic!("no sample")).await.unwrap_err();
         assert!(
-            matches!(err, ProbeError::Create { session: 0, .. }),
+            matches!(err.kind(), ErrorKind::Create { session: 0, .. }),
             "{err:?}"
         );
         let mut chain = err.to_string();
@@ -862,11 +826,7 @@ mod tests {
     }
 
     #[test]
-    fn medians_and_durations() {
-        assert_eq!(median(&[5]), 5);
-        assert_eq!(median(&[1, 2]), 1);
-        assert_eq!(median(&[1, 3]), 2);
-        assert_eq!(median(&[u64::MAX, u64::MAX]), u64::MAX);
+    fn durations() {
         assert_eq!(format_ms(850), "850 ms");
         assert_eq!(format_ms(2_410), "2.41 s");
         assert_eq!(format_ms(602_500), "10 min 2.5 s");

@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use crate::error::{Error, ErrorKind};
+
 /// What [`ensure_chromium`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChromiumSetup {
@@ -11,45 +13,33 @@ pub enum ChromiumSetup {
     Installed(std::path::PathBuf),
 }
 
-/// Why Chromium is not available.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    /// No Chromium, and no way to install it here.
-    #[error(
-        "Chromium not found and cannot be installed automatically (needs root and apt-get); \
-         install it (Debian/Ubuntu: `sudo apt-get install -y chromium`) or set $CHROME"
-    )]
-    CannotInstall,
-    /// `apt-get` failed.
-    #[error("`apt-get install -y chromium` failed ({0}); install Chromium by hand or set $CHROME")]
-    AptFailed(String),
-}
-
 /// Finds Chromium the way [`outlive::LocalChromium`] does; if there is none and this is a
 /// Debian-like machine where we are root, installs Debian's `chromium` package.
-pub fn ensure_chromium() -> Result<ChromiumSetup, SetupError> {
+///
+/// # Errors
+///
+/// [`ErrorKind::NoChromium`] if it cannot be installed here, [`ErrorKind::ChromiumInstall`]
+/// if `apt-get` failed.
+pub fn ensure_chromium() -> Result<ChromiumSetup, Error> {
     let local = outlive::LocalChromium::new();
     if let Ok(path) = local.resolve_executable() {
         return Ok(ChromiumSetup::Found(path));
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
+    let root = nix::unistd::geteuid().is_root();
     if !root || !std::path::Path::new("/usr/bin/apt-get").exists() {
-        return Err(SetupError::CannotInstall);
+        return Err(Error::new(ErrorKind::NoChromium));
     }
-    let run = |args: &[&str]| -> Result<(), SetupError> {
+    let failed = |cause: String| Error::with(ErrorKind::ChromiumInstall, cause);
+    let run = |args: &[&str]| -> Result<(), Error> {
         let status = Command::new("apt-get")
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
-            .map_err(|e| SetupError::AptFailed(e.to_string()))?;
+            .map_err(|e| Error::with(ErrorKind::ChromiumInstall, e))?;
         if status.success() {
             Ok(())
         } else {
-            Err(SetupError::AptFailed(status.to_string()))
+            Err(failed(status.to_string()))
         }
     };
     run(&["update", "-qq"])?;
@@ -57,5 +47,5 @@ pub fn ensure_chromium() -> Result<ChromiumSetup, SetupError> {
     local
         .resolve_executable()
         .map(ChromiumSetup::Installed)
-        .map_err(|_| SetupError::AptFailed("installed, but still not found".into()))
+        .map_err(|_| failed("installed, but still not found".into()))
 }

@@ -11,36 +11,10 @@ use std::time::Duration;
 use gateway::DeathMode;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{Milestone, Options, Outcome, WideEvent};
-use support::{Site, Tracked, assert_gateway_clean, milestones};
-
-async fn gateway(rtt: Duration) -> gateway::Gateway {
-    gateway::spawn(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(600))
-            .jitter(Duration::ZERO)
-            .rtt(rtt),
-    )
-    .await
-    .unwrap()
-}
-
-fn event_slot() -> (
-    Arc<Mutex<Option<WideEvent>>>,
-    impl Fn(&WideEvent) + Send + Sync + 'static,
-) {
-    let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
-    let w = slot.clone();
-    (slot, move |e: &WideEvent| {
-        *w.lock().unwrap() = Some(e.clone())
-    })
-}
-
-fn quiet() -> Options {
-    Options::new()
-        .checkpoint_every(Duration::from_secs(3600))
-        .relaunch_backoff(Duration::from_millis(100))
-}
+use outlive::{Milestone, Outcome, WideEvent};
+use support::{
+    Site, Tracked, assert_gateway_clean, fault_gateway as gateway, milestones, quiet, run_instant,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn death_during_checkpoint_capture() {
@@ -48,9 +22,7 @@ async fn death_during_checkpoint_capture() {
     let site = Site::start().await;
     let provider = Tracked::new(&gw, 0);
     let answers = Mutex::new(Vec::new());
-    let (event, on_event) = event_slot();
-
-    outlive::outlive(
+    let (result, e) = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (gw, site, provider, answers) = (&gw, &site, &provider, &answers);
@@ -69,17 +41,16 @@ async fn death_during_checkpoint_capture() {
                 Ok::<_, CdpError>(())
             }
         },
-        quiet().on_event(on_event),
+        quiet(),
     )
-    .await
-    .unwrap();
+    .await;
+    result.unwrap();
 
     assert_eq!(
         *answers.lock().unwrap(),
         vec![false, false],
         "no checkpoint written, none resumed"
     );
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!(
         (e.attempts, e.checkpoint_count, e.release_failed),
         (2, 0, 0)
@@ -95,7 +66,6 @@ async fn death_during_restore() {
     let other_origin = site.base.replace("127.0.0.1", "localhost");
     let (on_milestone, mut rx) = milestones();
     let seen = Mutex::new(None);
-    let (event, on_event) = event_slot();
 
     // Kill the second browser ~1.5 round trips into its restore (which takes at least six).
     let killer = {
@@ -119,7 +89,7 @@ async fn death_during_restore() {
             died_before_entry
         }
     };
-    let run = outlive::outlive(
+    let run = outlive::outlive_with_event(
         &*provider,
         |page, ctx| {
             let (gw, site, provider, other, seen) = (&gw, &site, &provider, &other_origin, &seen);
@@ -156,9 +126,9 @@ async fn death_during_restore() {
                 Ok::<_, CdpError>(())
             }
         },
-        quiet().on_milestone(on_milestone).on_event(on_event),
+        quiet().on_milestone(on_milestone),
     );
-    let (result, died_before_entry) = tokio::join!(run, killer);
+    let ((result, e), died_before_entry) = tokio::join!(run, killer);
     result.unwrap();
 
     assert!(
@@ -171,7 +141,6 @@ async fn death_during_restore() {
         cookie, "",
         "the session cookie is HttpOnly, invisible to the page"
     );
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts),
         (Outcome::Completed, 2, 2)
@@ -185,7 +154,6 @@ async fn death_during_the_resume_navigation() {
     let site = Site::start().await;
     let provider = Arc::new(Tracked::new(&gw, 0));
     let (on_milestone, mut rx) = milestones();
-    let (event, on_event) = event_slot();
 
     // The second load of /slow is the resume navigation; it is held, and the browser killed.
     let killer = {
@@ -213,7 +181,7 @@ async fn death_during_the_resume_navigation() {
             died_before_entry
         }
     };
-    let run = outlive::outlive(
+    let run = outlive::outlive_with_event(
         &*provider,
         |page, ctx| {
             let (gw, site, provider) = (&gw, &site, &provider);
@@ -232,13 +200,12 @@ async fn death_during_the_resume_navigation() {
                 Ok::<_, CdpError>((ctx.attempt(), name))
             }
         },
-        quiet().on_milestone(on_milestone).on_event(on_event),
+        quiet().on_milestone(on_milestone),
     );
-    let (result, died_before_entry) = tokio::join!(run, killer);
+    let ((result, e), died_before_entry) = tokio::join!(run, killer);
     assert_eq!(result.unwrap(), (2, "slow".to_owned()));
     assert!(died_before_entry);
     assert_eq!(site.slow_hits.load(Ordering::SeqCst), 3);
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!((e.relaunches, e.attempts), (2, 2));
     gw.shutdown().await.unwrap();
 }
@@ -311,15 +278,8 @@ async fn two_deaths_in_quick_succession() {
 async fn dead_on_arrival_within_the_budget_completes() {
     let gw = gateway(Duration::ZERO).await;
     let provider = Tracked::new(&gw, 3);
-    let (event, on_event) = event_slot();
-    outlive::outlive(
-        &provider,
-        |_page, _ctx| async { Ok::<_, CdpError>(()) },
-        quiet().max_relaunches(5).on_event(on_event),
-    )
-    .await
-    .unwrap();
-    let e = event.lock().unwrap().clone().unwrap();
+    let (result, e) = run_instant(&provider, (), quiet().max_relaunches(5)).await;
+    result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts, e.release_failed),
         (Outcome::Completed, 3, 1, 0)
@@ -332,16 +292,9 @@ async fn dead_on_arrival_within_the_budget_completes() {
 async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
     let gw = gateway(Duration::ZERO).await;
     let provider = Tracked::new(&gw, 100);
-    let (event, on_event) = event_slot();
-    let err = outlive::outlive(
-        &provider,
-        |_page, _ctx| async { Ok::<_, CdpError>(()) },
-        quiet().max_relaunches(3).on_event(on_event),
-    )
-    .await
-    .unwrap_err();
+    let (result, e) = run_instant(&provider, (), quiet().max_relaunches(3)).await;
+    let err = result.unwrap_err();
     assert_eq!(err.outlive().unwrap().kind(), outlive::ErrorKind::GaveUp);
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts),
         (Outcome::GaveUp, 3, 0)
@@ -390,8 +343,10 @@ async fn a_task_error_racing_a_death_is_the_deaths() {
 async fn a_panic_releases_the_session() {
     let gw = gateway(Duration::ZERO).await;
     let provider = Tracked::new(&gw, 0);
-    let (event, on_event) = event_slot();
-    let options = quiet().on_event(on_event);
+    // A panic propagates, so the event is only seen through `on_event`.
+    let event = Arc::new(Mutex::new(None));
+    let slot = event.clone();
+    let options = quiet().on_event(move |e: &WideEvent| *slot.lock().unwrap() = Some(e.clone()));
     let gw_ref = &gw;
     let panicked = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async move {
         outlive::outlive(
@@ -403,7 +358,8 @@ async fn a_panic_releases_the_session() {
     }))
     .await;
     assert!(panicked.is_err());
-    assert_eq!(event.lock().unwrap().clone().unwrap().release_failed, 0);
+    let e: WideEvent = event.lock().unwrap().clone().unwrap();
+    assert_eq!(e.release_failed, 0);
     assert_gateway_clean(gw_ref).await;
     gw.shutdown().await.unwrap();
 }
@@ -424,15 +380,17 @@ async fn dropping_the_run_releases_the_session() {
         },
         quiet(),
     );
+    let mut run = Box::pin(run);
     tokio::select! {
-        _ = run => unreachable!(),
+        _ = &mut run => unreachable!(),
         _ = entered_rx => {}
     }
     assert_eq!(
         gw.status().live_sessions + gw.status().dead_sessions,
         1,
-        "the session was live until the drop"
+        "the session is live while the run is"
     );
+    drop(run);
     // The drop released it in the background (a DELETE on the runtime).
     assert_gateway_clean(&gw).await;
     let s = gw.shutdown().await.unwrap();
@@ -444,15 +402,8 @@ async fn session_creation_failing_with_503_then_succeeding() {
     let gw = gateway(Duration::ZERO).await;
     gw.fail_creates(3, 503).unwrap();
     let provider = Tracked::new(&gw, 0);
-    let (event, on_event) = event_slot();
-    outlive::outlive(
-        &provider,
-        |_p, _c| async { Ok::<_, CdpError>(()) },
-        quiet().on_event(on_event),
-    )
-    .await
-    .unwrap();
-    let e = event.lock().unwrap().clone().unwrap();
+    let (result, e) = run_instant(&provider, (), quiet()).await;
+    result.unwrap();
     assert_eq!((e.outcome, e.attempts), (Outcome::Completed, 1));
     assert!(
         e.relaunches >= 1,
@@ -468,15 +419,8 @@ async fn session_creation_refused_429_concurrency_limit() {
     let gw = gateway(Duration::ZERO).await;
     gw.fail_creates(2, 429).unwrap();
     let provider = Tracked::new(&gw, 0);
-    let (event, on_event) = event_slot();
-    outlive::outlive(
-        &provider,
-        |_p, _c| async { Ok::<_, CdpError>(()) },
-        quiet().on_event(on_event),
-    )
-    .await
-    .unwrap();
-    let e = event.lock().unwrap().clone().unwrap();
+    let (result, e) = run_instant(&provider, (), quiet()).await;
+    result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts),
         (Outcome::Completed, 2, 1)
@@ -491,16 +435,9 @@ async fn a_release_answering_500_is_counted_and_nothing_else_is_affected() {
     gw.fail_deletes(None, gateway::DeleteFault::Status(500))
         .unwrap();
     let provider = Tracked::new(&gw, 0);
-    let (event, on_event) = event_slot();
-    let v = outlive::outlive(
-        &provider,
-        |_p, _c| async { Ok::<_, CdpError>(7) },
-        quiet().on_event(on_event),
-    )
-    .await
-    .unwrap();
+    let (result, e) = run_instant(&provider, 7, quiet()).await;
+    let v = result.unwrap();
     assert_eq!(v, 7);
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!((e.outcome, e.release_failed), (Outcome::Completed, 1));
     gw.clear_faults();
     let s = gw.shutdown().await.unwrap();
@@ -515,23 +452,19 @@ async fn a_hanging_release_is_bounded() {
     let gw = gateway(Duration::ZERO).await;
     gw.fail_deletes(None, gateway::DeleteFault::Hang).unwrap();
     let provider = Tracked::new(&gw, 0);
-    let (event, on_event) = event_slot();
     let started = tokio::time::Instant::now();
-    outlive::outlive(
+    let (result, e) = run_instant(
         &provider,
-        |_p, _c| async { Ok::<_, CdpError>(()) },
-        quiet()
-            .release_timeout(Duration::from_secs(1))
-            .on_event(on_event),
+        (),
+        quiet().release_timeout(Duration::from_secs(1)),
     )
-    .await
-    .unwrap();
+    .await;
+    result.unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "returned in {:?}",
         started.elapsed()
     );
-    let e = event.lock().unwrap().clone().unwrap();
     assert_eq!((e.outcome, e.release_failed), (Outcome::Completed, 1));
     gw.clear_faults();
     let s = gw.shutdown().await.unwrap();

@@ -92,13 +92,7 @@ async fn times_deaths_by_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_alive_at_max_hold_is_sampled_alive_and_released() {
-    let gw = gateway::spawn(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(60))
-            .jitter(Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    let gw = long_lived_gateway().await;
     // The hold outlasts the launch and several heartbeats.
     let config = ProbeConfig {
         sessions: 1,
@@ -118,13 +112,7 @@ async fn a_session_alive_at_max_hold_is_sampled_alive_and_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_probe_still_releases_its_session() {
-    let gw = gateway::spawn(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(60))
-            .jitter(Duration::ZERO),
-    )
-    .await
-    .unwrap();
+    let gw = long_lived_gateway().await;
     let config = ProbeConfig {
         sessions: 1,
         heartbeat: Duration::from_millis(500),
@@ -165,4 +153,15 @@ async fn a_dropped_probe_still_releases_its_session() {
         gw.status()
     );
     assert_released(&gw.shutdown().await.unwrap());
+}
+
+/// A gateway whose sessions outlive any probe hold in these tests.
+async fn long_lived_gateway() -> gateway::Gateway {
+    gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(60))
+            .jitter(Duration::ZERO),
+    )
+    .await
+    .unwrap()
 }

@@ -1,24 +1,19 @@
 //! outlive with the Solari provider against the gateway: the Aurora task completes in every
 //! death mode, the baseline does not, nothing leaks and no token reaches a log line.
 
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{BoxFuture, Options, Provider, Session, Solari, SolariLaunch, WideEvent};
-use outlive_cli::bank::{BankProgress, BankTask};
+use outlive::{BoxFuture, Options, Provider, Session, SolariLaunch, WideEvent};
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::TestBed;
+use support::Captured;
 
-struct Bed {
-    bank: aurora::Aurora,
-    bank_config: aurora::Config,
-    gw: gateway::Gateway,
-}
-
-async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> Bed {
-    let bank_config = aurora::Config::new();
-    let bank = aurora::spawn(bank_config.clone()).await.unwrap();
-    let gw = gateway::spawn(
+async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> TestBed {
+    TestBed::start(
         gateway::Config::new()
             .lifetime(lifetime)
             .jitter(Duration::ZERO)
@@ -26,37 +21,19 @@ async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> Bed {
             .doa(doa),
     )
     .await
-    .unwrap();
-    Bed {
-        bank,
-        bank_config,
-        gw,
-    }
-}
-
-fn solari(gw: &gateway::Gateway) -> Solari {
-    Solari::new(Client::new(ClientOptions::new(gw.api_key(), gw.base_url())).unwrap())
+    .unwrap()
 }
 
 /// Polls every 100 ms until 3 lifetimes of 2.5 s have passed.
-fn task(bed: &Bed) -> BankTask {
-    BankTask::new(
-        bed.bank.base_url(),
-        &bed.bank_config,
-        75,
-        Duration::from_millis(100),
-    )
-}
+const POLLS: u32 = 75;
 
 async fn run_outlive<P: Provider>(
-    bed: &Bed,
+    bed: &TestBed,
     provider: &P,
 ) -> (Result<u32, String>, WideEvent, BankProgress) {
-    let task = task(bed);
+    let task = bed.task(POLLS, Duration::from_millis(100));
     let progress = BankProgress::default();
-    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
-    let slot = event.clone();
-    let result = outlive::outlive(
+    let (result, event) = outlive::outlive_with_event(
         provider,
         |page, ctx| {
             let (task, progress) = (&task, &progress);
@@ -65,20 +42,17 @@ async fn run_outlive<P: Provider>(
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
             .max_relaunches(20)
-            .relaunch_backoff(Duration::from_millis(200))
-            .on_event(move |e| *slot.lock().unwrap() = Some(e.clone())),
+            .relaunch_backoff(Duration::from_millis(200)),
     )
-    .await
-    .map_err(|e| e.to_string());
-    let event = event.lock().unwrap().clone().unwrap();
-    (result, event, progress)
+    .await;
+    (result.map_err(|e| e.to_string()), event, progress)
 }
 
 async fn completes_in(death: DeathMode, doa: f64) {
     let bed = bed(death, Duration::from_millis(2500), doa).await;
-    let provider = solari(&bed.gw);
+    let provider = bed.provider();
     let (result, event, progress) = run_outlive(&bed, &provider).await;
-    assert_eq!(result, Ok(75), "event: {}", event.to_json());
+    assert_eq!(result, Ok(POLLS), "event: {}", event.to_json());
     assert!(
         event.relaunches >= 2,
         "at least 3 session lifetimes: {}",
@@ -86,12 +60,12 @@ async fn completes_in(death: DeathMode, doa: f64) {
     );
     assert_eq!(event.release_failed, 0);
     assert_eq!(
-        bed.bank.counters().totps_accepted,
+        bed.bank().counters().totps_accepted,
         1,
         "the login survived every relaunch"
     );
     assert_eq!(progress.sign_ins(), 1);
-    let status = bed.gw.shutdown().await.unwrap();
+    let status = bed.shutdown().await.unwrap();
     assert_eq!(
         (
             status.live_sessions,
@@ -129,7 +103,7 @@ async fn the_baseline_fails_at_the_first_death() {
     use outlive::chromiumoxide::handler::HandlerConfig;
 
     let bed = bed(DeathMode::Close, Duration::from_millis(2500), 0.0).await;
-    let client = Client::new(ClientOptions::new(bed.gw.api_key(), bed.gw.base_url())).unwrap();
+    let client = bed.client();
     let session = client.sessions().create(Default::default()).await.unwrap();
     let config = HandlerConfig {
         request_timeout: Duration::from_secs(5),
@@ -140,7 +114,7 @@ async fn the_baseline_fails_at_the_first_death() {
         .unwrap();
     let pump = tokio::spawn(async move { while handler.next().await.is_some() {} });
     let page = browser.new_page("about:blank").await.unwrap();
-    let mut task = task(&bed);
+    let mut task = bed.task(POLLS, Duration::from_millis(100));
     task.step_timeout = Duration::from_secs(5);
     let progress = BankProgress::default();
     let result = task.run(&page, None, &progress, &|_| {}).await;
@@ -148,10 +122,10 @@ async fn the_baseline_fails_at_the_first_death() {
         result.is_err(),
         "plain chromiumoxide cannot outlive the session"
     );
-    assert!(progress.polls_done() < 75);
+    assert!(progress.polls_done() < POLLS);
     pump.abort();
     client.sessions().release(&session.id).await.unwrap();
-    let status = bed.gw.shutdown().await.unwrap();
+    let status = bed.shutdown().await.unwrap();
     assert_eq!(status.chromium_processes, 0);
 }
 
@@ -177,19 +151,6 @@ impl<P: Provider> Provider for Recording<P> {
     }
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn no_log_line_carries_a_cdp_token() {
     let captured = Captured::default();
@@ -203,14 +164,16 @@ async fn no_log_line_carries_a_cdp_token() {
 
     let bed = bed(DeathMode::Mixed, Duration::from_millis(2500), 0.2).await;
     let provider = Recording {
-        inner: solari(&bed.gw).launch_options(SolariLaunch::new().retries(2).probe(true)),
+        inner: bed
+            .provider()
+            .launch_options(SolariLaunch::new().retries(2).probe(true)),
         endpoints: Mutex::default(),
     };
     let (result, event, _) = run_outlive(&bed, &provider).await;
     assert!(result.is_ok(), "{}", event.to_json());
-    bed.gw.shutdown().await.unwrap();
+    bed.shutdown().await.unwrap();
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(logs.contains("outlive run finished"), "the capture works");
     let endpoints = provider.endpoints.lock().unwrap().clone();
     assert!(!endpoints.is_empty());

@@ -8,26 +8,15 @@
 //! session tokens, the session cookie, the planted localStorage value and the planted password.
 //! It lives in its own test binary because a global subscriber can be installed only once.
 
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{BoxFuture, CdpEndpoint, Options, Provider, Session, Solari, WideEvent};
+use outlive::{BoxFuture, CdpEndpoint, Options, Provider, Session, Solari};
 use outlive_cli::bank::{BankProgress, BankTask};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use support::Captured;
 
 /// The Solari provider, noting each session's CDP token (the secret in its endpoint URL).
 struct Recording {
@@ -97,7 +86,7 @@ async fn no_secret_reaches_an_application_log_at_trace() {
     .await
     .unwrap();
     let provider = Recording {
-        inner: Solari::new(Client::new(ClientOptions::new(gw.api_key(), gw.base_url())).unwrap()),
+        inner: Solari::new(support::client(&gw)),
         tokens: Mutex::default(),
     };
 
@@ -108,9 +97,7 @@ async fn no_secret_reaches_an_application_log_at_trace() {
         Duration::from_millis(100),
     );
     let progress = BankProgress::default();
-    let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
-    let slot = event.clone();
-    let cookie = outlive::outlive(
+    let (cookie, event) = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (task, progress) = (&task, &progress);
@@ -129,13 +116,10 @@ async fn no_secret_reaches_an_application_log_at_trace() {
         },
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
-            .max_relaunches(20)
-            .on_event(move |e| *slot.lock().unwrap() = Some(e.clone())),
+            .max_relaunches(20),
     )
-    .await
-    .unwrap();
-
-    let event = event.lock().unwrap().clone().unwrap();
+    .await;
+    let cookie = cookie.unwrap();
     assert!(event.relaunches >= 2, "{event:?}");
     assert_eq!(
         progress.sign_ins(),
@@ -148,7 +132,7 @@ async fn no_secret_reaches_an_application_log_at_trace() {
     gw.shutdown().await.unwrap();
     bank.shutdown().await.unwrap();
 
-    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let logs = captured.text();
     assert!(logs.contains("outlive run finished"), "the capture works");
     assert!(
         logs.lines().any(|l| l.contains("TRACE")),

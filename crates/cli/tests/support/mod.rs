@@ -1,5 +1,5 @@
-//! Shared by the fault-matrix tests: a gateway + a small site on 127.0.0.1, a provider that
-//! remembers the session ids it launched, and milestone plumbing.
+//! Shared by the end-to-end tests: a gateway + a small site on 127.0.0.1, a provider that
+//! remembers the session ids it launched, milestone plumbing, quick runs and log capture.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -11,8 +11,11 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
+use outlive::chromiumoxide::error::CdpError;
 use outlive::solari_browser::{Client, ClientOptions, CreateSessionOptions};
-use outlive::{BoxFuture, Milestone, Provider, Session, Solari, SolariLaunch};
+use outlive::{
+    BoxFuture, Milestone, Options, Provider, RunError, Session, Solari, SolariLaunch, WideEvent,
+};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// A site that sets an HttpOnly cookie, and has a page whose load the test can hold and see.
@@ -141,13 +144,7 @@ impl Provider for Tracked {
                 &self.normal
             };
             let s = inner.launch().await?;
-            if let Some(id) = s
-                .endpoint()
-                .expose()
-                .split("/cdp/")
-                .nth(1)
-                .and_then(|r| r.split('?').next())
-            {
+            if let Some(id) = outlive_cli::bed::session_id(s.endpoint()) {
                 self.ids.lock().unwrap().push(id.to_owned());
             }
             Ok(s)
@@ -177,5 +174,63 @@ pub async fn assert_gateway_clean(gw: &gateway::Gateway) {
             "gateway not clean: {s:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A gateway whose sessions live long enough that only the test kills them, with `rtt`
+/// added per CDP message.
+pub async fn fault_gateway(rtt: Duration) -> gateway::Gateway {
+    gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(600))
+            .jitter(Duration::ZERO)
+            .rtt(rtt),
+    )
+    .await
+    .unwrap()
+}
+
+/// Options without automatic checkpoints and with a short relaunch backoff.
+pub fn quiet() -> Options {
+    Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .relaunch_backoff(Duration::from_millis(100))
+}
+
+/// Runs a task that returns `value` at once; returns its result and the run's wide event.
+pub async fn run_instant<T: Clone>(
+    provider: &Tracked,
+    value: T,
+    options: Options,
+) -> (Result<T, RunError<CdpError>>, WideEvent) {
+    outlive::outlive_with_event(
+        provider,
+        |_page, _ctx| {
+            let value = value.clone();
+            async move { Ok::<_, CdpError>(value) }
+        },
+        options,
+    )
+    .await
+}
+
+/// A `tracing` writer that keeps everything written, for searching the logs afterwards.
+#[derive(Clone, Default)]
+pub struct Captured(pub Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }

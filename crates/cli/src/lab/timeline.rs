@@ -90,7 +90,7 @@ const GAVE_UP: &str = "#bc4c00";
 /// runs.
 ///
 /// ```
-/// use outlive_cli::timeline::{render, Arm, SessionSpan, TimelineRun};
+/// use outlive_cli::lab::timeline::{render, Arm, SessionSpan, TimelineRun};
 ///
 /// let run = TimelineRun {
 ///     label: "outlive #1".into(),
@@ -419,23 +419,18 @@ fn clip(text: &str, max: usize) -> String {
     out
 }
 
-/// Text safe inside an SVG element or a double-quoted attribute: the five XML specials are
-/// escaped and characters XML 1.0 forbids are replaced.
+/// Text safe inside an SVG element or a quoted attribute: characters XML 1.0 forbids are
+/// replaced (html-escape leaves them), then the five XML specials are escaped.
 fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(' '),
-            c if (c as u32) < 0x20 || matches!(c, '\u{FFFE}' | '\u{FFFF}') => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
+    let allowed: String = text
+        .chars()
+        .map(|c| match c {
+            '\t' | '\n' | '\r' => ' ',
+            c if (c as u32) < 0x20 || matches!(c, '\u{FFFE}' | '\u{FFFF}') => '\u{FFFD}',
+            c => c,
+        })
+        .collect();
+    html_escape::encode_quoted_attribute(&allowed).into_owned()
 }
 
 #[cfg(test)]
@@ -518,7 +513,7 @@ mod tests {
         assert_well_formed(&svg);
         assert!(!svg.contains("<script>") && !svg.contains("<b>"), "{svg}");
         assert!(
-            svg.contains("&lt;script&gt;&quot;a&quot; &amp; &apos;b&apos;&lt;/script&gt;"),
+            svg.contains("&lt;script&gt;&quot;a&quot; &amp; &#x27;b&#x27;&lt;/script&gt;"),
             "{svg}"
         );
         assert!(svg.contains("&lt;b&gt;odd&lt;/b&gt;\u{FFFD}"), "{svg}");

@@ -5,12 +5,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Options, Solari, WideEvent};
+use outlive::{Options, WideEvent};
+use procfs::process::Process;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::bank::{BankProgress, BankTask};
+use crate::bank::BankProgress;
+use crate::bed::TestBed;
+use crate::error::{Error, ErrorKind};
 
 /// Soak settings.
 #[derive(Debug, Clone, Serialize)]
@@ -106,52 +108,59 @@ pub struct SoakReport {
     pub events: Vec<WideEvent>,
 }
 
-/// Why the soak could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum SoakError {
-    /// Aurora Bank did not start.
-    #[error("Aurora Bank did not start")]
-    Aurora(#[source] std::io::Error),
-    /// The gateway failed.
-    #[error("the gateway failed")]
-    Gateway(#[source] gateway::Error),
-    /// The Solari client could not be built.
-    #[error("the Solari client could not be built: {0}")]
-    Client(String),
+impl SoakReport {
+    /// A few lines for people: the counts, then the footprint before, after 20 runs and at
+    /// the end.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        let mut out = format!(
+            "completed {} · gave up {} · failed {} · relaunches {} · release failures {} · extra sign-ins {}",
+            self.completed,
+            self.gave_up,
+            self.failed,
+            self.relaunches,
+            self.release_failed,
+            self.extra_sign_ins
+        );
+        for (label, f) in [
+            ("before", self.before),
+            ("after 20 runs", self.after_20),
+            ("end", self.end),
+        ] {
+            let _ = write!(
+                out,
+                "\n  {label:>14}: rss {} KiB, fds {}, chromium {}, temp profiles {}, /tmp singletons {}",
+                f.rss_kib, f.fds, f.chromium_processes, f.temp_profiles, f.tmp_singletons
+            );
+        }
+        let _ = write!(
+            out,
+            "\n  sessions left on the gateway: {}",
+            self.sessions_left
+        );
+        out
+    }
 }
 
 /// Measures this process, and the Chromium processes and profiles under `profiles`, now.
 pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
     let needle = profiles.to_string_lossy().into_owned();
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    let me = Process::myself().ok();
+    let rss_kib = me
+        .as_ref()
+        .and_then(|p| p.status().ok())
+        .and_then(|s| s.vmrss)
         .unwrap_or(0);
-    let fds = std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0);
-    let me = std::process::id().to_string();
-    let chromium_processes = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.chars().all(|c| c.is_ascii_digit()) && name != me && {
-                        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-                        let zombie = std::fs::read_to_string(e.path().join("stat"))
-                            .map(|s| {
-                                s.rsplit(')')
-                                    .next()
-                                    .unwrap_or("")
-                                    .trim_start()
-                                    .starts_with('Z')
-                            })
-                            .unwrap_or(true);
-                        !zombie && String::from_utf8_lossy(&cmd).contains(&needle)
-                    }
+    let fds = me.as_ref().and_then(|p| p.fd_count().ok()).unwrap_or(0);
+    let my_pid = std::process::id() as i32;
+    let chromium_processes = procfs::process::all_processes()
+        .map(|all| {
+            all.flatten()
+                .filter(|p| p.pid() != my_pid)
+                .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
+                .filter(|p| {
+                    p.cmdline()
+                        .is_ok_and(|args| args.iter().any(|a| a.contains(&needle)))
                 })
                 .count()
         })
@@ -178,20 +187,16 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
 pub async fn soak(
     config: &SoakConfig,
     on_run: impl Fn(u32, &WideEvent),
-) -> Result<SoakReport, SoakError> {
+) -> Result<SoakReport, Error> {
     // The gateway's Chromium profiles go into a directory of the soak's own, so the audit
     // counts only what this soak started.
     let profiles = tempfile::Builder::new()
         .prefix("outlive-soak-")
         .tempdir()
-        .map_err(SoakError::Aurora)?;
+        .map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let before = footprint(0, profiles.path());
     let started = Instant::now();
-    let bank_config = aurora::Config::new();
-    let bank = aurora::spawn(bank_config.clone())
-        .await
-        .map_err(SoakError::Aurora)?;
-    let gw = gateway::spawn(
+    let bed = TestBed::start(
         gateway::Config::new()
             .lifetime(config.lifetime)
             .jitter(config.lifetime / 2)
@@ -200,17 +205,9 @@ pub async fn soak(
             .max_sessions(config.concurrency as usize + 1)
             .chromium(outlive::LocalChromium::new().profile_root(profiles.path())),
     )
-    .await
-    .map_err(SoakError::Gateway)?;
-    let client = Client::new(ClientOptions::new(gw.api_key(), gw.base_url()))
-        .map_err(|e| SoakError::Client(e.to_string()))?;
-    let provider = Solari::new(client);
-    let task = BankTask::new(
-        bank.base_url(),
-        &bank_config,
-        config.polls,
-        Duration::from_millis(100),
-    );
+    .await?;
+    let provider = bed.provider();
+    let task = bed.task(config.polls, Duration::from_millis(100));
 
     let events: Arc<Mutex<Vec<WideEvent>>> = Arc::default();
     let extra_sign_ins = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -229,9 +226,7 @@ pub async fn soak(
             );
             running.push(async move {
                 let progress = BankProgress::default();
-                let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
-                let writer = slot.clone();
-                let _ = outlive::outlive(
+                let (_, event) = outlive::outlive_with_event(
                     provider,
                     |page, ctx| {
                         let (task, progress) = (task, &progress);
@@ -242,19 +237,13 @@ pub async fn soak(
                         .max_relaunches(max_relaunches)
                         .heartbeat_interval(hb_interval)
                         .heartbeat_timeout(hb_timeout)
-                        .relaunch_backoff(Duration::from_millis(100))
-                        .on_event(move |e| *writer.lock().expect("slot") = Some(e.clone())),
+                        .relaunch_backoff(Duration::from_millis(100)),
                 )
                 .await;
                 extra.fetch_add(
                     progress.sign_ins().saturating_sub(1),
                     std::sync::atomic::Ordering::SeqCst,
                 );
-                let event = slot
-                    .lock()
-                    .expect("slot")
-                    .clone()
-                    .expect("one event per run");
                 events.lock().expect("events").push(event.clone());
                 event
             });
@@ -269,8 +258,7 @@ pub async fn soak(
             after_20 = footprint(20, profiles.path());
         }
     }
-    let status = gw.shutdown().await.map_err(SoakError::Gateway)?;
-    let _ = bank.shutdown().await;
+    let status = bed.shutdown().await?;
     let events = events.lock().expect("events").clone();
     let count = |o: outlive::Outcome| events.iter().filter(|e| e.outcome == o).count() as u32;
     Ok(SoakReport {

@@ -1,0 +1,95 @@
+//! The test bed the demo and the lab share: Aurora Bank, a gateway whose sessions die on
+//! schedule, and a Solari client for it — everything on 127.0.0.1.
+
+use std::time::Duration;
+
+use outlive::Solari;
+use outlive::solari_browser::{Client, ClientOptions};
+
+use crate::bank::BankTask;
+use crate::error::{Error, ErrorKind};
+
+/// A running Aurora Bank and gateway, and a client for the gateway. Dropping it stops both;
+/// [`TestBed::shutdown`] stops them and reports what the gateway left behind.
+pub struct TestBed {
+    bank: aurora::Aurora,
+    bank_config: aurora::Config,
+    gateway: gateway::Gateway,
+    client: Client,
+}
+
+impl TestBed {
+    /// Starts Aurora Bank with its default config and a gateway with `gateway`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Bank`], [`ErrorKind::Gateway`] or [`ErrorKind::Client`]; whatever was
+    /// already started is stopped.
+    pub async fn start(gateway: gateway::Config) -> Result<TestBed, Error> {
+        let bank_config = aurora::Config::new();
+        let bank = aurora::spawn(bank_config.clone())
+            .await
+            .map_err(|e| Error::with(ErrorKind::Bank, e))?;
+        let gateway = gateway::spawn(gateway)
+            .await
+            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+        let client = Client::new(ClientOptions::new(gateway.api_key(), gateway.base_url()))
+            .map_err(|e| Error::with(ErrorKind::Client, e.to_string()))?;
+        Ok(TestBed {
+            bank,
+            bank_config,
+            gateway,
+            client,
+        })
+    }
+
+    /// The bank.
+    pub fn bank(&self) -> &aurora::Aurora {
+        &self.bank
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &gateway::Gateway {
+        &self.gateway
+    }
+
+    /// A Solari client for the gateway.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// outlive's Solari provider on the gateway.
+    pub fn provider(&self) -> Solari {
+        Solari::new(self.client.clone())
+    }
+
+    /// The bank task against this bank: `polls` polls, one every `every`.
+    pub fn task(&self, polls: u32, every: Duration) -> BankTask {
+        BankTask::new(self.bank.base_url(), &self.bank_config, polls, every)
+    }
+
+    /// Stops the gateway, then the bank; returns the gateway's last status (sessions and
+    /// Chromium processes left).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Gateway`] if the gateway did not stop cleanly.
+    pub async fn shutdown(self) -> Result<gateway::Status, Error> {
+        let status = self
+            .gateway
+            .shutdown()
+            .await
+            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+        let _ = self.bank.shutdown().await;
+        Ok(status)
+    }
+}
+
+/// The gateway's id of the session behind a CDP endpoint (`ws://…/cdp/{id}?token=…`).
+pub fn session_id(endpoint: &outlive::CdpEndpoint) -> Option<&str> {
+    endpoint
+        .expose()
+        .split("/cdp/")
+        .nth(1)
+        .and_then(|rest| rest.split('?').next())
+}

@@ -1,0 +1,146 @@
+//! The one error type of the `outlive` command's library.
+
+use std::fmt;
+
+use outlive::WideEvent;
+
+type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a demo, a benchmark, a soak, a probe or the Chromium setup could not run.
+///
+/// `Display` says what failed at this layer only; the underlying error is in
+/// [`source()`](std::error::Error::source). Messages carry no URL beyond scheme and host,
+/// and never a key or token.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    source: Option<Cause>,
+    event: Option<Box<WideEvent>>,
+}
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A temporary directory could not be created.
+    TempDir,
+    /// Aurora Bank did not start.
+    Bank,
+    /// The gateway did not start, or did not stop cleanly.
+    Gateway,
+    /// The Solari client could not be built.
+    Client,
+    /// The task failed or outlive gave up; [`Error::event`] has the run's wide event.
+    Run,
+    /// No Chromium, and no way to install it here.
+    NoChromium,
+    /// Installing Chromium with `apt-get` failed.
+    ChromiumInstall,
+    /// A probe option was out of range; nothing was started.
+    InvalidOption {
+        /// The option's field name.
+        option: &'static str,
+        /// What is wrong with it.
+        message: &'static str,
+    },
+    /// The control plane did not create a session; the samples before it were already
+    /// passed on.
+    Create {
+        /// The index of the session that could not be created.
+        session: u32,
+        /// The HTTP status of the refusal, if there was a response.
+        status: Option<u16>,
+    },
+}
+
+impl Error {
+    /// An error of `kind` without a cause.
+    pub(crate) fn new(kind: ErrorKind) -> Self {
+        Error {
+            kind,
+            source: None,
+            event: None,
+        }
+    }
+
+    /// An error of `kind` caused by `source`.
+    pub(crate) fn with(kind: ErrorKind, source: impl Into<Cause>) -> Self {
+        Error {
+            source: Some(source.into()),
+            ..Error::new(kind)
+        }
+    }
+
+    /// A run that did not complete.
+    pub(crate) fn run(event: WideEvent) -> Self {
+        Error {
+            event: Some(Box::new(event)),
+            ..Error::new(ErrorKind::Run)
+        }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The wide event of a run that did not complete ([`ErrorKind::Run`]).
+    pub fn event(&self) -> Option<&WideEvent> {
+        self.event.as_deref()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::TempDir => f.write_str("could not create a temporary directory"),
+            ErrorKind::Bank => f.write_str("Aurora Bank did not start"),
+            ErrorKind::Gateway => f.write_str("the gateway failed"),
+            ErrorKind::Client => f.write_str("the Solari client could not be built"),
+            ErrorKind::Run => match &self.event {
+                Some(e) => write!(f, "the run did not complete ({})", e.outcome.as_str()),
+                None => f.write_str("the run did not complete"),
+            },
+            ErrorKind::NoChromium => f.write_str(
+                "Chromium not found and cannot be installed automatically (needs root and \
+                 apt-get); install it (Debian/Ubuntu: `sudo apt-get install -y chromium`) or \
+                 set $CHROME",
+            ),
+            ErrorKind::ChromiumInstall => f.write_str(
+                "`apt-get install -y chromium` failed; install Chromium by hand or set $CHROME",
+            ),
+            ErrorKind::InvalidOption { option, message } => {
+                write!(f, "invalid probe option `{option}`: {message}")
+            }
+            ErrorKind::Create { session, status } => {
+                write!(f, "the control plane did not create session {session}")?;
+                match status {
+                    Some(s) => write!(f, " (HTTP {s})"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_does_not_repeat_the_cause() {
+        let cause = std::io::Error::other("disk full");
+        let err = Error::with(ErrorKind::TempDir, cause);
+        assert_eq!(err.to_string(), "could not create a temporary directory");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert_eq!(source.to_string(), "disk full");
+    }
+}

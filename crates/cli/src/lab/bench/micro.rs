@@ -1,0 +1,371 @@
+//! The micro-measurements: checkpoint cost against RTT, death-detection latency per death
+//! mode, and page recovery against a full relaunch.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway::DeathMode;
+use outlive::{BoxFuture, Milestone, Options, Provider, Session, Solari};
+
+use super::records::*;
+use crate::bank::BankProgress;
+use crate::bed::TestBed;
+use crate::error::Error;
+use crate::stats::median;
+
+/// Remembers the session ids the provider handed out (parsed from the endpoint path).
+struct Tracking {
+    inner: Solari,
+    ids: Arc<Mutex<Vec<String>>>,
+}
+
+impl Provider for Tracking {
+    fn name(&self) -> &str {
+        "solari"
+    }
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let s = self.inner.launch().await?;
+            if let Some(id) = crate::bed::session_id(s.endpoint()) {
+                self.ids.lock().expect("ids").push(id.to_owned());
+            }
+            Ok(s)
+        })
+    }
+}
+
+/// A test bed whose sessions only die when killed, a provider on it that remembers the
+/// session ids it launched, and those ids.
+async fn killable_bed() -> Result<(TestBed, Tracking, Arc<Mutex<Vec<String>>>), Error> {
+    let bed = TestBed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(600))
+            .jitter(Duration::ZERO),
+    )
+    .await?;
+    let ids: Arc<Mutex<Vec<String>>> = Arc::default();
+    let provider = Tracking {
+        inner: bed.provider(),
+        ids: ids.clone(),
+    };
+    Ok((bed, provider, ids))
+}
+
+async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, Error> {
+    let bed = TestBed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(600))
+            .jitter(Duration::ZERO)
+            .rtt(rtt),
+    )
+    .await?;
+    let provider = bed.provider();
+    let costs: Arc<Mutex<Vec<(f64, usize)>>> = Arc::default();
+    let (sink, reset) = (costs.clone(), costs.clone());
+    let task = bed.task(1, Duration::ZERO);
+    let progress = BankProgress::default();
+    let _ = outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (task, progress, reset) = (&task, &progress, &reset);
+            async move {
+                task.run(&page, Some(&ctx), progress, &|_| {}).await?;
+                reset.lock().expect("costs").clear(); // keep only the measured series
+                for _ in 0..samples {
+                    ctx.checkpoint().await;
+                }
+                Ok::<_, crate::bank::BankError>(())
+            }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_secs(3600))
+            .on_milestone(move |m| {
+                if let Milestone::Checkpointed { took, bytes } = m {
+                    sink.lock().expect("costs").push((ms(*took), *bytes));
+                }
+            }),
+    )
+    .await;
+    bed.shutdown().await?;
+    let costs = costs.lock().expect("costs").clone();
+    let took: Vec<f64> = costs.iter().map(|c| c.0).collect();
+    let med = median(&took);
+    Ok(CheckpointCost {
+        rtt_ms: ms(rtt),
+        median_ms: med,
+        median_over_rtt: (!rtt.is_zero()).then(|| med / ms(rtt)),
+        bytes: costs.last().map_or(0, |c| c.1),
+        took_ms: took,
+    })
+}
+
+async fn detection(
+    mode: DeathMode,
+    kills: u32,
+    heartbeat: (Duration, Duration),
+) -> Result<Detection, Error> {
+    let (bed, provider, ids) = killable_bed().await?;
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (died_tx, mut died_rx) =
+        tokio::sync::mpsc::unbounded_channel::<(std::time::Instant, String)>();
+    let options = Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .max_relaunches(kills + 2)
+        .heartbeat_interval(heartbeat.0)
+        .heartbeat_timeout(heartbeat.1)
+        .on_milestone(move |m| match m {
+            Milestone::Entered { .. } => {
+                let _ = entered_tx.send(());
+            }
+            Milestone::Died {
+                detected_at, cause, ..
+            } => {
+                let _ = died_tx.send((*detected_at, cause.as_str().to_owned()));
+            }
+            _ => {}
+        });
+    let done = Arc::new(tokio::sync::Notify::new());
+    let finish = done.clone();
+    let run = outlive::outlive(
+        &provider,
+        move |_page, _ctx| {
+            let finish = finish.clone();
+            async move {
+                finish.notified().await;
+                Ok::<_, std::convert::Infallible>(())
+            }
+        },
+        options,
+    );
+    let killer = async {
+        let mut latency = Vec::new();
+        let mut kill_call = Vec::new();
+        let mut after_return = Vec::new();
+        let mut causes = Vec::new();
+        for _ in 0..kills {
+            if entered_rx.recv().await.is_none() {
+                break;
+            }
+            let Some(id) = ids.lock().expect("ids").last().cloned() else {
+                break;
+            };
+            let t0 = std::time::Instant::now();
+            let _ = bed.gateway().kill(&id, mode).await;
+            let returned = std::time::Instant::now();
+            kill_call.push(ms(returned - t0));
+            let Some((at, cause)) = died_rx.recv().await else {
+                break;
+            };
+            latency.push(ms(at.saturating_duration_since(t0)));
+            after_return.push(if at >= returned {
+                ms(at - returned)
+            } else {
+                -ms(returned - at)
+            });
+            causes.push(cause);
+        }
+        let _ = entered_rx.recv().await;
+        done.notify_waiters();
+        (latency, kill_call, after_return, causes)
+    };
+    let (_, (latency_ms, kill_call_ms, after_kill_returned_ms, causes)) =
+        futures::join!(run, killer);
+    bed.shutdown().await?;
+    Ok(Detection {
+        mode: mode.as_str().to_owned(),
+        latency_ms,
+        kill_call_ms,
+        after_kill_returned_ms,
+        causes,
+    })
+}
+
+/// What the next entry of the recovery run does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Next {
+    /// Crash its own page's renderer (`Page.crash`): a page failure.
+    CrashPage,
+    /// Start an endless script, then make a call that stalls on it: a hung page.
+    HangPage,
+    /// Wait to be killed by the gateway (close frame): a browser death.
+    AwaitKill,
+    /// Return: the run is over.
+    Finish,
+}
+
+/// Alternates `samples` page crashes with `samples` browser deaths in one run of the signed-in
+/// Aurora task, and measures each replacement from detection to re-entry with the checkpoint
+/// restored (cookie, localStorage, the account page).
+async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
+    use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
+    let (bed, provider, ids) = killable_bed().await?;
+    // Entry 1 signs in; then crash, kill, crash, kill, …; the last entry finishes.
+    let mut plan: Vec<Next> = (0..samples)
+        .flat_map(|_| [Next::CrashPage, Next::AwaitKill, Next::HangPage])
+        .collect();
+    plan.push(Next::Finish);
+    let plan = Arc::new(plan);
+    let records: Arc<Mutex<Vec<Replacement>>> = Arc::default();
+    let pending: Arc<Mutex<Replacement>> = Arc::default();
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let sink = records.clone();
+    // When the task broke its page (crash sent, or hung call started), and when outlive saw it.
+    let broke_at: Arc<Mutex<Option<(Next, std::time::Instant)>>> = Arc::default();
+    let detections: Arc<Mutex<Vec<(Next, f64)>>> = Arc::default();
+    let (broke, detected) = (broke_at.clone(), detections.clone());
+    let heartbeat = (Duration::from_secs(1), Duration::from_secs(2));
+    let options = Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .max_relaunches(samples + 2)
+        .max_page_recoveries(2 * samples + 2)
+        .heartbeat_interval(heartbeat.0)
+        .heartbeat_timeout(heartbeat.1)
+        .on_milestone(move |m| {
+            let mut p = pending.lock().expect("pending");
+            match m {
+                Milestone::PageFailed {
+                    cause, detected_at, ..
+                } => {
+                    if let Some((how, at)) = broke.lock().expect("broke").take() {
+                        detected
+                            .lock()
+                            .expect("detections")
+                            .push((how, ms(detected_at.saturating_duration_since(at))));
+                    }
+                    *p = Replacement {
+                        cause: cause.as_str().to_owned(),
+                        ..Replacement::default()
+                    };
+                }
+                Milestone::Died { cause, .. } => {
+                    *p = Replacement {
+                        cause: cause.as_str().to_owned(),
+                        ..Replacement::default()
+                    };
+                }
+                Milestone::PageRecovered { took } => p.page_or_launch_ms = ms(*took),
+                Milestone::Launched { took } => p.page_or_launch_ms = ms(*took),
+                Milestone::Restored { restore, navigate } => {
+                    p.restore_ms = ms(*restore);
+                    p.navigate_ms = ms(*navigate);
+                }
+                Milestone::Entered {
+                    attempt,
+                    replaced_in,
+                    ..
+                } => {
+                    if let Some(r) = replaced_in {
+                        p.replaced_in_ms = ms(*r);
+                        sink.lock().expect("records").push(std::mem::take(&mut *p));
+                    }
+                    let _ = entered_tx.send(*attempt);
+                }
+                _ => {}
+            }
+        });
+    let task = bed.task(1, Duration::ZERO);
+    let progress = BankProgress::default();
+    let run = outlive::outlive_with_event(
+        &provider,
+        |page, ctx| {
+            let (task, progress, plan, broke) = (&task, &progress, plan.clone(), &broke_at);
+            async move {
+                if ctx.attempt() == 1 {
+                    task.run(&page, Some(&ctx), progress, &|_| {})
+                        .await
+                        .map_err(|e| outlive::chromiumoxide::error::CdpError::msg(e.to_string()))?;
+                }
+                let next = plan
+                    .get(ctx.attempt() as usize - 1)
+                    .copied()
+                    .unwrap_or(Next::Finish);
+                // Like a real task, each entry propagates the error of the call that failed
+                // with its page or browser (so neither arm waits out the grace).
+                match next {
+                    Next::CrashPage => {
+                        *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+                        page.execute(CrashParams::default()).await?;
+                    }
+                    Next::HangPage => {
+                        page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
+                            .await?;
+                        // Let the endless script start, then stall a call on it.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+                        page.evaluate("1").await?;
+                    }
+                    // Polls until the gateway's kill makes a call fail.
+                    Next::AwaitKill => loop {
+                        page.evaluate("1").await?;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    },
+                    Next::Finish => return Ok(()),
+                }
+                Err(outlive::chromiumoxide::error::CdpError::msg(
+                    "the page survived what should have broken it",
+                ))
+            }
+        },
+        options,
+    );
+    let killer = async {
+        while let Some(attempt) = entered_rx.recv().await {
+            if plan.get(attempt as usize - 1) == Some(&Next::AwaitKill) {
+                let id = ids.lock().expect("ids").last().cloned();
+                if let Some(id) = id {
+                    let _ = bed.gateway().kill(&id, DeathMode::Close).await;
+                }
+            }
+        }
+    };
+    // The killer ends when the run (and its milestone sender) is gone.
+    let ((_, event), ()) = futures::join!(run, killer);
+    bed.shutdown().await?;
+    let replacements = records.lock().expect("records").clone();
+    let of = |page: bool| -> Vec<f64> {
+        replacements
+            .iter()
+            .filter(|r| r.cause.starts_with("page_") == page)
+            .map(|r| r.replaced_in_ms)
+            .collect()
+    };
+    let (page_median_ms, relaunch_median_ms) = (median(&of(true)), median(&of(false)));
+    let detections = detections.lock().expect("detections").clone();
+    let detected = |how: Next| -> Vec<f64> {
+        detections
+            .iter()
+            .filter(|(h, _)| *h == how)
+            .map(|(_, d)| *d)
+            .collect()
+    };
+    Ok(RecoveryComparison {
+        replacements,
+        page_median_ms,
+        relaunch_median_ms,
+        ratio: page_median_ms / relaunch_median_ms,
+        crash_detected_ms: detected(Next::CrashPage),
+        hang_detected_ms: detected(Next::HangPage),
+        heartbeat_ms: (ms(heartbeat.0), ms(heartbeat.1)),
+        event,
+    })
+}
+
+/// Checkpoint cost at RTT 0/20/50 ms and detection latency for close, reset and silence.
+pub async fn micro(samples: u32, kills: u32) -> Result<MicroReport, Error> {
+    let mut checkpoint = Vec::new();
+    for rtt in [0, 20, 50] {
+        checkpoint.push(checkpoint_cost(Duration::from_millis(rtt), samples).await?);
+    }
+    let heartbeat = (Duration::from_secs(1), Duration::from_secs(2));
+    let mut detection_runs = Vec::new();
+    for mode in [DeathMode::Close, DeathMode::Reset, DeathMode::Silence] {
+        detection_runs.push(detection(mode, kills, heartbeat).await?);
+    }
+    let recovery = recovery(kills.max(5)).await?;
+    Ok(MicroReport {
+        checkpoint,
+        detection: detection_runs,
+        recovery,
+        heartbeat_ms: (ms(heartbeat.0), ms(heartbeat.1)),
+    })
+}

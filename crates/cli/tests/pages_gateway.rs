@@ -1,0 +1,99 @@
+//! The page layer through the Solari provider and the gateway: the gateway crashes or closes
+//! the page of a live session mid-task (its page chaos), and the Aurora task completes on a
+//! fresh page of the same session — signed in once, no relaunch, nothing left behind.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway::PageFault;
+use outlive::{Milestone, Options};
+use outlive_cli::bank::{BankEvent, BankProgress, BankTask};
+use support::Tracked;
+
+async fn page_fails_mid_task(fault: PageFault) {
+    let bank_config = aurora::Config::new();
+    let bank = aurora::spawn(bank_config.clone()).await.unwrap();
+    let gw = gateway::spawn(gateway::Config::new().lifetime(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let provider = Tracked::new(&gw, 0);
+    let task = BankTask::new(
+        bank.base_url(),
+        &bank_config,
+        30,
+        Duration::from_millis(100),
+    );
+    let progress = BankProgress::default();
+    let causes: Arc<Mutex<Vec<outlive::DeathCause>>> = Arc::default();
+    let seen = causes.clone();
+    // The fifth poll of the first entry asks for the fault (after the sign-in's checkpoint).
+    let (fault_tx, mut fault_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let on_event = move |e: BankEvent| {
+        if let BankEvent::Polled { done: 5, .. } = e {
+            let _ = fault_tx.send(());
+        }
+    };
+
+    let run = outlive::outlive_with_event(
+        &provider,
+        |page, ctx| {
+            let (task, progress, on_event) = (&task, &progress, &on_event);
+            async move { task.run(&page, Some(&ctx), progress, on_event).await }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_millis(500))
+            .on_milestone(move |m| {
+                if let Milestone::PageFailed { cause, .. } | Milestone::Died { cause, .. } = m {
+                    seen.lock().unwrap().push(*cause);
+                }
+            }),
+    );
+    let chaos = async {
+        if fault_rx.recv().await.is_some() {
+            let id = provider.newest();
+            let hit = gw.fail_page(&id, fault).await.unwrap();
+            assert!(hit >= 1, "the gateway found the task's page");
+        }
+    };
+    let ((result, event), ()) = futures::join!(run, chaos);
+
+    assert_eq!(
+        result.map_err(|e| e.to_string()),
+        Ok(30),
+        "{}",
+        event.to_json()
+    );
+    let expected = match fault {
+        PageFault::Crash => outlive::DeathCause::PageCrashed,
+        _ => outlive::DeathCause::PageClosed,
+    };
+    assert_eq!(*causes.lock().unwrap(), vec![expected]);
+    assert_eq!(
+        (event.relaunches, event.page_recoveries, event.attempts),
+        (0, 1, 2),
+        "{}",
+        event.to_json()
+    );
+    assert_eq!(
+        provider.ids.lock().unwrap().len(),
+        1,
+        "one session for the whole run"
+    );
+    assert_eq!(bank.counters().totps_accepted, 1, "signed in once");
+    assert_eq!(progress.sign_ins(), 1);
+    assert_eq!(event.release_failed, 0);
+    let status = gw.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_crashed_by_the_gateway_is_recovered_in_the_same_session() {
+    page_fails_mid_task(PageFault::Crash).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_closed_by_the_gateway_is_recovered_in_the_same_session() {
+    page_fails_mid_task(PageFault::Close).await;
+}
