@@ -602,8 +602,11 @@ async fn run(
                                 page.navigations.remove(&id);
                             }
                         }
-                        track_navigation(text.as_str(), &mut page);
-                        let failure = page_event(text.as_str(), &page);
+                        let event = page_event_of(text.as_str());
+                        if let Some(e) = &event {
+                            track_navigation(e, &mut page);
+                        }
+                        let failure = event.as_ref().and_then(|e| page_failure(e, &page));
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
                         if let Some(cause) = failure {
                             if fail_page(cause, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
@@ -834,44 +837,72 @@ fn reply_id(text: &str) -> Option<u64> {
     head.id.filter(|_| head.method.is_none())
 }
 
-/// Follows the watched page's main-frame navigations (its frame id is its target id) from
-/// the `Page` events chromiumoxide enables.
-fn track_navigation(text: &str, page: &mut PageState) {
+/// An event about a page target or its main frame: the only events the relay acts on.
+#[derive(serde::Deserialize)]
+struct PageEvent {
+    method: String,
+    #[serde(default, rename = "sessionId")]
+    session_id: Option<String>,
+    #[serde(default)]
+    params: PageEventParams,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct PageEventParams {
+    #[serde(default, rename = "targetId")]
+    target_id: Option<String>,
+    #[serde(default, rename = "sessionId")]
+    session_id: Option<String>,
+    #[serde(default, rename = "frameId")]
+    frame_id: Option<String>,
+    #[serde(default)]
+    frame: Option<FrameInfo>,
+}
+
+#[derive(serde::Deserialize)]
+struct FrameInfo {
+    id: String,
+    #[serde(default, rename = "parentId")]
+    parent_id: Option<String>,
+}
+
+const PAGE_EVENTS: [&str; 7] = [
+    "targetCrashed",
+    "targetDestroyed",
+    "detachedFromTarget",
+    "Page.frameRequestedNavigation",
+    "Page.frameStartedNavigating",
+    "Page.frameNavigated",
+    "Page.frameStoppedLoading",
+];
+
+/// Parses `text` if it is one of [`PAGE_EVENTS`], once, for both page checks below. Events
+/// open with their method in Chromium's encoding; anything else is parsed only when small
+/// (these events are).
+fn page_event_of(text: &str) -> Option<PageEvent> {
+    let interesting = |m: &str| PAGE_EVENTS.iter().any(|e| m.contains(e));
+    match text.strip_prefix("{\"method\":\"") {
+        Some(rest) if !interesting(&rest[..rest.len().min(40)]) => return None,
+        None if text.len() > 4096 || !interesting(text) => return None,
+        _ => {}
+    }
+    serde_json::from_str(text).ok()
+}
+
+/// Follows the watched page's main-frame navigations (its frame id is its target id).
+fn track_navigation(event: &PageEvent, page: &mut PageState) {
     let Some(watched) = page.watched.as_ref() else {
         return;
     };
-    let Some(rest) = text.strip_prefix("{\"method\":\"Page.frame") else {
-        return;
-    };
-    let starts = rest.starts_with("RequestedNavigation") || rest.starts_with("StartedNavigating");
-    let ends = rest.starts_with("Navigated\"") || rest.starts_with("StoppedLoading");
-    if !(starts || ends) {
-        return;
-    }
-    #[derive(serde::Deserialize)]
-    struct Event {
-        #[serde(default, rename = "sessionId")]
-        session_id: Option<String>,
-        #[serde(default)]
-        params: Params,
-    }
-    #[derive(serde::Deserialize, Default)]
-    struct Params {
-        #[serde(default, rename = "frameId")]
-        frame_id: Option<String>,
-        #[serde(default)]
-        frame: Option<Frame>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Frame {
-        id: String,
-        #[serde(default, rename = "parentId")]
-        parent_id: Option<String>,
-    }
-    let Ok(event) = serde_json::from_str::<Event>(text) else {
-        return;
-    };
-    if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+    let starts = matches!(
+        event.method.as_str(),
+        "Page.frameRequestedNavigation" | "Page.frameStartedNavigating"
+    );
+    let ends = matches!(
+        event.method.as_str(),
+        "Page.frameNavigated" | "Page.frameStoppedLoading"
+    );
+    if !(starts || ends) || event.session_id.as_deref() != Some(watched.session_id.as_str()) {
         return;
     }
     let main_frame = match (&event.params.frame_id, &event.params.frame) {
@@ -887,40 +918,12 @@ fn track_navigation(text: &str, page: &mut PageState) {
     }
 }
 
-/// Whether `text` reports the watched page's failure, and how.
-fn page_event(text: &str, page: &PageState) -> Option<DeathCause> {
+/// Whether `event` reports the watched page's failure, and how.
+fn page_failure(event: &PageEvent, page: &PageState) -> Option<DeathCause> {
     let watched = page.watched.as_ref()?;
     if page.failed() {
         return None;
     }
-    // Events open with their method in Chromium's encoding; anything else is parsed only
-    // when small (these events are).
-    let interesting = |m: &str| {
-        m.contains("targetCrashed")
-            || m.contains("targetDestroyed")
-            || m.contains("detachedFromTarget")
-    };
-    match text.strip_prefix("{\"method\":\"") {
-        Some(rest) if !interesting(&rest[..rest.len().min(40)]) => return None,
-        None if text.len() > 4096 || !interesting(text) => return None,
-        _ => {}
-    }
-    #[derive(serde::Deserialize)]
-    struct Event {
-        method: String,
-        #[serde(default, rename = "sessionId")]
-        session_id: Option<String>,
-        #[serde(default)]
-        params: Params,
-    }
-    #[derive(serde::Deserialize, Default)]
-    struct Params {
-        #[serde(default, rename = "targetId")]
-        target_id: Option<String>,
-        #[serde(default, rename = "sessionId")]
-        session_id: Option<String>,
-    }
-    let event: Event = serde_json::from_str(text).ok()?;
     let on_target = event.params.target_id.as_deref() == Some(watched.target_id.as_str());
     let on_session = |s: &Option<String>| s.as_deref() == Some(watched.session_id.as_str());
     match event.method.as_str() {

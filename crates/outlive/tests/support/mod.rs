@@ -163,15 +163,18 @@ impl Killable {
         }
     }
 
-    /// Ends the newest browser the way `how` says.
-    pub fn kill(&self, how: Kill) {
-        let live = self
-            .live
+    fn newest(&self) -> Arc<Mutex<Live>> {
+        self.live
             .lock()
             .unwrap()
             .last()
             .cloned()
-            .expect("a browser was launched");
+            .expect("a browser was launched")
+    }
+
+    /// Ends the newest browser the way `how` says.
+    pub fn kill(&self, how: Kill) {
+        let live = self.newest();
         let mut live = live.lock().unwrap();
         if let Kill::CloseFrame = how {
             if let Some(tx) = live.close.take() {
@@ -182,18 +185,10 @@ impl Killable {
             b.kill();
         }
     }
-}
 
-impl Killable {
     /// The newest browser's own CDP endpoint, bypassing outlive: for a second client.
     pub fn upstream(&self) -> String {
-        let live = self
-            .live
-            .lock()
-            .unwrap()
-            .last()
-            .cloned()
-            .expect("a browser was launched");
+        let live = self.newest();
         let live = live.lock().unwrap();
         live.browser
             .as_ref()
