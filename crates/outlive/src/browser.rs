@@ -10,7 +10,7 @@ use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache};
 use crate::ctx::Capturer;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
@@ -36,6 +36,9 @@ pub(crate) struct CdpBrowser {
     // Field order is drop order: the page and browser go before the pump and the relay.
     browser: Browser,
     viewport: crate::options::Viewport,
+    capture: CaptureOptions,
+    /// The parts of the newest capture (or of the restored checkpoint), by hash.
+    parts: Arc<PartCache>,
     pump: Option<AbortOnDrop>,
     _exit_watch: AbortOnDrop,
     relay: Relay,
@@ -147,6 +150,11 @@ async fn connect(
         page,
         browser,
         viewport: options.viewport,
+        capture: CaptureOptions {
+            indexed_db: options.indexed_db,
+            indexed_db_max_bytes: options.indexed_db_max_bytes,
+        },
+        parts: Arc::default(),
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -179,9 +187,12 @@ impl LiveBrowser for CdpBrowser {
 
     fn capturer(&self) -> Capturer {
         let page = self.page.clone();
+        let calls = self.relay.calls();
+        let parts = self.parts.clone();
+        let options = self.capture;
         Arc::new(move || {
-            let page = page.clone();
-            Box::pin(async move { checkpoint::capture(&page).await })
+            let (page, calls, parts) = (page.clone(), calls.clone(), parts.clone());
+            Box::pin(async move { checkpoint::capture(&page, &calls, &parts, options).await })
         })
     }
 
@@ -273,8 +284,11 @@ impl LiveBrowser for CdpBrowser {
         self.relay.cut();
     }
 
-    async fn restore(&self, checkpoint: &Checkpoint) -> Result<(), Error> {
-        checkpoint::restore(&self.page, checkpoint).await
+    async fn restore(&self, checkpoint: &Checkpoint) -> Result<u64, Error> {
+        let failed = checkpoint::restore(&self.page, checkpoint).await?;
+        // The page now holds what the checkpoint holds: the next capture need not send it.
+        self.parts.remember(checkpoint);
+        Ok(failed)
     }
 
     async fn navigate(&self, url: &str) -> Result<(), Error> {

@@ -1,34 +1,70 @@
-//! Checkpoints: cookies, localStorage of every origin touched, and the URL — captured from a
-//! live page and restored into a fresh one.
+//! Checkpoints: cookies (CHIPS partition keys included), and per storage key — a frame's
+//! origin under the top-level origin it was seen in — localStorage, sessionStorage and
+//! IndexedDB, plus the URL; captured from a live page and all its frames, restored into a
+//! fresh one.
+//!
+//! Reading and writing storage is page script (`js/`): the capture script runs in every frame
+//! of the page (cross-site iframes through their own sessions, which the relay sees), so each
+//! frame reads exactly the storage partition it uses. It hashes what it read and sends only
+//! parts whose hash outlive does not already hold, so unchanged megabytes are never sent
+//! twice. Restore serves documents through `Fetch` interception — no request reaches the real
+//! site — a top-level document of each top origin embedding one iframe per cross-site origin
+//! captured under it, each writing its own part; Chromium files every write under the same
+//! storage key the original frame had.
 //!
 //! A checkpoint is a credential. It lives in memory only, its `Debug` shows sizes and never
 //! values, and its strings are zeroed when it is dropped — so are the copies restore makes
-//! (the restore documents). The copies inside the CDP commands chromiumoxide serialises and
-//! sends are chromiumoxide's and are not zeroed.
+//! (the restore documents). The copies inside the CDP messages chromiumoxide and serde
+//! handle are theirs and are not zeroed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use chromiumoxide::Page;
-use chromiumoxide::cdp::browser_protocol::dom_storage::{GetDomStorageItemsParams, StorageId};
 use chromiumoxide::cdp::browser_protocol::fetch::{
     self, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern, RequestStage,
 };
 use chromiumoxide::cdp::browser_protocol::network::{
-    Cookie, CookieParam, CookiePriority, CookieSameSite, CookieSourceScheme, TimeSinceEpoch,
+    Cookie, CookieParam, CookiePartitionKey, CookiePriority, CookieSameSite, CookieSourceScheme,
+    TimeSinceEpoch,
 };
-use chromiumoxide::cdp::browser_protocol::page::{FrameTree, GetFrameTreeParams, NavigateParams};
+use chromiumoxide::cdp::browser_protocol::page::{
+    CreateIsolatedWorldParams, FrameTree, GetFrameTreeParams, NavigateParams,
+};
 use chromiumoxide::cdp::browser_protocol::storage::{GetCookiesParams, SetCookiesParams};
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use futures::StreamExt;
+use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{Error, ErrorKind};
+use crate::relay::Calls;
 use crate::task::AbortOnDrop;
+
+const CODEC_JS: &str = include_str!("js/codec.js");
+const CAPTURE_JS: &str = include_str!("js/capture.js");
+const RESTORE_JS: &str = include_str!("js/restore.js");
+
+/// How long a restore document waits for its cross-site iframes to report.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a read in a cross-site frame may take (the capture as a whole is bounded too).
+const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Parts smaller than this are simply sent again; only bigger ones are offered by hash.
+const KNOWN_MIN_BYTES: usize = 512;
+
+/// What a capture reads besides cookies and Web Storage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CaptureOptions {
+    /// Read IndexedDB.
+    pub(crate) indexed_db: bool,
+    /// The most IndexedDB (serialised) one frame may hold and still be captured.
+    pub(crate) indexed_db_max_bytes: usize,
+}
 
 /// One cookie, as much of it as `Storage.setCookies` can put back.
 #[derive(Clone)]
@@ -44,6 +80,8 @@ pub(crate) struct StoredCookie {
     priority: CookiePriority,
     source_scheme: CookieSourceScheme,
     source_port: i64,
+    /// CHIPS: the top-level site the cookie is partitioned under.
+    partition_key: Option<CookiePartitionKey>,
 }
 
 impl From<Cookie> for StoredCookie {
@@ -60,6 +98,7 @@ impl From<Cookie> for StoredCookie {
             priority: c.priority,
             source_scheme: c.source_scheme,
             source_port: c.source_port,
+            partition_key: c.partition_key,
         }
     }
 }
@@ -76,6 +115,7 @@ impl StoredCookie {
         p.priority = Some(self.priority.clone());
         p.source_scheme = Some(self.source_scheme.clone());
         p.source_port = Some(self.source_port);
+        p.partition_key = self.partition_key.clone();
         p
     }
 
@@ -93,13 +133,85 @@ impl Drop for StoredCookie {
     }
 }
 
+/// Where a frame's storage lives: its origin, under the top-level origin of the page it was
+/// captured in. Chromium partitions a cross-site frame's storage by the top-level *site*;
+/// restoring under the same top origin reproduces whatever key Chromium gave it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct StorageKey {
+    pub(crate) top: String,
+    pub(crate) origin: String,
+}
+
+impl StorageKey {
+    fn is_first_party(&self) -> bool {
+        self.top == self.origin
+    }
+}
+
+/// One part of a frame's state — its localStorage, sessionStorage or IndexedDB — as the
+/// page's script serialised it, with the hash the script computed of its content.
+pub(crate) struct Part {
+    hash: String,
+    json: String,
+    /// Values the script could not serialise (IndexedDB only).
+    left_out: u64,
+}
+
+impl Part {
+    fn is_empty(&self) -> bool {
+        self.json == "[]"
+    }
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        self.json.zeroize();
+    }
+}
+
+/// A frame's storage: each part shared between the checkpoints that hold the same content.
+#[derive(Clone, Default)]
+pub(crate) struct FrameState {
+    local: Option<Arc<Part>>,
+    session: Option<Arc<Part>>,
+    idb: Option<Arc<Part>>,
+}
+
+impl FrameState {
+    fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+        [&self.local, &self.session, &self.idb]
+            .into_iter()
+            .flatten()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.parts().all(|p| p.is_empty())
+    }
+
+    /// The restore script's input for this frame.
+    fn restore_data(&self, children: usize) -> Zeroizing<String> {
+        fn json(p: &Option<Arc<Part>>) -> &str {
+            p.as_ref().map_or("null", |p| p.json.as_str())
+        }
+        Zeroizing::new(format!(
+            r#"{{"local":{},"session":{},"idb":{},"children":{children},"childTimeoutMs":{}}}"#,
+            json(&self.local),
+            json(&self.session),
+            json(&self.idb),
+            CHILD_TIMEOUT.as_millis(),
+        ))
+    }
+}
+
 /// The part of a page's state that survives a relaunch.
 #[derive(Clone)]
 pub(crate) struct Checkpoint {
     pub(crate) url: String,
     pub(crate) cookies: Vec<StoredCookie>,
-    /// localStorage items per origin (`scheme://host:port`), in insertion order.
-    pub(crate) origins: BTreeMap<String, Vec<(String, String)>>,
+    /// Web Storage and IndexedDB per storage key.
+    pub(crate) storage: BTreeMap<StorageKey, FrameState>,
+    /// Frames whose storage could not be read at all.
+    pub(crate) frames_unread: u64,
     /// Wall-clock time the capture started (what `ctx.resumed_from()` reports).
     pub(crate) at: SystemTime,
     /// Monotonic time the capture started (what lost-work accounting uses).
@@ -113,7 +225,8 @@ impl Checkpoint {
         Checkpoint {
             url: url.to_owned(),
             cookies: Vec::new(),
-            origins: BTreeMap::new(),
+            storage: BTreeMap::new(),
+            frames_unread: 0,
             at: SystemTime::now(),
             taken,
         }
@@ -124,20 +237,32 @@ impl Checkpoint {
         self.url.len()
             + self.cookies.iter().map(StoredCookie::bytes).sum::<usize>()
             + self
-                .origins
+                .storage
                 .iter()
-                .map(|(o, items)| {
-                    o.len() + items.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+                .map(|(k, s)| {
+                    k.origin.len() + k.top.len() + s.parts().map(|p| p.json.len()).sum::<usize>()
                 })
                 .sum::<usize>()
     }
 
-    /// Keeps origins captured earlier that this capture did not see.
+    /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
+    /// that are over the size cap, and frames whose storage could not be read.
+    pub(crate) fn left_out(&self) -> u64 {
+        self.frames_unread
+            + self
+                .storage
+                .values()
+                .flat_map(FrameState::parts)
+                .map(|p| p.left_out)
+                .sum::<u64>()
+    }
+
+    /// Keeps storage captured earlier under keys this capture did not see.
     pub(crate) fn merge_older(&mut self, older: &Checkpoint) {
-        for (origin, items) in &older.origins {
-            self.origins
-                .entry(origin.clone())
-                .or_insert_with(|| items.clone());
+        for (key, state) in &older.storage {
+            self.storage
+                .entry(key.clone())
+                .or_insert_with(|| state.clone());
         }
     }
 }
@@ -145,12 +270,6 @@ impl Checkpoint {
 impl Drop for Checkpoint {
     fn drop(&mut self) {
         self.url.zeroize();
-        for items in self.origins.values_mut() {
-            for (k, v) in items.iter_mut() {
-                k.zeroize();
-                v.zeroize();
-            }
-        }
     }
 }
 
@@ -158,29 +277,94 @@ impl fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Checkpoint")
             .field("cookies", &self.cookies.len())
-            .field("origins", &self.origins.len())
-            .field("items", &self.origins.values().map(Vec::len).sum::<usize>())
+            .field("storage_keys", &self.storage.len())
             .field("bytes", &self.bytes())
+            .field("left_out", &self.left_out())
             .finish_non_exhaustive()
     }
 }
 
-/// What the page's own script reports: URL, origin and that origin's localStorage.
-#[derive(serde::Deserialize)]
-struct TopFrameState {
-    url: String,
-    origin: String,
-    items: Option<Vec<(String, String)>>,
+/// The parts of the newest capture by hash: what the capture script need not send again.
+/// Content-addressed, so it can never hand back the wrong frame's state.
+#[derive(Default)]
+pub(crate) struct PartCache(Mutex<HashMap<String, Arc<Part>>>);
+
+impl PartCache {
+    fn known(&self) -> Vec<String> {
+        let cache = self.0.lock().expect("part cache poisoned");
+        cache
+            .values()
+            .filter(|p| p.json.len() >= KNOWN_MIN_BYTES)
+            .map(|p| p.hash.clone())
+            .collect()
+    }
+
+    fn get(&self, hash: &str) -> Option<Arc<Part>> {
+        self.0
+            .lock()
+            .expect("part cache poisoned")
+            .get(hash)
+            .cloned()
+    }
+
+    /// Holds exactly the parts of `checkpoint` from now on (a restored one, or the newest
+    /// capture).
+    pub(crate) fn remember(&self, checkpoint: &Checkpoint) {
+        let parts = checkpoint
+            .storage
+            .values()
+            .flat_map(FrameState::parts)
+            .map(|p| (p.hash.clone(), p.clone()))
+            .collect();
+        *self.0.lock().expect("part cache poisoned") = parts;
+    }
 }
 
-const TOP_FRAME_STATE: &str = r#"(() => {
-  let items = [];
-  try {
-    const s = window.localStorage;
-    for (let i = 0; i < s.length; i++) { const k = s.key(i); items.push([k, s.getItem(k)]); }
-  } catch (e) { items = null; }
-  return { url: location.href, origin: location.origin, items };
-})()"#;
+/// What the capture script reports for one frame.
+#[derive(Deserialize)]
+struct FrameRead {
+    url: String,
+    origin: String,
+    local: Option<RawPart>,
+    session: Option<RawPart>,
+    idb: Option<RawPart>,
+}
+
+/// A part as the script sends it: without `d` when its hash was among the known ones.
+#[derive(Deserialize)]
+struct RawPart {
+    h: String,
+    d: Option<String>,
+    #[serde(default)]
+    u: u64,
+}
+
+impl FrameRead {
+    fn state(self, cache: &PartCache) -> Result<FrameState, Error> {
+        let part = |raw: Option<RawPart>| -> Result<Option<Arc<Part>>, Error> {
+            let Some(raw) = raw else { return Ok(None) };
+            let part = match raw.d {
+                Some(json) => Arc::new(Part {
+                    hash: raw.h,
+                    json,
+                    left_out: raw.u,
+                }),
+                None => cache.get(&raw.h).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Cdp,
+                        "the page reported storage as unchanged that outlive no longer holds",
+                    )
+                })?,
+            };
+            Ok(Some(part))
+        };
+        Ok(FrameState {
+            local: part(self.local)?,
+            session: part(self.session)?,
+            idb: part(self.idb)?,
+        })
+    }
+}
 
 fn cdp_error(what: &str, e: chromiumoxide::error::CdpError) -> Error {
     Error::new(ErrorKind::Cdp, format!("{what} failed")).with_source(e)
@@ -190,114 +374,268 @@ fn is_storable_origin(origin: &str) -> bool {
     origin.starts_with("http://") || origin.starts_with("https://")
 }
 
-/// Captures a checkpoint from `page`. The three reads go out together, so a capture costs
-/// about one round trip; origins of cross-origin iframes add one more, also concurrent.
-pub(crate) async fn capture(page: &Page) -> Result<Checkpoint, Error> {
+fn capture_expression(known: &[String], options: CaptureOptions) -> String {
+    let known = serde_json::to_string(known).expect("strings serialise");
+    let opts = serde_json::json!({
+        "idb": options.indexed_db,
+        "idbMax": options.indexed_db_max_bytes,
+    });
+    format!("(() => {{\n{CODEC_JS}\nreturn ({CAPTURE_JS})({known}, {opts});\n}})()")
+}
+
+fn evaluate_params(expression: String, context: Option<i64>) -> Result<EvaluateParams, Error> {
+    let mut b = EvaluateParams::builder()
+        .expression(expression)
+        .await_promise(true)
+        .return_by_value(true);
+    if let Some(c) = context {
+        b = b.context_id(chromiumoxide::cdp::js_protocol::runtime::ExecutionContextId::new(c));
+    }
+    b.build()
+        .map_err(|e| Error::new(ErrorKind::Cdp, format!("building a page script: {e}")))
+}
+
+/// Runs the capture script in a frame of the page's own process (the top frame, or with
+/// `context` a same-process child frame).
+async fn read_here(
+    page: &Page,
+    expression: String,
+    context: Option<i64>,
+) -> Result<FrameRead, Error> {
+    let eval = evaluate_params(expression, context)?;
+    page.evaluate_expression(eval)
+        .await
+        .map_err(|e| cdp_error("reading a frame's storage", e))?
+        .into_value()
+        .map_err(|e| Error::new(ErrorKind::Cdp, "decoding a frame's storage failed").with_source(e))
+}
+
+/// Runs the capture script in an out-of-process frame, through its session on the relay.
+async fn read_remote(calls: &Calls, session: String, expression: String) -> Option<FrameRead> {
+    #[derive(Deserialize)]
+    struct Reply {
+        result: Option<Evaluated>,
+    }
+    #[derive(Deserialize)]
+    struct Evaluated {
+        result: Remote,
+        #[serde(rename = "exceptionDetails")]
+        exception: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(Deserialize)]
+    struct Remote {
+        value: Option<FrameRead>,
+    }
+    let params = serde_json::json!({
+        "expression": expression,
+        "awaitPromise": true,
+        "returnByValue": true,
+    });
+    let text = Zeroizing::new(
+        calls
+            .call(session, "Runtime.evaluate", params, FRAME_READ_TIMEOUT)
+            .await?,
+    );
+    let reply: Reply = serde_json::from_str(&text).ok()?;
+    let evaluated = reply.result?;
+    if evaluated.exception.is_some() {
+        return None;
+    }
+    evaluated.result.value
+}
+
+/// Captures a checkpoint from `page` and its frames. Cookies, the top frame, the frame tree
+/// and every out-of-process frame are read at once, so a capture costs about one round trip
+/// (same-process cross-origin frames add one more); parts `cache` holds unchanged cross the
+/// wire as a hash.
+pub(crate) async fn capture(
+    page: &Page,
+    calls: &Calls,
+    cache: &PartCache,
+    options: CaptureOptions,
+) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let eval = EvaluateParams::builder()
-        .expression(TOP_FRAME_STATE)
-        .return_by_value(true)
-        .build()
-        .map_err(|e| Error::new(ErrorKind::Cdp, format!("building the capture script: {e}")))?;
-    let ((cookies, t1), (top, t2), (frames, t3)) = futures::join!(
-        async {
-            let r = page.execute(GetCookiesParams::default()).await;
-            (r, taken.elapsed())
-        },
-        async {
-            let r = page.evaluate_expression(eval).await;
-            (r, taken.elapsed())
-        },
-        async {
-            let r = page.execute(GetFrameTreeParams::default()).await;
-            (r, taken.elapsed())
-        },
+    let expression = capture_expression(&cache.known(), options);
+    let remote = async {
+        let sessions = calls.frame_sessions().await;
+        let reads = sessions
+            .into_iter()
+            .map(|s| read_remote(calls, s, expression.clone()));
+        futures::future::join_all(reads).await
+    };
+    let (cookies, top, tree, remote) = futures::join!(
+        page.execute(GetCookiesParams::default()),
+        read_here(page, expression.clone(), None),
+        page.execute(GetFrameTreeParams::default()),
+        remote,
     );
-    tracing::trace!(?t1, ?t2, ?t3, "capture round trips");
+    tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = cookies
         .map_err(|e| cdp_error("Storage.getCookies", e))?
         .result
         .cookies;
-    let top: TopFrameState = top
-        .map_err(|e| cdp_error("reading the page's URL and localStorage", e))?
-        .into_value()
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Cdp,
-                "decoding the page's URL and localStorage failed",
-            )
-            .with_source(e)
-        })?;
+    let top = top?;
+    let top_origin = top.origin.clone();
+    let url = top.url.clone();
 
-    let mut origins = BTreeMap::new();
-    if let (true, Some(items)) = (is_storable_origin(&top.origin), top.items) {
-        origins.insert(top.origin.clone(), items);
+    let mut frames_unread = 0;
+    let mut reads = Vec::new();
+    if is_storable_origin(&top_origin) {
+        reads.push(top);
     }
-
-    // Cross-origin iframes: their storage is read through DOMStorage, all at once.
-    if let Ok(frames) = frames {
-        let mut others = Vec::new();
-        collect_origins(&frames.result.frame_tree, &mut others);
-        others.retain(|o| is_storable_origin(o) && !origins.contains_key(o));
-        others.dedup();
-        let reads = others.into_iter().map(|origin| async move {
-            let id = StorageId::builder()
-                .security_origin(origin.clone())
-                .is_local_storage(true)
-                .build()
-                .ok()?;
-            let r = page.execute(GetDomStorageItemsParams::new(id)).await.ok()?;
-            let items = r
-                .result
-                .entries
-                .iter()
-                .filter_map(|item| match item.inner().as_slice() {
-                    [k, v] => Some((k.clone(), v.clone())),
-                    _ => None,
-                })
-                .collect::<Vec<_>>();
-            Some((origin, items))
-        });
-        for (origin, items) in futures::future::join_all(reads).await.into_iter().flatten() {
-            origins.entry(origin).or_insert(items);
+    for read in remote {
+        match read {
+            Some(r) => reads.push(r),
+            None => frames_unread += 1,
         }
     }
 
-    Ok(Checkpoint {
-        url: top.url,
+    // Same-process frames of another origin (same-site subdomains, or every frame where
+    // site isolation is off): read in an isolated world of each.
+    if let Ok(tree) = tree {
+        let mut frames = Vec::new();
+        collect_frames(&tree.result.frame_tree, &mut frames);
+        let mut seen: Vec<String> = reads.iter().map(|r| r.origin.clone()).collect();
+        frames.retain(|(_, origin)| {
+            let new = is_storable_origin(origin) && !seen.contains(origin);
+            if new {
+                seen.push(origin.clone());
+            }
+            new
+        });
+        let local_reads = frames.iter().map(|(frame, _)| async {
+            let world = CreateIsolatedWorldParams::builder()
+                .frame_id(frame.clone())
+                .world_name("outlive")
+                .build()
+                .ok()?;
+            let context = page.execute(world).await.ok()?.result.execution_context_id;
+            read_here(page, expression.clone(), Some(*context.inner()))
+                .await
+                .ok()
+        });
+        for read in futures::future::join_all(local_reads).await {
+            match read {
+                Some(r) => reads.push(r),
+                None => frames_unread += 1,
+            }
+        }
+    }
+
+    let mut storage = BTreeMap::new();
+    for read in reads {
+        if !is_storable_origin(&read.origin) {
+            continue;
+        }
+        let key = StorageKey {
+            top: top_origin.clone(),
+            origin: read.origin.clone(),
+        };
+        if storage.contains_key(&key) {
+            continue;
+        }
+        storage.insert(key, read.state(cache)?);
+    }
+
+    let checkpoint = Checkpoint {
+        url,
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),
-        origins,
+        storage,
+        frames_unread,
         at,
         taken,
-    })
+    };
+    cache.remember(&checkpoint);
+    Ok(checkpoint)
 }
 
-fn collect_origins(tree: &FrameTree, out: &mut Vec<String>) {
-    out.push(tree.frame.security_origin.clone());
+/// Frames below the top one, with their security origins.
+fn collect_frames(tree: &FrameTree, out: &mut Vec<(String, String)>) {
     for child in tree.child_frames.iter().flatten() {
-        collect_origins(child, out);
+        out.push((
+            child.frame.id.inner().clone(),
+            child.frame.security_origin.clone(),
+        ));
+        collect_frames(child, out);
     }
 }
 
-/// A blank document whose inline script writes `items` into its origin's localStorage.
-fn restore_document(items: &[(String, String)]) -> Zeroizing<String> {
-    let json = Zeroizing::new(serde_json::to_string(items).expect("strings serialise"));
-    // Keep the data inside the <script> element whatever it contains.
-    let step = Zeroizing::new(json.replace("</", "<\\/"));
+/// A restore document: the codec and the restore script with `data`, then one iframe per
+/// child restore document.
+fn restore_document(data: &str, children: &[String]) -> Zeroizing<String> {
+    // Keep the data inside the <script> element whatever it contains (it is JSON: `<` only
+    // occurs inside strings, where `<\/` and `<\!` read as `</` and `<!`).
+    let step = Zeroizing::new(data.replace("</", "<\\/"));
     let data = Zeroizing::new(step.replace("<!--", "<\\!--"));
-    let data = data.as_str();
+    let frames: String = children
+        .iter()
+        .map(|src| format!("<iframe src=\"{src}\"></iframe>"))
+        .collect();
     Zeroizing::new(format!(
-        "<!doctype html><title>outlive restore</title><link rel=\"icon\" href=\"data:,\"><script>(function(){{var d={data};\
-         localStorage.clear();for(var i=0;i<d.length;i++){{localStorage.setItem(d[i][0],d[i][1]);}}}})()</script>"
+        "<!doctype html><meta charset=\"utf-8\"><title>outlive restore</title><link rel=\"icon\" href=\"data:,\">\
+         <script>(function(){{\n{CODEC_JS}\nwindow.__outlive_restored=({RESTORE_JS})({data});\n}})()</script>\
+         <body>{frames}</body>",
+        data = data.as_str()
     ))
 }
 
-/// Puts cookies and every origin's localStorage into a fresh page, before any request
-/// reaches a real site: each origin is loaded with every request intercepted
-/// (`Fetch.enable`) and answered with a blank document whose inline script writes the items.
-/// The page is left on the last origin's blank document; the caller navigates to the URL.
-pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), Error> {
+/// What a restore document reports.
+#[derive(Deserialize)]
+struct RestoreReport {
+    errors: Vec<String>,
+}
+
+/// The documents of one restore, by URL.
+type Documents = HashMap<String, Zeroizing<String>>;
+
+/// Plans a restore: per top origin with anything to write, the URL to load; and every
+/// document by its URL.
+fn plan(checkpoint: &Checkpoint) -> (Vec<String>, Documents) {
+    let mut tops: BTreeMap<&str, (Option<&FrameState>, Vec<&StorageKey>)> = BTreeMap::new();
+    for (key, state) in &checkpoint.storage {
+        if state.is_empty() || !is_storable_origin(&key.top) || !is_storable_origin(&key.origin) {
+            continue;
+        }
+        let entry = tops.entry(key.top.as_str()).or_default();
+        if key.is_first_party() {
+            entry.0 = Some(state);
+        } else {
+            entry.1.push(key);
+        }
+    }
+    let mut documents = Documents::new();
+    let mut loads = Vec::new();
+    let mut n = 0;
+    let mut url_of = |origin: &str| {
+        n += 1;
+        format!("{origin}/__outlive_restore/{n}")
+    };
+    for (top, (own, children)) in tops {
+        let mut child_urls = Vec::new();
+        for key in children {
+            let url = url_of(&key.origin);
+            let data = checkpoint.storage[key].restore_data(0);
+            documents.insert(url.clone(), restore_document(&data, &[]));
+            child_urls.push(url);
+        }
+        let data = own
+            .cloned()
+            .unwrap_or_default()
+            .restore_data(child_urls.len());
+        let url = url_of(top);
+        documents.insert(url.clone(), restore_document(&data, &child_urls));
+        loads.push(url);
+    }
+    (loads, documents)
+}
+
+/// Puts cookies and every storage key's state into a fresh page before any request reaches
+/// a real site: each top origin is loaded with every request intercepted (`Fetch.enable`)
+/// and answered with a restore document, which embeds the cross-site origins captured under
+/// it. The page is left on the last restore document; the caller navigates to the URL.
+/// Answers how many writes failed in the page (each named in a debug log).
+pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64, Error> {
     if !checkpoint.cookies.is_empty() {
         let cookies = checkpoint
             .cookies
@@ -308,38 +646,31 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), 
             .await
             .map_err(|e| cdp_error("Storage.setCookies", e))?;
     }
-    let origins: Vec<_> = checkpoint
-        .origins
-        .iter()
-        .filter(|(o, items)| is_storable_origin(o) && !items.is_empty())
-        .collect();
-    if origins.is_empty() {
-        return Ok(());
+    // Copies of the values: zeroed when restore returns, like the checkpoint itself.
+    let (loads, documents) = plan(checkpoint);
+    if loads.is_empty() {
+        return Ok(0);
     }
 
     let mut paused = page
         .event_listener::<EventRequestPaused>()
         .await
         .map_err(|e| cdp_error("listening for Fetch.requestPaused", e))?;
-    // Copies of the values: zeroed when restore returns, like the checkpoint itself.
-    let documents: BTreeMap<String, Zeroizing<String>> = origins
-        .iter()
-        .map(|(o, items)| ((*o).clone(), restore_document(items)))
-        .collect();
     let responder_page = page.clone();
     // Answers every paused request; owned, so it stops when restore returns.
     let _responder = AbortOnDrop(crate::quiet::spawn(async move {
         while let Some(event) = paused.next().await {
-            let origin = url::Url::parse(&event.request.url)
-                .map(|u| u.origin().ascii_serialization())
+            let key = url::Url::parse(&event.request.url)
+                .map(|u| format!("{}{}", u.origin().ascii_serialization(), u.path()))
                 .unwrap_or_default();
-            let body = documents.get(&origin).cloned().unwrap_or_default();
+            let body = documents.get(&key).map_or("", |d| d.as_str());
+            let encoded = Zeroizing::new(BASE64.encode(body.as_bytes()));
             let fulfil = FulfillRequestParams::builder()
                 .request_id(event.request_id.clone())
                 .response_code(200)
                 .response_header(HeaderEntry::new("Content-Type", "text/html; charset=utf-8"))
                 .response_header(HeaderEntry::new("Cache-Control", "no-store"))
-                .body(BASE64.encode(body.as_bytes()))
+                .body(encoded.to_string())
                 .build();
             if let Ok(fulfil) = fulfil {
                 let _ = responder_page.execute(fulfil).await;
@@ -354,31 +685,69 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<(), 
     page.execute(fetch::EnableParams::builder().pattern(pattern).build())
         .await
         .map_err(|e| cdp_error("Fetch.enable", e))?;
-    let mut result = Ok(());
-    for (origin, _) in &origins {
-        let nav = NavigateParams::new(format!("{origin}/__outlive_restore"));
-        if let Err(e) = page.goto(nav).await {
-            result = Err(cdp_error(
-                "loading an origin to restore its localStorage",
-                e,
-            ));
-            break;
-        }
-    }
+    let result = write_all(page, &loads).await;
     let disabled = page.execute(fetch::DisableParams::default()).await;
-    result?;
+    let failed = result?;
     disabled.map_err(|e| cdp_error("Fetch.disable", e))?;
-    Ok(())
+    Ok(failed)
+}
+
+/// Loads each restore document and waits for its report.
+async fn write_all(page: &Page, loads: &[String]) -> Result<u64, Error> {
+    let mut failed = 0;
+    for url in loads {
+        page.goto(NavigateParams::new(url.clone()))
+            .await
+            .map_err(|e| cdp_error("loading a restore document", e))?;
+        let wait = evaluate_params("window.__outlive_restored".to_owned(), None)?;
+        let report: RestoreReport = page
+            .evaluate_expression(wait)
+            .await
+            .map_err(|e| cdp_error("waiting for a restore document", e))?
+            .into_value()
+            .map_err(|e| {
+                Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
+            })?;
+        for error in &report.errors {
+            tracing::debug!(error, "a restore write failed");
+        }
+        failed += report.errors.len() as u64;
+    }
+    Ok(failed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn part(json: &str) -> Option<Arc<Part>> {
+        Some(Arc::new(Part {
+            hash: format!("h{}", json.len()),
+            json: json.to_owned(),
+            left_out: 0,
+        }))
+    }
+
+    fn key(top: &str, origin: &str) -> StorageKey {
+        StorageKey {
+            top: top.into(),
+            origin: origin.into(),
+        }
+    }
+
+    fn local(json: &str) -> FrameState {
+        FrameState {
+            local: part(json),
+            ..FrameState::default()
+        }
+    }
+
     #[test]
     fn restore_document_cannot_be_broken_out_of() {
-        let doc = restore_document(&[("k".into(), "</script><script>alert(1)</script>".into())]);
+        let data = local(r#"[["k","</script><script>alert(1)</script><!--"]]"#).restore_data(0);
+        let doc = restore_document(&data, &[]);
         assert_eq!(doc.matches("</script>").count(), 1, "{}", doc.as_str());
+        assert!(!doc.contains("<!--"), "{}", doc.as_str());
     }
 
     #[test]
@@ -387,9 +756,9 @@ mod tests {
             "https://bank.example/account?sid=SECRET-URL",
             Instant::now(),
         );
-        cp.origins.insert(
-            "https://bank.example".into(),
-            vec![("token".into(), "SECRET-ITEM".into())],
+        cp.storage.insert(
+            key("https://bank.example", "https://bank.example"),
+            local(r#"[["token","SECRET-ITEM"]]"#),
         );
         let debug = format!("{cp:?}");
         assert!(!debug.contains("SECRET"), "{debug}");
@@ -397,21 +766,104 @@ mod tests {
     }
 
     #[test]
-    fn merge_keeps_origins_only_the_older_checkpoint_saw() {
+    fn merge_keeps_keys_only_the_older_checkpoint_saw() {
         let now = Instant::now();
+        let a = key("https://a.example", "https://a.example");
+        let b = key("https://a.example", "https://b.example");
         let mut older = Checkpoint::at_url("https://a.example/", now);
-        older
-            .origins
-            .insert("https://a.example".into(), vec![("k".into(), "old".into())]);
-        older
-            .origins
-            .insert("https://b.example".into(), vec![("k".into(), "b".into())]);
+        older.storage.insert(a.clone(), local(r#"[["k","old"]]"#));
+        older.storage.insert(b.clone(), local(r#"[["k","b"]]"#));
         let mut newer = Checkpoint::at_url("https://a.example/", now);
-        newer
-            .origins
-            .insert("https://a.example".into(), vec![("k".into(), "new".into())]);
+        newer.storage.insert(a.clone(), local(r#"[["k","new"]]"#));
         newer.merge_older(&older);
-        assert_eq!(newer.origins["https://a.example"][0].1, "new");
-        assert_eq!(newer.origins["https://b.example"][0].1, "b");
+        assert!(
+            newer.storage[&a]
+                .local
+                .as_ref()
+                .unwrap()
+                .json
+                .contains("new")
+        );
+        assert!(
+            newer.storage[&b]
+                .local
+                .as_ref()
+                .unwrap()
+                .json
+                .contains("\"b\"")
+        );
+    }
+
+    #[test]
+    fn a_cross_site_frame_is_restored_inside_its_top_origin() {
+        let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+        cp.storage.insert(
+            key("https://app.example", "https://app.example"),
+            local(r#"[["a","1"]]"#),
+        );
+        cp.storage.insert(
+            key("https://app.example", "https://widget.example"),
+            local(r#"[["w","2"]]"#),
+        );
+        cp.storage.insert(
+            key("https://other.example", "https://other.example"),
+            local("[]"),
+        );
+        let (loads, documents) = plan(&cp);
+        assert_eq!(loads.len(), 1, "empty storage is not loaded: {loads:?}");
+        assert!(loads[0].starts_with("https://app.example/__outlive_restore/"));
+        let top = &documents[&loads[0]];
+        let child = documents
+            .keys()
+            .find(|u| u.starts_with("https://widget.example/"))
+            .expect("a document for the widget");
+        assert!(top.contains(&format!("<iframe src=\"{child}\">")));
+        assert!(top.contains(r#""children":1"#));
+        assert!(documents[child].contains(r#"[["w","2"]]"#));
+    }
+
+    #[test]
+    fn unchanged_parts_come_from_the_cache_by_hash() {
+        let cache = PartCache::default();
+        let mut cp = Checkpoint::at_url("https://a.example/", Instant::now());
+        let big = format!(r#"[["k","{}"]]"#, "x".repeat(KNOWN_MIN_BYTES));
+        cp.storage
+            .insert(key("https://a.example", "https://a.example"), local(&big));
+        cache.remember(&cp);
+        let hash = cp
+            .storage
+            .values()
+            .next()
+            .unwrap()
+            .local
+            .as_ref()
+            .unwrap()
+            .hash
+            .clone();
+        assert_eq!(cache.known(), vec![hash.clone()]);
+        let read = FrameRead {
+            url: "https://a.example/".into(),
+            origin: "https://a.example".into(),
+            local: Some(RawPart {
+                h: hash,
+                d: None,
+                u: 0,
+            }),
+            session: None,
+            idb: None,
+        };
+        assert_eq!(read.state(&cache).unwrap().local.unwrap().json, big);
+        let unknown = FrameRead {
+            url: "https://a.example/".into(),
+            origin: "https://a.example".into(),
+            local: Some(RawPart {
+                h: "nope".into(),
+                d: None,
+                u: 0,
+            }),
+            session: None,
+            idb: None,
+        };
+        assert!(unknown.state(&cache).is_err());
     }
 }

@@ -38,6 +38,8 @@ impl fmt::Debug for ResumedFrom {
 pub(crate) struct Store {
     latest: Mutex<Option<Arc<Checkpoint>>>,
     count: AtomicU32,
+    /// The most state any kept checkpoint could not hold.
+    max_left_out: AtomicU64,
 }
 
 impl Store {
@@ -51,6 +53,8 @@ impl Store {
             }
             fresh.merge_older(older);
         }
+        self.max_left_out
+            .fetch_max(fresh.left_out(), Ordering::Relaxed);
         *latest = Some(Arc::new(fresh));
         self.count.fetch_add(1, Ordering::Relaxed);
         true
@@ -69,6 +73,11 @@ impl Store {
 
     pub(crate) fn count(&self) -> u32 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// The most state any kept checkpoint could not hold (see `Checkpoint::left_out`).
+    pub(crate) fn max_left_out(&self) -> u64 {
+        self.max_left_out.load(Ordering::Relaxed)
     }
 }
 

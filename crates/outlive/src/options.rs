@@ -60,6 +60,8 @@ pub struct Options {
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) capture_timeout: Duration,
     pub(crate) release_timeout: Duration,
+    pub(crate) indexed_db: bool,
+    pub(crate) indexed_db_max_bytes: usize,
 }
 
 impl Default for Options {
@@ -89,6 +91,8 @@ impl fmt::Debug for Options {
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("capture_timeout", &self.capture_timeout)
             .field("release_timeout", &self.release_timeout)
+            .field("indexed_db", &self.indexed_db)
+            .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
             .finish()
     }
 }
@@ -115,7 +119,36 @@ impl Options {
             heartbeat_timeout: Duration::from_secs(2),
             capture_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(10),
+            indexed_db: true,
+            indexed_db_max_bytes: 16 << 20,
         }
+    }
+
+    /// Whether checkpoints hold IndexedDB: every database of every origin the page and its
+    /// frames use, with versions, object stores, indexes and records. Values beyond JSON
+    /// (`Date`, typed arrays, `ArrayBuffer`, `Map`, `Set`, `Blob`, `BigInt`, …) come back as
+    /// the same types; values that cannot be serialised (a `CryptoKey`, a cycle) are left
+    /// out and counted in [`WideEvent::state_left_out`]. Every checkpoint reads the databases
+    /// in the page; only changed ones are sent.
+    ///
+    /// # Default
+    ///
+    /// `true`.
+    pub fn indexed_db(mut self, capture: bool) -> Self {
+        self.indexed_db = capture;
+        self
+    }
+
+    /// The most IndexedDB (serialised, per frame) a checkpoint holds. A frame's databases
+    /// above it are not captured and their records are counted in
+    /// [`WideEvent::state_left_out`]. At most 1 GiB.
+    ///
+    /// # Default
+    ///
+    /// 16 MiB.
+    pub fn indexed_db_max_bytes(mut self, bytes: usize) -> Self {
+        self.indexed_db_max_bytes = bytes;
+        self
     }
 
     /// Interval of the automatic checkpoint. A target, not a guarantee: a capture that fails
@@ -349,6 +382,15 @@ impl Options {
                 ),
             ));
         }
+        if self.indexed_db_max_bytes == 0 || self.indexed_db_max_bytes > 1 << 30 {
+            return Err(Error::invalid_option(
+                "indexed_db_max_bytes",
+                format!(
+                    "option `indexed_db_max_bytes` must be between 1 byte and 1 GiB, got {}",
+                    self.indexed_db_max_bytes
+                ),
+            ));
+        }
         if let Some(url) = &self.start_url {
             let ok = url::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
@@ -397,6 +439,10 @@ mod tests {
             (Options::new().start_url("not a url"), "start_url"),
             (Options::new().start_url("/relative"), "start_url"),
             (Options::new().max_relaunches(5000), "max_relaunches"),
+            (
+                Options::new().indexed_db_max_bytes(0),
+                "indexed_db_max_bytes",
+            ),
         ];
         for (options, name) in cases {
             let err = options.validate().unwrap_err();

@@ -139,6 +139,15 @@ enum Control {
         session_id: String,
         crash: bool,
     },
+    /// Send a command of outlive's own on `session` and hand back the raw reply.
+    Call {
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+        reply: oneshot::Sender<String>,
+    },
+    /// The sessions of the out-of-process frames (cross-site iframes) of the watched page.
+    Frames(oneshot::Sender<Vec<String>>),
 }
 
 /// Resolves with the first death published on `rx`.
@@ -391,11 +400,57 @@ impl Relay {
         });
     }
 
+    /// A handle for commands of outlive's own (checkpoint reads in cross-site frames).
+    pub fn calls(&self) -> Calls {
+        Calls {
+            control: self.control.clone(),
+        }
+    }
+
     /// Closes the client side at once, so chromiumoxide stops talking to a dead browser.
     pub fn cut(&mut self) {
         if let Some(tx) = self.cut_tx.take() {
             let _ = tx.send(());
         }
+    }
+}
+
+/// Sends commands of outlive's own through the relay, on any session of the browser —
+/// chromiumoxide has no handle on the sessions of out-of-process frames, the relay sees them.
+#[derive(Clone)]
+pub(crate) struct Calls {
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl Calls {
+    /// The sessions of the watched page's out-of-process frames (cross-site iframes).
+    pub async fn frame_sessions(&self) -> Vec<String> {
+        let (tx, rx) = oneshot::channel();
+        if self.control.send(Control::Frames(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay
+    /// is gone or no reply came within `timeout`.
+    pub async fn call(
+        &self,
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<String> {
+        let (reply, rx) = oneshot::channel();
+        self.control
+            .send(Control::Call {
+                session,
+                method,
+                params,
+                reply,
+            })
+            .ok()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
     }
 }
 
@@ -472,6 +527,8 @@ struct PageState {
     navigating: bool,
     /// The generation of the last page that failed (0: none).
     failed_generation: u64,
+    /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
+    frames: std::collections::BTreeSet<String>,
 }
 
 impl PageState {
@@ -566,6 +623,7 @@ async fn run(
 
     let mut next_probe_id = PROBE_ID_BASE;
     let mut waiting: Vec<(u64, Option<oneshot::Sender<()>>)> = Vec::new();
+    let mut calls: std::collections::HashMap<u64, oneshot::Sender<String>> = Default::default();
     let mut heartbeat_sent: Option<Instant> = None;
     let mut last_rx = Instant::now();
     let mut early = early.into_iter();
@@ -592,7 +650,10 @@ async fn run(
                     Some(Ok(Message::Text(text))) => {
                         heartbeat_sent = None;
                         if let Some(id) = probe_reply_id(text.as_str()) {
-                            on_probe_reply(id, &mut waiting, &mut page);
+                            match calls.remove(&id) {
+                                Some(reply) => { let _ = reply.send(text.as_str().to_owned()); }
+                                None => on_probe_reply(id, &mut waiting, &mut page),
+                            }
                             continue;
                         }
                         wire_trace("from browser", text.as_str());
@@ -605,6 +666,7 @@ async fn run(
                         let event = page_event_of(text.as_str());
                         if let Some(e) = &event {
                             track_navigation(e, &mut page);
+                            track_frames(e, &mut page);
                         }
                         let failure = event.as_ref().and_then(|e| page_failure(e, &page));
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
@@ -675,7 +737,19 @@ async fn run(
                         page.last_stall_probe = None;
                         page.navigations.clear();
                         page.navigating = false;
+                        page.frames.clear();
                         page.watched = Some(w);
+                        Ok(())
+                    }
+                    Control::Call { session, method, params, reply } => {
+                        let id = next_id(&mut next_probe_id);
+                        calls.retain(|_, r| !r.is_closed());
+                        calls.insert(id, reply);
+                        let body = serde_json::json!({ "id": id, "sessionId": session, "method": method, "params": params });
+                        up_tx.send(Message::Text(body.to_string().into())).await
+                    }
+                    Control::Frames(reply) => {
+                        let _ = reply.send(page.frames.iter().cloned().collect());
                         Ok(())
                     }
                     Control::PageFailed(generation) => {
@@ -857,6 +931,14 @@ struct PageEventParams {
     frame_id: Option<String>,
     #[serde(default)]
     frame: Option<FrameInfo>,
+    #[serde(default, rename = "targetInfo")]
+    target_info: Option<TargetInfo>,
+}
+
+#[derive(serde::Deserialize)]
+struct TargetInfo {
+    #[serde(rename = "type")]
+    kind: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -866,8 +948,9 @@ struct FrameInfo {
     parent_id: Option<String>,
 }
 
-const PAGE_EVENTS: [&str; 7] = [
+const PAGE_EVENTS: [&str; 8] = [
     "targetCrashed",
+    "attachedToTarget",
     "targetDestroyed",
     "detachedFromTarget",
     "Page.frameRequestedNavigation",
@@ -915,6 +998,34 @@ fn track_navigation(event: &PageEvent, page: &mut PageState) {
         if starts {
             page.stall_probe = None;
         }
+    }
+}
+
+/// Follows the out-of-process frames (cross-site iframes) attached under the watched page.
+fn track_frames(event: &PageEvent, page: &mut PageState) {
+    let Some(watched) = page.watched.as_ref() else {
+        return;
+    };
+    if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+        return;
+    }
+    let Some(session) = event.params.session_id.clone() else {
+        return;
+    };
+    match event.method.as_str() {
+        "Target.attachedToTarget"
+            if event
+                .params
+                .target_info
+                .as_ref()
+                .is_some_and(|t| t.kind == "iframe") =>
+        {
+            page.frames.insert(session);
+        }
+        "Target.detachedFromTarget" => {
+            page.frames.remove(&session);
+        }
+        _ => {}
     }
 }
 

@@ -58,6 +58,13 @@ pub struct WideEvent {
     /// Times the task's page failed (crashed, was closed, hung) and a fresh page in the same
     /// browser took over, without a relaunch. Not in the TypeScript original.
     pub page_recoveries: u32,
+    /// Client-side state the run could not carry across: IndexedDB records whose values
+    /// cannot be serialised (or databases over
+    /// [`Options::indexed_db_max_bytes`](crate::Options::indexed_db_max_bytes)) in the
+    /// checkpoint that held most of them, frames whose storage could not be read, and writes
+    /// that failed while restoring. 0 means everything captured came back. Not in the
+    /// TypeScript original.
+    pub state_left_out: u64,
     /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
     /// task error's type name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +98,7 @@ impl WideEvent {
             attempts = self.attempts,
             release_failed = self.release_failed,
             page_recoveries = self.page_recoveries,
+            state_left_out = self.state_left_out,
             error_name = self.error_name.as_deref(),
             error_code = self.error_code.as_deref(),
             error = self.error.as_deref(),
@@ -119,6 +127,7 @@ mod tests {
             attempts: 2,
             release_failed: 0,
             page_recoveries: 0,
+            state_left_out: 0,
             error_name: Some("GaveUp".into()),
             error_code: Some("gave_up".into()),
             error: Some("x".into()),
@@ -130,6 +139,7 @@ mod tests {
             "relaunches",
             "checkpointCount",
             "lostWorkMs",
+            "stateLeftOut",
             "maxLostWorkMs",
             "totalMs",
             "attempts",

@@ -62,7 +62,8 @@ pub(crate) trait LiveBrowser: Send {
     /// Disposes of the failed page and opens a fresh one in the same browser; fails if the
     /// browser is dead too or no page opens.
     fn replace_page(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
-    fn restore(&self, checkpoint: &Checkpoint) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Puts `checkpoint` into the page; answers how many writes failed in the page.
+    fn restore(&self, checkpoint: &Checkpoint) -> impl Future<Output = Result<u64, Error>> + Send;
     fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 }
@@ -81,6 +82,8 @@ struct Tally {
     lost_work: Duration,
     max_lost_work: Duration,
     release_failed: u32,
+    /// Writes that failed in restore documents.
+    restore_writes_failed: u64,
 }
 
 /// Builds and emits the wide event exactly once; if the run future is dropped first, its
@@ -115,6 +118,7 @@ impl Reporter<'_> {
             attempts: self.tally.attempts,
             release_failed: self.tally.release_failed,
             page_recoveries: self.tally.page_recoveries,
+            state_left_out: self.store.max_left_out() + self.tally.restore_writes_failed,
             error_name,
             error_code,
             error,
@@ -384,7 +388,7 @@ where
             match &latest {
                 Some(cp) => {
                     let restore_started = Instant::now();
-                    browser.restore(cp).await?;
+                    let failed = browser.restore(cp).await?;
                     let restore = restore_started.elapsed();
                     let navigate_started = Instant::now();
                     if let Err(e) = navigate(browser, &cp.url, options).await {
@@ -393,10 +397,13 @@ where
                     let navigate = navigate_started.elapsed();
                     options.note(Milestone::Restored { restore, navigate });
                     tracing::debug!(?restore, ?navigate, "checkpoint restored");
-                    Ok(Some(ResumedFrom {
-                        url: cp.url.clone(),
-                        checkpoint_at: cp.at,
-                    }))
+                    Ok((
+                        Some(ResumedFrom {
+                            url: cp.url.clone(),
+                            checkpoint_at: cp.at,
+                        }),
+                        failed,
+                    ))
                 }
                 None => {
                     if let (true, Some(url)) = (first_entry, &options.start_url) {
@@ -404,7 +411,7 @@ where
                             tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "start_url navigation failed; entering anyway");
                         }
                     }
-                    Ok::<_, Error>(None)
+                    Ok::<_, Error>((None, 0))
                 }
             }
         };
@@ -417,7 +424,19 @@ where
             }),
         };
         // A restore that failed because the browser or page failed is that failure.
-        prepared.map_err(|death| death.or(browser.death()))
+        match prepared {
+            Ok((resumed, failed)) => {
+                if failed > 0 {
+                    tracing::warn!(
+                        failed,
+                        "some restore writes failed; the state they held is not in the page"
+                    );
+                }
+                self.reporter.tally.restore_writes_failed += failed;
+                Ok(resumed)
+            }
+            Err(death) => Err(death.or(browser.death())),
+        }
     }
 
     /// Enters the task and watches the entry, the connection and the checkpoint clock until
@@ -990,9 +1009,9 @@ mod tests {
             Ok(())
         }
 
-        async fn restore(&self, _checkpoint: &Checkpoint) -> Result<(), Error> {
+        async fn restore(&self, _checkpoint: &Checkpoint) -> Result<u64, Error> {
             tokio::time::sleep(self.fake.restore_cost).await;
-            Ok(())
+            Ok(0)
         }
 
         async fn navigate(&self, _url: &str) -> Result<(), Error> {

@@ -1,0 +1,129 @@
+// Reads one frame's client-side state for a checkpoint. Called as
+// `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
+// hash is among them comes back as `{h}` alone, so unchanged megabytes never cross the wire.
+// opts: { idb: bool, idbMax: bytes }. Returns { url, origin, local, session, idb }, each
+// part `null` (not readable here) or `{ h, d?, u? }`: d the JSON text, u values left out.
+async (known, opts) => {
+  const have = new Set(known);
+  // Two 32-bit lanes of a multiply-xorshift hash, over every string with its length.
+  const hasher = () => {
+    let h1 = 0x9e3779b9, h2 = 0x85ebca6b, n = 0;
+    const mix = (s) => {
+      h1 = Math.imul(h1 ^ s.length, 0x85ebca77); h2 = Math.imul(h2 ^ s.length, 0xc2b2ae3d);
+      for (let i = 0; i < s.length; i++) {
+        const c = s.charCodeAt(i);
+        h1 = Math.imul(h1 ^ c, 2654435761);
+        h2 = Math.imul(h2 ^ c, 1597334677);
+      }
+      n += s.length + 1;
+    };
+    const done = () => {
+      h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+      h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+      return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0') + n.toString(16);
+    };
+    return { mix, done };
+  };
+  const part = (h, text) => (have.has(h) ? { h } : { h, d: text() });
+
+  const area = (name) => {
+    let s;
+    try { s = window[name]; if (!s) return null; } catch (e) { return null; }
+    const items = new Array(s.length);
+    const x = hasher();
+    for (let i = 0; i < items.length; i++) {
+      const k = s.key(i);
+      const v = s.getItem(k);
+      if (k === null || v === null) continue;
+      items[i] = [k, v];
+      x.mix(k); x.mix(v);
+    }
+    return part(name[0] + x.done(), () => JSON.stringify(items.filter(Boolean)));
+  };
+
+  const req = (r) => new Promise((resolve, reject) => {
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+  });
+
+  const idb = async () => {
+    if (!opts.idb) return null;
+    let infos;
+    try {
+      if (typeof indexedDB === 'undefined' || !indexedDB.databases) return null;
+      infos = await indexedDB.databases();
+    } catch (e) { return null; }
+    const C = OUTLIVE_CODEC;
+    const dbs = [];
+    let left = 0;
+    for (const info of infos) {
+      let db;
+      try {
+        db = await new Promise((resolve, reject) => {
+          const r = indexedDB.open(info.name);
+          // Gone since databases() listed it: do not create it.
+          r.onupgradeneeded = () => r.transaction.abort();
+          r.onsuccess = () => resolve(r.result);
+          r.onerror = () => reject(r.error);
+        });
+      } catch (e) { continue; }
+      try {
+        const names = Array.from(db.objectStoreNames);
+        const raw = [];
+        if (names.length) {
+          const tx = db.transaction(names, 'readonly');
+          for (const name of names) {
+            const st = tx.objectStore(name);
+            const indexes = Array.from(st.indexNames, (n) => {
+              const ix = st.index(n);
+              return { name: n, keyPath: ix.keyPath, unique: ix.unique, multiEntry: ix.multiEntry };
+            });
+            raw.push({ name, keyPath: st.keyPath, autoIncrement: st.autoIncrement, indexes,
+              keys: req(st.getAllKeys()), values: req(st.getAll()) });
+          }
+          for (const s of raw) { s.keys = await s.keys; s.values = await s.values; }
+        }
+        const stores = [];
+        const blobs = [];
+        for (const s of raw) {
+          const records = [];
+          for (let i = 0; i < s.keys.length; i++) {
+            try {
+              const v = C.enc(s.values[i], blobs, new Set());
+              records.push(s.keyPath === null ? [C.enc(s.keys[i], blobs, new Set()), v] : [null, v]);
+            } catch (e) {
+              if (!(e instanceof C.Unsupported)) throw e;
+              left++;
+            }
+          }
+          stores.push({ name: s.name, keyPath: s.keyPath, autoIncrement: s.autoIncrement, indexes: s.indexes, records });
+        }
+        await C.fill(blobs);
+        dbs.push({ name: db.name, version: db.version, stores });
+      } finally {
+        db.close();
+      }
+    }
+    if (!dbs.length) return left ? { h: 'i0', d: '[]', u: left } : null;
+    const text = JSON.stringify(dbs);
+    if (text.length > opts.idbMax) {
+      const records = dbs.reduce((n, db) => n + db.stores.reduce((m, s) => m + s.records.length, 0), 0);
+      return { h: 'i0', d: '[]', u: left + records };
+    }
+    const x = hasher();
+    x.mix(text);
+    const p = part('i' + x.done(), () => text);
+    if (left) p.u = left;
+    return p;
+  };
+
+  const origin = location.origin;
+  const storable = origin.startsWith('http://') || origin.startsWith('https://');
+  return {
+    url: location.href,
+    origin,
+    local: storable ? area('localStorage') : null,
+    session: storable ? area('sessionStorage') : null,
+    idb: storable ? await idb() : null,
+  };
+}

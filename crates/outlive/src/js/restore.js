@@ -1,0 +1,81 @@
+// Writes one storage key's state in a restore document (served by outlive through Fetch
+// interception, so no request reaches the real site). Called as `restore(data)` with
+// data = { local, session, idb, children, childTimeoutMs }: the items and databases a checkpoint holds for
+// this document's origin under this top-level site, and how many child restore documents
+// (cross-site iframes) it embeds. Resolves when this document and every child are done, with
+// { errors, written }; a child reports to its parent with postMessage.
+(data) => {
+  const C = OUTLIVE_CODEC;
+  const errors = [];
+  let written = 0;
+  let waiting = data.children;
+  let childrenDone;
+  const children = new Promise((resolve) => { childrenDone = resolve; });
+  if (!waiting) childrenDone();
+  else setTimeout(() => { if (waiting > 0) { errors.push('frames: ' + waiting + ' did not report'); childrenDone(); } }, data.childTimeoutMs);
+  window.addEventListener('message', (e) => {
+    const m = e.data;
+    if (!m || m.outliveRestored !== true) return;
+    errors.push(...m.errors);
+    written += m.written;
+    if (--waiting === 0) childrenDone();
+  });
+  const area = (name, items) => {
+    if (!items) return;
+    try {
+      const s = window[name];
+      s.clear();
+      for (const [k, v] of items) s.setItem(k, v);
+      written += items.length;
+    } catch (e) { errors.push(name + ': ' + e.name); }
+  };
+  const req = (r) => new Promise((resolve, reject) => {
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+  });
+  const idb = async (dbs) => {
+    for (const spec of dbs || []) {
+      try {
+        await req(indexedDB.deleteDatabase(spec.name));
+        const open = indexedDB.open(spec.name, spec.version);
+        open.onupgradeneeded = () => {
+          const db = open.result;
+          for (const s of spec.stores) {
+            const st = db.createObjectStore(s.name, { keyPath: s.keyPath, autoIncrement: s.autoIncrement });
+            for (const ix of s.indexes) st.createIndex(ix.name, ix.keyPath, { unique: ix.unique, multiEntry: ix.multiEntry });
+          }
+        };
+        const db = await req(open);
+        try {
+          const names = spec.stores.map((s) => s.name);
+          if (names.length) {
+            const tx = db.transaction(names, 'readwrite');
+            const done = new Promise((resolve, reject) => {
+              tx.oncomplete = resolve;
+              tx.onabort = () => reject(tx.error);
+            });
+            for (const s of spec.stores) {
+              const st = tx.objectStore(s.name);
+              for (const [k, v] of s.records) {
+                if (s.keyPath === null) st.put(C.dec(v), C.dec(k)); else st.put(C.dec(v));
+              }
+              written += s.records.length;
+            }
+            await done;
+          }
+        } finally {
+          db.close();
+        }
+      } catch (e) { errors.push('indexedDB: ' + (e && e.name)); }
+    }
+  };
+  return (async () => {
+    area('localStorage', data.local);
+    area('sessionStorage', data.session);
+    await idb(data.idb);
+    await children;
+    const report = { errors, written };
+    if (window.parent !== window) window.parent.postMessage({ outliveRestored: true, ...report }, '*');
+    return report;
+  })();
+}
