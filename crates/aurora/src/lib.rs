@@ -43,6 +43,16 @@
 //! the same session write nothing, so a browser whose `localStorage` was not restored
 //! stays visibly broken.
 //!
+//! # Twosite: state beyond cookies and `localStorage`
+//!
+//! [`twosite::spawn`] starts a second, separate app: a page on `http://127.0.0.1:P` that
+//! embeds a cross-site widget iframe from `http://localhost:Q`. Its `twosite.seed()` writes
+//! `sessionStorage`, an IndexedDB database (a keyPath store with an index, an out-of-line
+//! store, values such as `Date`, `Map`, `Set`, typed arrays and a `Blob`), the widget's
+//! partitioned `localStorage` and a CHIPS partitioned cookie; `twosite.report()` reads
+//! them back as a [`twosite::Report`], so a test can tell exactly which piece a restored
+//! browser lacks.
+//!
 //! # Layout
 //!
 //! - `config`: [`Config`], the customer and the server's starting state; [`ConfigError`].
@@ -51,6 +61,7 @@
 //! - `pages`: the HTML.
 //! - `routes`: the handlers, cookies and input checks.
 //! - `server`: [`serve`], [`spawn`] and the [`Aurora`] handle.
+//! - [`twosite`]: the two-site app, its pages (`twosite/*.html`), seeded values and report.
 
 #![forbid(unsafe_code)]
 
@@ -60,6 +71,7 @@ mod pages;
 mod routes;
 mod server;
 mod totp;
+pub mod twosite;
 
 pub use bank::{Counters, Transfer};
 pub use config::{Config, ConfigError};

@@ -189,7 +189,7 @@ fn signed_in(bank: &Bank, headers: &HeaderMap) -> bool {
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(COOKIE)
         .iter()
