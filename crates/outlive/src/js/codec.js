@@ -25,6 +25,11 @@ const OUTLIVE_CODEC = (() => {
     for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
     return u8;
   };
+  // `o[k] = v` would set the prototype for k = "__proto__": define it as an own property.
+  const put = (o, k, v) => {
+    if (k === '__proto__') Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+    else o[k] = v;
+  };
   const bytesOf = (v) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
   const tag = Object.prototype.toString;
 
@@ -72,7 +77,7 @@ const OUTLIVE_CODEC = (() => {
       const proto = Object.getPrototypeOf(v);
       if (proto !== Object.prototype && proto !== null) throw new Unsupported(t);
       const o = {};
-      for (const k of Object.keys(v)) o[k] = enc(v[k], blobs, seen);
+      for (const k of Object.keys(v)) put(o, k, enc(v[k], blobs, seen));
       return Object.prototype.hasOwnProperty.call(v, '$t') ? { $t: 'o', v: o } : o;
     } finally {
       seen.delete(v);
@@ -97,10 +102,10 @@ const OUTLIVE_CODEC = (() => {
     switch (v.$t) {
       case undefined: {
         const o = {};
-        for (const k of Object.keys(v)) o[k] = dec(v[k]);
+        for (const k of Object.keys(v)) put(o, k, dec(v[k]));
         return o;
       }
-      case 'o': { const o = {}; for (const k of Object.keys(v.v)) o[k] = dec(v.v[k]); return o; }
+      case 'o': { const o = {}; for (const k of Object.keys(v.v)) put(o, k, dec(v.v[k])); return o; }
       case 'n': return v.v === '-0' ? -0 : Number(v.v);
       case 'u': return undefined;
       case 'bi': return BigInt(v.v);
