@@ -1,10 +1,12 @@
 //! The test bed the demo and the lab share: Aurora Bank, a gateway whose sessions die on
 //! schedule, and a Solari client for it — everything on 127.0.0.1.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use outlive::Solari;
+use futures::TryFutureExt;
 use outlive::solari_browser::{Client, ClientOptions};
+use outlive::{BoxFuture, CdpEndpoint, Provider, Session, Solari};
 
 use crate::bank::BankTask;
 use crate::error::{Error, ErrorKind};
@@ -82,6 +84,48 @@ impl TestBed {
             .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
         let _ = self.bank.shutdown().await;
         Ok(status)
+    }
+}
+
+/// A provider that remembers the CDP endpoint of every session it launched: the lab kills
+/// the newest session through the gateway by its id, tests search logs for the endpoints'
+/// tokens.
+pub struct Recording<P> {
+    inner: P,
+    endpoints: Mutex<Vec<CdpEndpoint>>,
+}
+
+impl<P: Provider> Recording<P> {
+    /// Wraps `inner`.
+    pub fn new(inner: P) -> Self {
+        Recording {
+            inner,
+            endpoints: Mutex::default(),
+        }
+    }
+
+    /// Every launched session's endpoint, oldest first.
+    pub fn endpoints(&self) -> Vec<CdpEndpoint> {
+        self.endpoints.lock().expect("endpoints").clone()
+    }
+
+    /// The gateway's id of the newest session (see [`session_id`]).
+    pub fn newest_session_id(&self) -> Option<String> {
+        let endpoints = self.endpoints.lock().expect("endpoints");
+        endpoints.last().and_then(session_id).map(str::to_owned)
+    }
+}
+
+impl<P: Provider> Provider for Recording<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(self.inner.launch().inspect_ok(|session| {
+            let endpoint = session.endpoint().clone();
+            self.endpoints.lock().expect("endpoints").push(endpoint);
+        }))
     }
 }
 

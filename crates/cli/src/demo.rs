@@ -12,6 +12,7 @@ use outlive::{Options, WideEvent};
 use crate::bank::{BankEvent, BankProgress};
 use crate::bed::TestBed;
 use crate::error::Error;
+use crate::setup::{self, ChromiumSetup};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -86,6 +87,44 @@ pub enum DemoEvent {
     },
     /// A launch failed (a browser dead on arrival, a refused create).
     LaunchFailed,
+}
+
+/// `outlive demo`: checks for Chromium, then runs the demo with its intro, live console and
+/// outro on stdout — or, with `json`, only the wide event as JSON (also when the run did
+/// not complete).
+///
+/// # Errors
+///
+/// What [`ensure_chromium`](crate::setup::ensure_chromium) and [`run`] report.
+pub async fn run_in_terminal(config: &DemoConfig, json: bool) -> Result<DemoReport, Error> {
+    if let ChromiumSetup::Installed(path) = setup::ensure_chromium()? {
+        eprintln!("installed Chromium at {}", path.display());
+    }
+    if !json {
+        println!("{}", intro(config));
+    }
+    let console = Console::new();
+    let show = move |e: DemoEvent| {
+        if !json {
+            console.show(e);
+        }
+    };
+    match run(config, show).await {
+        Ok(report) => {
+            if json {
+                println!("{}", report.event.to_json());
+            } else {
+                println!("{}", outro(&report));
+            }
+            Ok(report)
+        }
+        Err(e) => {
+            if let Some(event) = e.event() {
+                println!("{}", event.to_json());
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Runs the demo; `on_event` sees every step as it happens.

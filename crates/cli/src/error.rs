@@ -1,12 +1,14 @@
 //! The one error type of the `outlive` command's library.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use outlive::WideEvent;
 
 type Cause = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why a demo, a benchmark, a soak, a probe or the Chromium setup could not run.
+/// Why a demo, a benchmark, a soak, a probe or the Chromium setup could not run, or its
+/// results could not be written.
 ///
 /// `Display` says what failed at this layer only; the underlying error is in
 /// [`source()`](std::error::Error::source). Messages carry no URL beyond scheme and host,
@@ -50,6 +52,11 @@ pub enum ErrorKind {
         session: u32,
         /// The HTTP status of the refusal, if there was a response.
         status: Option<u16>,
+    },
+    /// A result file, or the directory it goes in, could not be written.
+    Write {
+        /// The file or directory.
+        path: PathBuf,
     },
 }
 
@@ -119,6 +126,7 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
         }
     }
 }

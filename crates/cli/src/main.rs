@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outlive_cli::demo::{self, DemoConfig, DemoEvent};
-use outlive_cli::lab::{bench, soak, timeline};
-use outlive_cli::probe::{self, ProbeConfig};
-use outlive_cli::setup::{self, ChromiumSetup};
+use outlive_cli::demo::{self, DemoConfig};
+use outlive_cli::lab::{bench, soak};
+use outlive_cli::probe;
 
 #[derive(Parser)]
 #[command(
@@ -165,17 +164,14 @@ async fn main() -> anyhow::Result<()> {
             doa,
             json,
         } => {
-            run_demo(
-                DemoConfig {
-                    lifetime,
-                    task,
-                    death,
-                    doa,
-                    ..DemoConfig::default()
-                },
-                json,
-            )
-            .await
+            let config = DemoConfig {
+                lifetime,
+                task,
+                death,
+                doa,
+                ..DemoConfig::default()
+            };
+            demo::run_in_terminal(&config, json).await?;
         }
         Command::Bench {
             tasks,
@@ -187,21 +183,34 @@ async fn main() -> anyhow::Result<()> {
             samples,
             kills,
         } => {
-            let config = bench::SurvivalConfig {
+            let survival = bench::SurvivalConfig {
                 tasks,
                 lifetime,
                 death,
                 checkpoint_every: lifetime / 20,
                 ..Default::default()
             };
-            run_bench(config, out, !micro_only, !survival_only, samples, kills).await
+            let plan = bench::BenchPlan {
+                survival: (!micro_only).then_some(survival),
+                micro: (!survival_only).then_some(bench::MicroConfig { samples, kills }),
+                out,
+            };
+            bench::run(&plan).await?;
         }
         Command::Soak {
             runs,
             concurrency,
             lifetime,
             out,
-        } => run_soak(runs, concurrency, lifetime, out).await,
+        } => {
+            let config = soak::SoakConfig {
+                runs,
+                concurrency,
+                lifetime,
+                ..soak::SoakConfig::default()
+            };
+            soak::run(&config, &out).await?;
+        }
         Command::Probe {
             base_url,
             api_key,
@@ -209,7 +218,14 @@ async fn main() -> anyhow::Result<()> {
             max_hold,
             heartbeat,
             lifetime,
-        } => run_probe(base_url, api_key, sessions, max_hold, heartbeat, lifetime).await,
+        } => {
+            let target = match (base_url, api_key) {
+                (None, _) => probe::Target::Embedded { lifetime },
+                (Some(base_url), Some(api_key)) => probe::Target::Provider { base_url, api_key },
+                (Some(_), None) => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
+            };
+            probe::run(target, sessions, max_hold, heartbeat).await?;
+        }
         Command::Gateway {
             listen,
             api_key,
@@ -251,168 +267,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
             .context("the gateway failed")?;
-            Ok(())
         }
     }
-}
-
-async fn run_demo(config: DemoConfig, json: bool) -> anyhow::Result<()> {
-    if let ChromiumSetup::Installed(path) = setup::ensure_chromium()? {
-        eprintln!("installed Chromium at {}", path.display());
-    }
-    if !json {
-        println!("{}", demo::intro(&config));
-    }
-    let console = demo::Console::new();
-    let show = move |e: DemoEvent| {
-        if !json {
-            console.show(e);
-        }
-    };
-    match demo::run(&config, show).await {
-        Ok(report) if json => println!("{}", report.event.to_json()),
-        Ok(report) => println!("{}", demo::outro(&report)),
-        Err(e) => {
-            let Some(event) = e.event() else {
-                return Err(e.into());
-            };
-            println!("{}", event.to_json());
-            anyhow::bail!("the demo run did not complete: {}", event.outcome.as_str())
-        }
-    }
-    Ok(())
-}
-
-async fn run_bench(
-    config: bench::SurvivalConfig,
-    out: std::path::PathBuf,
-    survival: bool,
-    micro: bool,
-    samples: u32,
-    kills: u32,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&out).with_context(|| format!("could not create {}", out.display()))?;
-    let write = |name: &str, text: &str| -> anyhow::Result<()> {
-        let path = out.join(name);
-        std::fs::write(&path, text)
-            .with_context(|| format!("could not write {}", path.display()))?;
-        println!("wrote {}", path.display());
-        Ok(())
-    };
-    let survival_report = if survival {
-        println!(
-            "survival: {} tasks per arm, lifetime {:?}; this takes a few minutes",
-            config.tasks, config.lifetime
-        );
-        let report = bench::survival(&config, |r| println!("  {r}")).await?;
-        write("survival.json", &serde_json::to_string_pretty(&report)?)?;
-        write(
-            "timeline.svg",
-            &timeline::render(&bench::timeline_runs(&report)),
-        )?;
-        Some(report)
-    } else {
-        None
-    };
-    let micro_report = if micro {
-        println!(
-            "micro: checkpoint cost at RTT 0/20/50 ms, detection latency per death mode, page recovery against a relaunch"
-        );
-        let report = bench::micro(samples, kills).await?;
-        write("micro.json", &serde_json::to_string_pretty(&report)?)?;
-        Some(report)
-    } else {
-        None
-    };
-    if let Some(s) = &survival_report {
-        let text = bench::summary(s, micro_report.as_ref());
-        println!("\n{text}");
-        write("summary.txt", &text)?;
-    } else if let Some(m) = &micro_report {
-        let text = bench::micro_summary(m);
-        println!("\n{text}");
-        write("micro-summary.txt", &text)?;
-    }
-    Ok(())
-}
-
-async fn run_probe(
-    base_url: Option<String>,
-    api_key: Option<String>,
-    sessions: u32,
-    max_hold: Duration,
-    heartbeat: Duration,
-    lifetime: Duration,
-) -> anyhow::Result<()> {
-    // Without a provider, probe an embedded gateway (which needs Chromium).
-    let embedded = match base_url {
-        Some(_) => None,
-        None => {
-            setup::ensure_chromium()?;
-            Some(
-                gateway::spawn(
-                    gateway::Config::new()
-                        .lifetime(lifetime)
-                        .jitter(lifetime / 10),
-                )
-                .await
-                .context("the embedded gateway did not start")?,
-            )
-        }
-    };
-    let (url, key) = match (&embedded, base_url, api_key) {
-        (Some(gw), _, _) => (gw.base_url().to_owned(), gw.api_key().to_owned()),
-        (None, Some(url), Some(key)) => (url, key),
-        _ => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
-    };
-    let mut config = ProbeConfig::new(url, key);
-    config.sessions = sessions;
-    config.max_hold = max_hold;
-    config.heartbeat = heartbeat;
-    println!(
-        "probing {} sessions, one after another (heartbeat {heartbeat:?})",
-        sessions
-    );
-    let samples = probe::probe(&config, |s| println!("  {s}")).await?;
-    println!("{}", probe::summary(&samples));
-    if let Some(gw) = embedded {
-        gw.shutdown()
-            .await
-            .context("the embedded gateway did not stop cleanly")?;
-    }
-    Ok(())
-}
-
-async fn run_soak(
-    runs: u32,
-    concurrency: u32,
-    lifetime: Duration,
-    out: std::path::PathBuf,
-) -> anyhow::Result<()> {
-    setup::ensure_chromium()?;
-    let config = soak::SoakConfig {
-        runs,
-        concurrency,
-        lifetime,
-        ..soak::SoakConfig::default()
-    };
-    println!(
-        "soak: {runs} runs, {concurrency} at once, sessions live {lifetime:?} ± half, deaths of every mode"
-    );
-    let report = soak::soak(&config, |n, e| {
-        if n % 10 == 0 || e.outcome != outlive::Outcome::Completed {
-            println!(
-                "  run {n}: {} ({} relaunches)",
-                e.outcome.as_str(),
-                e.relaunches
-            );
-        }
-    })
-    .await?;
-    std::fs::create_dir_all(&out)?;
-    let path = out.join("soak.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("{}", report.summary());
-    println!("wrote {}", path.display());
     Ok(())
 }

@@ -434,6 +434,90 @@ impl fmt::Display for Sample {
     }
 }
 
+/// Whose sessions `outlive probe` measures.
+#[derive(Clone)]
+pub enum Target {
+    /// A Solari-compatible control plane.
+    Provider {
+        /// Its base URL, `http(s)://host[:port]`.
+        base_url: String,
+        /// Its API key.
+        api_key: String,
+    },
+    /// A gateway started for the probe, whose sessions live `lifetime` ± a tenth (needs
+    /// Chromium).
+    Embedded {
+        /// The gateway's session lifetime.
+        lifetime: Duration,
+    },
+}
+
+/// Hand-written so the API key is never printed.
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Provider { base_url, .. } => f
+                .debug_struct("Provider")
+                .field("base_url", &redact_url(base_url))
+                .field("api_key", &"<redacted>")
+                .finish(),
+            Target::Embedded { lifetime } => f
+                .debug_struct("Embedded")
+                .field("lifetime", lifetime)
+                .finish(),
+        }
+    }
+}
+
+/// `outlive probe`: probes `target`'s sessions with the [`ProbeConfig`] settings given,
+/// printing each sample as it comes and then the [`summary`]; an embedded gateway is shut
+/// down at the end.
+///
+/// # Errors
+///
+/// What [`probe`] reports; for an embedded gateway also what
+/// [`ensure_chromium`](crate::setup::ensure_chromium) reports, and [`ErrorKind::Gateway`] if
+/// the gateway does not start or stop cleanly.
+pub async fn run(
+    target: Target,
+    sessions: u32,
+    max_hold: Duration,
+    heartbeat: Duration,
+) -> Result<Vec<Sample>, Error> {
+    let (base_url, api_key, embedded) = match target {
+        Target::Provider { base_url, api_key } => (base_url, api_key, None),
+        Target::Embedded { lifetime } => {
+            crate::setup::ensure_chromium()?;
+            let gw = gateway::spawn(
+                gateway::Config::new()
+                    .lifetime(lifetime)
+                    .jitter(lifetime / 10),
+            )
+            .await
+            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+            (gw.base_url().to_owned(), gw.api_key().to_owned(), Some(gw))
+        }
+    };
+    let config = ProbeConfig {
+        sessions,
+        max_hold,
+        heartbeat,
+        ..ProbeConfig::new(base_url, api_key)
+    };
+    println!(
+        "probing {} sessions, one after another (heartbeat {:?})",
+        config.sessions, config.heartbeat
+    );
+    let samples = probe(&config, |s| println!("  {s}")).await?;
+    println!("{}", summary(&samples));
+    if let Some(gw) = embedded {
+        gw.shutdown()
+            .await
+            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+    }
+    Ok(samples)
+}
+
 /// A few lines for people: how many sessions, min/median/max lifetime, how many ended by
 /// each cause, and what the control plane said about the dead ones.
 pub fn summary(samples: &[Sample]) -> String {

@@ -3,14 +3,13 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{BoxFuture, Options, Provider, Session, SolariLaunch, WideEvent};
+use outlive::{Options, Provider, SolariLaunch, WideEvent};
 use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::TestBed;
-use support::Captured;
+use outlive_cli::bed::{Recording, TestBed};
+use outlive_testkit::Captured;
 
 async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> TestBed {
     TestBed::start(
@@ -131,61 +130,25 @@ async fn the_baseline_fails_at_the_first_death() {
     assert_eq!(status.chromium_processes, 0);
 }
 
-/// Wraps a provider and remembers the raw endpoints it handed out.
-struct Recording<P> {
-    inner: P,
-    endpoints: Mutex<Vec<String>>,
-}
-
-impl<P: Provider> Provider for Recording<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let s = self.inner.launch().await?;
-            self.endpoints
-                .lock()
-                .unwrap()
-                .push(s.endpoint().expose().to_owned());
-            Ok(s)
-        })
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn no_log_line_carries_a_cdp_token() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::trace_on_this_thread();
 
     let bed = bed(DeathMode::Mixed, Duration::from_millis(2500), 0.2).await;
-    let provider = Recording {
-        inner: bed
-            .provider()
+    let provider = Recording::new(
+        bed.provider()
             .launch_options(SolariLaunch::new().retries(2).probe(true)),
-        endpoints: Mutex::default(),
-    };
+    );
     let (result, event, _) = run_outlive(&bed, &provider).await;
     assert!(result.is_ok(), "{}", event.to_json());
     bed.shutdown().await.unwrap();
 
     let logs = captured.text();
     assert!(logs.contains("outlive run finished"), "the capture works");
-    let endpoints = provider.endpoints.lock().unwrap().clone();
+    let endpoints = provider.endpoints();
     assert!(!endpoints.is_empty());
-    for endpoint in endpoints {
-        let url = url::Url::parse(&endpoint).unwrap();
-        let token = url
-            .query_pairs()
-            .find(|(k, _)| k == "token")
-            .map(|(_, v)| v.into_owned())
-            .unwrap();
+    for endpoint in &endpoints {
+        let token = support::token(endpoint);
         assert!(token.len() >= 16);
         assert!(!logs.contains(&token), "a CDP token reached a log line");
         assert!(!event.to_json().contains(&token));

@@ -10,52 +10,13 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{BoxFuture, CdpEndpoint, Options, Provider, Session, Solari};
+use outlive::{Options, Solari};
 use outlive_cli::bank::{BankProgress, BankTask};
-use support::Captured;
-
-/// The Solari provider, noting each session's CDP token (the secret in its endpoint URL).
-struct Recording {
-    inner: Solari,
-    tokens: Mutex<Vec<String>>,
-}
-
-struct Recorded(Box<dyn Session>);
-
-impl Session for Recorded {
-    fn endpoint(&self) -> &CdpEndpoint {
-        self.0.endpoint()
-    }
-    fn exited(&self) -> BoxFuture<'static, ()> {
-        self.0.exited()
-    }
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
-        self.0.release()
-    }
-}
-
-impl Provider for Recording {
-    fn name(&self) -> &str {
-        "recording-solari"
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let session = self.inner.launch().await?;
-            let url = url::Url::parse(session.endpoint().expose()).unwrap();
-            let token = url
-                .query_pairs()
-                .find(|(k, _)| k == "token")
-                .map(|(_, v)| v.into_owned())
-                .expect("a Solari CDP endpoint carries a token");
-            self.tokens.lock().unwrap().push(token);
-            Ok(Box::new(Recorded(session)) as Box<dyn Session>)
-        })
-    }
-}
+use outlive_cli::bed::Recording;
+use outlive_testkit::Captured;
 
 fn planted(what: &str) -> String {
     format!("{what}{}", uuid::Uuid::new_v4().simple())
@@ -64,10 +25,9 @@ fn planted(what: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_an_application_log_at_trace() {
     let captured = Captured::default();
-    let writer = captured.clone();
     tracing_subscriber::fmt()
         .with_env_filter("trace")
-        .with_writer(move || writer.clone())
+        .with_writer(captured.clone())
         .with_ansi(false)
         .init();
 
@@ -85,10 +45,8 @@ async fn no_secret_reaches_an_application_log_at_trace() {
     )
     .await
     .unwrap();
-    let provider = Recording {
-        inner: Solari::new(support::client(&gw)),
-        tokens: Mutex::default(),
-    };
+    // Notes each session's endpoint, for its CDP token (the secret in its URL).
+    let provider = Recording::new(Solari::new(support::client(&gw)));
 
     let task = BankTask::new(
         bank.base_url(),
@@ -126,7 +84,7 @@ async fn no_secret_reaches_an_application_log_at_trace() {
         1,
         "the session was restored, not signed in again"
     );
-    let tokens = provider.tokens.lock().unwrap().clone();
+    let tokens: Vec<String> = provider.endpoints().iter().map(support::token).collect();
     assert!(tokens.len() >= 3);
     let api_key = gw.api_key().to_owned();
     gw.shutdown().await.unwrap();

@@ -6,6 +6,41 @@
 //!   audit.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, ErrorKind};
+
 pub mod bench;
 pub mod soak;
 pub mod timeline;
+
+/// Writes `value` as pretty JSON to `name` under `out`; see [`write_text`].
+fn write_json(out: &Path, name: &str, value: &impl Serialize) -> Result<(), Error> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| write_failed(&out.join(name), e))?;
+    write_text(out, name, &text)
+}
+
+/// Creates the output directory `out` if it is missing: before a measurement starts, so a
+/// bad `--out` fails at once rather than after minutes of work.
+fn create_out(out: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(out).map_err(|e| write_failed(out, e))
+}
+
+/// Writes `text` to `name` under `out` and says so on stdout.
+fn write_text(out: &Path, name: &str, text: &str) -> Result<(), Error> {
+    let path = out.join(name);
+    std::fs::write(&path, text).map_err(|e| write_failed(&path, e))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn write_failed(path: &Path, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    Error::with(
+        ErrorKind::Write {
+            path: path.to_owned(),
+        },
+        e,
+    )
+}

@@ -1,6 +1,7 @@
 //! `outlive soak`: many short runs with random deaths of every mode, then a leak audit —
 //! sessions, Chromium processes, temp profiles, file descriptors and memory, measured.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use procfs::process::Process;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::{create_out, write_json};
 use crate::bank::BankProgress;
 use crate::bed::TestBed;
 use crate::error::{Error, ErrorKind};
@@ -181,6 +183,35 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
         temp_profiles,
         tmp_singletons,
     }
+}
+
+/// `outlive soak`: checks for Chromium, runs the soak printing every tenth run and every
+/// run that did not complete, prints the summary and writes `soak.json` under `out`.
+///
+/// # Errors
+///
+/// [`ErrorKind::NoChromium`] or [`ErrorKind::ChromiumInstall`]; whatever [`soak()`]
+/// reports; [`ErrorKind::Write`] if `out` or the report cannot be written.
+pub async fn run(config: &SoakConfig, out: &Path) -> Result<SoakReport, Error> {
+    crate::setup::ensure_chromium()?;
+    create_out(out)?;
+    println!(
+        "soak: {} runs, {} at once, sessions live {:?} ± half, deaths of every mode",
+        config.runs, config.concurrency, config.lifetime
+    );
+    let report = soak(config, |n, e| {
+        if n % 10 == 0 || e.outcome != outlive::Outcome::Completed {
+            println!(
+                "  run {n}: {} ({} relaunches)",
+                e.outcome.as_str(),
+                e.relaunches
+            );
+        }
+    })
+    .await?;
+    println!("{}", report.summary());
+    write_json(out, "soak.json", &report)?;
+    Ok(report)
 }
 
 /// Runs the soak; `on_run` sees each run's event as it finishes.

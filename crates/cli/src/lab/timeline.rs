@@ -6,6 +6,7 @@
 
 use std::fmt::Write;
 
+use outlive::Outcome;
 use serde::{Deserialize, Serialize};
 
 /// Which side of the benchmark a run was on.
@@ -38,8 +39,9 @@ pub struct TimelineRun {
     pub arm: Arm,
     /// How long the run took.
     pub total_ms: u64,
-    /// `completed`, `failed` or `gave_up`; other text is shown as is.
-    pub outcome: String,
+    /// How the run ended; serialised as `completed`, `failed` or `gave_up`.
+    #[serde(with = "OutcomeName")]
+    pub outcome: Outcome,
     /// Each browser session the run used, in order.
     pub sessions: Vec<SessionSpan>,
     /// When each death was detected.
@@ -48,6 +50,16 @@ pub struct TimelineRun {
     pub checkpoints: Vec<u64>,
     /// When each poll succeeded.
     pub polls: Vec<u64>,
+}
+
+/// [`Outcome`]'s serialised form, for reading runs back (outlive's own type only
+/// serialises).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Outcome", rename_all = "snake_case")]
+enum OutcomeName {
+    Completed,
+    Failed,
+    GaveUp,
 }
 
 /// The time one browser session was in use.
@@ -90,13 +102,14 @@ const GAVE_UP: &str = "#bc4c00";
 /// runs.
 ///
 /// ```
+/// use outlive::Outcome;
 /// use outlive_cli::lab::timeline::{render, Arm, SessionSpan, TimelineRun};
 ///
 /// let run = TimelineRun {
 ///     label: "outlive #1".into(),
 ///     arm: Arm::Outlive,
 ///     total_ms: 9_000,
-///     outcome: "completed".into(),
+///     outcome: Outcome::Completed,
 ///     sessions: vec![SessionSpan { start_ms: 0, end_ms: 4_000 }, SessionSpan { start_ms: 4_600, end_ms: 9_000 }],
 ///     deaths: vec![4_000],
 ///     checkpoints: vec![1_000, 3_000, 6_000],
@@ -197,37 +210,30 @@ fn legend(svg: &mut String) {
         num(y - BAR_H / 2.0),
     );
     x += 52.0;
+    legend_text(svg, x, y, "browser session (baseline / outlive)");
+    x += 232.0;
+    // Each mark, where it and its label sit from `x`, and the room the pair takes.
+    type Mark = fn(&mut String, f64, f64);
+    let marks = [
+        (death_mark as Mark, 5.0, 16.0, "death", 68.0),
+        (checkpoint_mark, 4.0, 14.0, "checkpoint", 96.0),
+        (poll_mark, 4.0, 14.0, "poll", 0.0),
+    ];
+    for (mark, mark_dx, text_dx, label, room) in marks {
+        mark(svg, x + mark_dx, y);
+        legend_text(svg, x + text_dx, y, label);
+        x += room;
+    }
+    let _ = writeln!(svg, "</g>");
+}
+
+fn legend_text(svg: &mut String, x: f64, y: f64, label: &str) {
     let _ = writeln!(
         svg,
-        r#"<text x="{}" y="{}">browser session (baseline / outlive)</text>"#,
+        r#"<text x="{}" y="{}">{label}</text>"#,
         num(x),
         num(y + 4.0)
     );
-    x += 232.0;
-    death_mark(svg, x + 5.0, y);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}">death</text>"#,
-        num(x + 16.0),
-        num(y + 4.0)
-    );
-    x += 68.0;
-    checkpoint_mark(svg, x + 4.0, y);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}">checkpoint</text>"#,
-        num(x + 14.0),
-        num(y + 4.0)
-    );
-    x += 96.0;
-    poll_mark(svg, x + 4.0, y);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}">poll</text>"#,
-        num(x + 14.0),
-        num(y + 4.0)
-    );
-    let _ = writeln!(svg, "</g>");
 }
 
 fn grid(svg: &mut String, scale: &Scale, axis_y: f64) {
@@ -329,13 +335,13 @@ fn lane(svg: &mut String, scale: &Scale, run: &TimelineRun, top: f64) {
         );
         death_mark(svg, x, mid);
     }
-    let (colour, shown) = outcome_style(&run.outcome);
+    let (colour, shown) = outcome_style(run.outcome);
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" fill="{colour}" font-weight="600">{}</text><text x="{}" y="{}" fill="{MUTED}" text-anchor="end">{}</text>"#,
         num(PLOT_X1 + 12.0),
         num(mid + 4.0),
-        escape(&clip(&shown, 14)),
+        shown,
         num(WIDTH - 8.0),
         num(mid + 4.0),
         seconds(run.total_ms, 100),
@@ -379,12 +385,11 @@ fn poll_mark(svg: &mut String, x: f64, y: f64) {
 }
 
 /// The colour and wording of an outcome.
-fn outcome_style(outcome: &str) -> (&'static str, String) {
+fn outcome_style(outcome: Outcome) -> (&'static str, &'static str) {
     match outcome {
-        "completed" => (POLL, "completed".to_owned()),
-        "failed" => (DEATH, "failed".to_owned()),
-        "gave_up" => (GAVE_UP, "gave up".to_owned()),
-        other => (MUTED, other.to_owned()),
+        Outcome::Completed => (POLL, "completed"),
+        Outcome::Failed => (DEATH, "failed"),
+        Outcome::GaveUp => (GAVE_UP, "gave up"),
     }
 }
 
@@ -442,7 +447,7 @@ mod tests {
             label: label.to_owned(),
             arm,
             total_ms,
-            outcome: "completed".to_owned(),
+            outcome: Outcome::Completed,
             sessions: vec![
                 SessionSpan {
                     start_ms: 0,
@@ -506,10 +511,10 @@ mod tests {
     }
 
     #[test]
-    fn escapes_labels_and_outcomes() {
-        let mut nasty = run(r#"<script>"a" & 'b'</script>"#, Arm::Baseline, 1_000);
-        nasty.outcome = "<b>odd</b>\u{1}".to_owned();
-        let svg = render(&[nasty]);
+    fn escapes_labels() {
+        let nasty = run(r#"<script>"a" & 'b'</script>"#, Arm::Baseline, 1_000);
+        let odd = run("<b>odd</b>\u{1}", Arm::Outlive, 1_000);
+        let svg = render(&[nasty, odd]);
         assert_well_formed(&svg);
         assert!(!svg.contains("<script>") && !svg.contains("<b>"), "{svg}");
         assert!(
@@ -542,7 +547,7 @@ mod tests {
             label: "baseline #1".to_owned(),
             arm: Arm::Baseline,
             total_ms: 0,
-            outcome: "failed".to_owned(),
+            outcome: Outcome::Failed,
             sessions: vec![SessionSpan {
                 start_ms: 0,
                 end_ms: 0,
@@ -598,6 +603,7 @@ mod tests {
             "{json}"
         );
         assert!(json.contains(r#""arm":"outlive""#), "{json}");
+        assert!(json.contains(r#""outcome":"completed""#), "{json}");
         let back: TimelineRun = serde_json::from_str(&json).unwrap();
         assert_eq!(back, original);
     }

@@ -1,5 +1,5 @@
 //! Shared by the end-to-end tests: a gateway + a small site on 127.0.0.1, a provider that
-//! remembers the session ids it launched, milestone plumbing, quick runs and log capture.
+//! remembers the session ids it launched, milestone plumbing and quick runs.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,9 +14,11 @@ use axum::routing::get;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::solari_browser::{Client, ClientOptions, CreateSessionOptions};
 use outlive::{
-    BoxFuture, Milestone, Options, Provider, RunError, Session, Solari, SolariLaunch, WideEvent,
+    BoxFuture, CdpEndpoint, Milestone, Options, Provider, RunError, Session, Solari, SolariLaunch,
+    WideEvent,
 };
-use tokio::sync::{Notify, mpsc, oneshot};
+use outlive_testkit::{Served, serve};
+use tokio::sync::{Notify, mpsc};
 
 /// A site that sets an HttpOnly cookie, and has a page whose load the test can hold and see.
 pub struct Site {
@@ -24,7 +26,7 @@ pub struct Site {
     /// Notified each time `/slow` is requested.
     pub slow_hit: Arc<Notify>,
     pub slow_hits: Arc<AtomicU32>,
-    _stop: oneshot::Sender<()>,
+    _server: Served,
 }
 
 #[derive(Clone)]
@@ -44,22 +46,12 @@ impl Site {
             .route("/page/{name}", get(page))
             .route("/slow", get(slow))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let server = serve(app).await;
         Site {
-            base,
+            base: server.base.clone(),
             slow_hit: state.slow_hit,
             slow_hits: state.slow_hits,
-            _stop: tx,
+            _server: server,
         }
     }
 }
@@ -101,6 +93,15 @@ pub struct Tracked {
 
 pub fn client(gw: &gateway::Gateway) -> Client {
     Client::new(ClientOptions::new(gw.api_key(), gw.base_url())).unwrap()
+}
+
+/// The bearer token in a Solari CDP endpoint's query.
+pub fn token(endpoint: &CdpEndpoint) -> String {
+    let url = url::Url::parse(endpoint.expose()).unwrap();
+    url.query_pairs()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+        .expect("a Solari CDP endpoint carries a token")
 }
 
 pub fn with_metadata(gw: &gateway::Gateway, meta: serde_json::Value) -> Solari {
@@ -212,25 +213,4 @@ pub async fn run_instant<T: Clone>(
         options,
     )
     .await
-}
-
-/// A `tracing` writer that keeps everything written, for searching the logs afterwards.
-#[derive(Clone, Default)]
-pub struct Captured(pub Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    /// Everything written so far.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

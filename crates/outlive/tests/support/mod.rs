@@ -17,14 +17,16 @@ use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use futures::StreamExt;
+use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::{BoxFuture, CdpEndpoint, LocalBrowser, LocalChromium, Provider, Session};
+use outlive_testkit::{Served, serve};
 use tokio::sync::{Notify, oneshot};
 
 /// A web site on 127.0.0.1 that counts requests per path.
 pub struct Site {
     pub base: String,
     hits: Arc<Mutex<HashMap<String, usize>>>,
-    _stop: oneshot::Sender<()>,
+    _server: Served,
 }
 
 impl Site {
@@ -35,26 +37,16 @@ impl Site {
         let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let app = Router::new()
             .route("/login/{sid}", get(login))
-            .route("/whoami", get(whoami))
+            .route("/whoami", get(whoami_page))
             .route("/page/{name}", get(page))
             .route("/slow/{ms}", get(slow))
             .layer(axum::middleware::from_fn_with_state(hits.clone(), count))
             .with_state(());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let server = serve(app).await;
         Site {
-            base,
+            base: server.base.clone(),
             hits,
-            _stop: tx,
+            _server: server,
         }
     }
 
@@ -108,7 +100,7 @@ async fn login(UrlPath(sid): UrlPath<String>) -> impl IntoResponse {
     )
 }
 
-async fn whoami(headers: HeaderMap) -> Html<String> {
+async fn whoami_page(headers: HeaderMap) -> Html<String> {
     let cookie = headers
         .get(header::COOKIE)
         .and_then(|v| v.to_str().ok())
@@ -411,6 +403,14 @@ async fn proxy(listener: tokio::net::TcpListener, upstream: String, close: onesh
     }
 }
 
+/// What most tests start with: the site, a profile directory, and a provider of killable
+/// browsers whose profiles go there.
+pub async fn start() -> (Site, Profiles, Killable) {
+    let profiles = Profiles::new();
+    let provider = Killable::new(&profiles.path());
+    (Site::start().await, profiles, provider)
+}
+
 /// A temp directory for Chromium profiles, and the leak check.
 pub struct Profiles {
     pub dir: tempfile::TempDir,
@@ -495,4 +495,35 @@ pub async fn text(
     .await?
     .into_value::<String>()
     .map_err(Into::into)
+}
+
+/// Signs in on `site`: `/login/{sid}` sets the HttpOnly cookie `sid`, and localStorage `k`
+/// gets `item`.
+pub async fn sign_in(
+    page: &outlive::Page,
+    site: &Site,
+    sid: &str,
+    item: &str,
+) -> Result<(), outlive::chromiumoxide::error::CdpError> {
+    page.goto(NavigateParams::new(format!("{}/login/{sid}", site.base)))
+        .await?;
+    page.evaluate(format!("localStorage.setItem('k', {item:?})"))
+        .await?;
+    Ok(())
+}
+
+/// What `site` sees of the session [`sign_in`] made: the cookie header `/whoami` received,
+/// and localStorage `k` (`MISSING` if unset).
+pub async fn whoami(
+    page: &outlive::Page,
+    site: &Site,
+) -> Result<(String, String), outlive::chromiumoxide::error::CdpError> {
+    page.goto(NavigateParams::new(format!("{}/whoami", site.base)))
+        .await?;
+    let cookie = text(page, "#cookie").await?;
+    let item: String = page
+        .evaluate("localStorage.getItem('k') ?? 'MISSING'")
+        .await?
+        .into_value()?;
+    Ok((cookie, item))
 }

@@ -5,50 +5,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{BoxFuture, Milestone, Options, Provider, Session, Solari};
+use outlive::{DeathCause, Milestone, Options, Solari};
 
 use super::records::*;
 use crate::bank::BankProgress;
-use crate::bed::TestBed;
+use crate::bed::{Recording, TestBed};
 use crate::error::Error;
 use crate::stats::median;
 
-/// Remembers the session ids the provider handed out (parsed from the endpoint path).
-struct Tracking {
-    inner: Solari,
-    ids: Arc<Mutex<Vec<String>>>,
-}
-
-impl Provider for Tracking {
-    fn name(&self) -> &str {
-        "solari"
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let s = self.inner.launch().await?;
-            if let Some(id) = crate::bed::session_id(s.endpoint()) {
-                self.ids.lock().expect("ids").push(id.to_owned());
-            }
-            Ok(s)
-        })
-    }
-}
-
-/// A test bed whose sessions only die when killed, a provider on it that remembers the
-/// session ids it launched, and those ids.
-async fn killable_bed() -> Result<(TestBed, Tracking, Arc<Mutex<Vec<String>>>), Error> {
+/// A test bed whose sessions only die when killed, and a provider on it that remembers the
+/// sessions it launched.
+async fn killable_bed() -> Result<(TestBed, Recording<Solari>), Error> {
     let bed = TestBed::start(
         gateway::Config::new()
             .lifetime(Duration::from_secs(600))
             .jitter(Duration::ZERO),
     )
     .await?;
-    let ids: Arc<Mutex<Vec<String>>> = Arc::default();
-    let provider = Tracking {
-        inner: bed.provider(),
-        ids: ids.clone(),
-    };
-    Ok((bed, provider, ids))
+    let provider = Recording::new(bed.provider());
+    Ok((bed, provider))
 }
 
 async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, Error> {
@@ -104,10 +79,10 @@ async fn detection(
     kills: u32,
     heartbeat: (Duration, Duration),
 ) -> Result<Detection, Error> {
-    let (bed, provider, ids) = killable_bed().await?;
+    let (bed, provider) = killable_bed().await?;
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (died_tx, mut died_rx) =
-        tokio::sync::mpsc::unbounded_channel::<(std::time::Instant, String)>();
+        tokio::sync::mpsc::unbounded_channel::<(std::time::Instant, DeathCause)>();
     let options = Options::new()
         .checkpoint_every(Duration::from_secs(3600))
         .max_relaunches(kills + 2)
@@ -120,7 +95,7 @@ async fn detection(
             Milestone::Died {
                 detected_at, cause, ..
             } => {
-                let _ = died_tx.send((*detected_at, cause.as_str().to_owned()));
+                let _ = died_tx.send((*detected_at, *cause));
             }
             _ => {}
         });
@@ -146,7 +121,7 @@ async fn detection(
             if entered_rx.recv().await.is_none() {
                 break;
             }
-            let Some(id) = ids.lock().expect("ids").last().cloned() else {
+            let Some(id) = provider.newest_session_id() else {
                 break;
             };
             let t0 = std::time::Instant::now();
@@ -172,7 +147,7 @@ async fn detection(
         futures::join!(run, killer);
     bed.shutdown().await?;
     Ok(Detection {
-        mode: mode.as_str().to_owned(),
+        mode,
         latency_ms,
         kill_call_ms,
         after_kill_returned_ms,
@@ -198,7 +173,7 @@ enum Next {
 /// restored (cookie, localStorage, the account page).
 async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
     use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
-    let (bed, provider, ids) = killable_bed().await?;
+    let (bed, provider) = killable_bed().await?;
     // Entry 1 signs in; then crash, kill, crash, kill, …; the last entry finishes.
     let mut plan: Vec<Next> = (0..samples)
         .flat_map(|_| [Next::CrashPage, Next::AwaitKill, Next::HangPage])
@@ -206,7 +181,8 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
     plan.push(Next::Finish);
     let plan = Arc::new(plan);
     let records: Arc<Mutex<Vec<Replacement>>> = Arc::default();
-    let pending: Arc<Mutex<Replacement>> = Arc::default();
+    // The replacement under way: from a failure's detection to the task re-entered.
+    let pending: Arc<Mutex<Option<Replacement>>> = Arc::default();
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
     let sink = records.clone();
     // When the task broke its page (crash sent, or hung call started), and when outlive saw it.
@@ -232,31 +208,28 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
                             .expect("detections")
                             .push((how, ms(detected_at.saturating_duration_since(at))));
                     }
-                    *p = Replacement {
-                        cause: cause.as_str().to_owned(),
-                        ..Replacement::default()
-                    };
+                    *p = Some(Replacement::after(*cause));
                 }
-                Milestone::Died { cause, .. } => {
-                    *p = Replacement {
-                        cause: cause.as_str().to_owned(),
-                        ..Replacement::default()
-                    };
+                Milestone::Died { cause, .. } => *p = Some(Replacement::after(*cause)),
+                Milestone::PageRecovered { took } | Milestone::Launched { took } => {
+                    if let Some(p) = p.as_mut() {
+                        p.page_or_launch_ms = ms(*took);
+                    }
                 }
-                Milestone::PageRecovered { took } => p.page_or_launch_ms = ms(*took),
-                Milestone::Launched { took } => p.page_or_launch_ms = ms(*took),
                 Milestone::Restored { restore, navigate } => {
-                    p.restore_ms = ms(*restore);
-                    p.navigate_ms = ms(*navigate);
+                    if let Some(p) = p.as_mut() {
+                        p.restore_ms = ms(*restore);
+                        p.navigate_ms = ms(*navigate);
+                    }
                 }
                 Milestone::Entered {
                     attempt,
                     replaced_in,
                     ..
                 } => {
-                    if let Some(r) = replaced_in {
-                        p.replaced_in_ms = ms(*r);
-                        sink.lock().expect("records").push(std::mem::take(&mut *p));
+                    if let (Some(r), Some(mut done)) = (replaced_in, p.take()) {
+                        done.replaced_in_ms = ms(*r);
+                        sink.lock().expect("records").push(done);
                     }
                     let _ = entered_tx.send(*attempt);
                 }
@@ -311,7 +284,7 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
     let killer = async {
         while let Some(attempt) = entered_rx.recv().await {
             if plan.get(attempt as usize - 1) == Some(&Next::AwaitKill) {
-                let id = ids.lock().expect("ids").last().cloned();
+                let id = provider.newest_session_id();
                 if let Some(id) = id {
                     let _ = bed.gateway().kill(&id, DeathMode::Close).await;
                 }
@@ -325,7 +298,7 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
     let of = |page: bool| -> Vec<f64> {
         replacements
             .iter()
-            .filter(|r| r.cause.starts_with("page_") == page)
+            .filter(|r| r.cause.is_page() == page)
             .map(|r| r.replaced_in_ms)
             .collect()
     };

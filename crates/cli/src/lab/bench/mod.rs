@@ -2,13 +2,18 @@
 //! micro-measurements (checkpoint cost against RTT, death-detection latency, replace time).
 //!
 //! Everything runs on 127.0.0.1: an embedded gateway whose sessions die on schedule and an
-//! embedded Aurora Bank. Raw data is returned as serialisable records; the binary writes
-//! them under `docs/measurements/`.
+//! embedded Aurora Bank. Raw data is returned as serialisable records; [`run`] writes them
+//! under an output directory (`docs/measurements/` for the command).
 //!
 //! * [`records`] — the serialisable settings, runs and reports;
 //! * `survival` — the two arms and [`survival()`];
 //! * `micro` — checkpoint cost, detection latency and page recovery: [`micro()`];
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
+
+use std::path::PathBuf;
+
+use super::{create_out, timeline, write_json, write_text};
+use crate::error::Error;
 
 mod micro;
 pub mod records;
@@ -19,3 +24,73 @@ pub use micro::micro;
 pub use records::*;
 pub use summary::{micro_summary, summary, timeline_runs};
 pub use survival::survival;
+
+/// What `outlive bench` measures, and where the results go.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    /// The survival benchmark's settings; `None` skips it.
+    pub survival: Option<SurvivalConfig>,
+    /// The micro-measurements' settings; `None` skips them.
+    pub micro: Option<MicroConfig>,
+    /// The directory for the raw JSON, the timeline and the summary.
+    pub out: PathBuf,
+}
+
+/// How much the micro-measurements sample.
+#[derive(Debug, Clone, Copy)]
+pub struct MicroConfig {
+    /// Checkpoints per RTT setting.
+    pub samples: u32,
+    /// Kills per death mode for the detection latency.
+    pub kills: u32,
+}
+
+/// `outlive bench`: runs what `plan` asks for, printing progress, and writes
+/// `survival.json` and `timeline.svg`, `micro.json`, and `summary.txt` (or
+/// `micro-summary.txt` without the survival benchmark) under `plan.out`.
+///
+/// # Errors
+///
+/// Whatever [`survival()`] or [`micro()`] report, and [`ErrorKind::Write`] if the output
+/// directory or a result cannot be written.
+///
+/// [`ErrorKind::Write`]: crate::ErrorKind::Write
+pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
+    let out = &plan.out;
+    create_out(out)?;
+    let survival_report = match &plan.survival {
+        Some(config) => {
+            println!(
+                "survival: {} tasks per arm, lifetime {:?}; this takes a few minutes",
+                config.tasks, config.lifetime
+            );
+            let report = survival(config, |r| println!("  {r}")).await?;
+            write_json(out, "survival.json", &report)?;
+            write_text(
+                out,
+                "timeline.svg",
+                &timeline::render(&timeline_runs(&report)),
+            )?;
+            Some(report)
+        }
+        None => None,
+    };
+    let micro_report = match plan.micro {
+        Some(MicroConfig { samples, kills }) => {
+            println!(
+                "micro: checkpoint cost at RTT 0/20/50 ms, detection latency per death mode, page recovery against a relaunch"
+            );
+            let report = micro(samples, kills).await?;
+            write_json(out, "micro.json", &report)?;
+            Some(report)
+        }
+        None => None,
+    };
+    let (name, text) = match (&survival_report, &micro_report) {
+        (Some(s), m) => ("summary.txt", summary(s, m.as_ref())),
+        (None, Some(m)) => ("micro-summary.txt", micro_summary(m)),
+        (None, None) => return Ok(()),
+    };
+    println!("\n{text}");
+    write_text(out, name, &text)
+}

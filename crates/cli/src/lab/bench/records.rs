@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{Outcome, WideEvent};
+use outlive::{DeathCause, Outcome, WideEvent};
 use serde::Serialize;
 
 /// Which arm a run belongs to.
@@ -64,6 +64,15 @@ fn death_name<S: serde::Serializer>(d: &DeathMode, s: S) -> Result<S::Ok, S::Err
     s.serialize_str(d.as_str())
 }
 
+/// A cause by its stable name (`closed`, `page_crashed`, …), as outlive logs it.
+fn cause_name<S: serde::Serializer>(c: &DeathCause, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.as_str())
+}
+
+fn cause_names<S: serde::Serializer>(cs: &[DeathCause], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(cs.iter().map(|c| c.as_str()))
+}
+
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -75,7 +84,8 @@ pub struct DeathRecord {
     /// When it was detected, ms since the run started.
     pub at_ms: f64,
     /// What gave it away.
-    pub cause: String,
+    #[serde(serialize_with = "cause_name")]
+    pub cause: DeathCause,
     /// Work lost, by the wide event's definition.
     pub lost_work_ms: f64,
 }
@@ -188,7 +198,8 @@ pub struct CheckpointCost {
 #[serde(rename_all = "camelCase")]
 pub struct Detection {
     /// How the gateway killed the session.
-    pub mode: String,
+    #[serde(serialize_with = "death_name")]
+    pub mode: DeathMode,
     /// From the gateway's kill call to outlive's detection, per kill.
     pub latency_ms: Vec<f64>,
     /// How long the gateway's kill call itself took (Chromium killed, then the client told).
@@ -198,16 +209,18 @@ pub struct Detection {
     /// bounds the latency from the cut itself.
     pub after_kill_returned_ms: Vec<f64>,
     /// What outlive saw.
-    pub causes: Vec<String>,
+    #[serde(serialize_with = "cause_names")]
+    pub causes: Vec<DeathCause>,
 }
 
 /// One replacement: from the failure's detection to the task re-entered with the checkpoint
 /// restored.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Replacement {
-    /// `page_crashed` (a fresh page in the same browser) or a browser death's cause.
-    pub cause: String,
+    /// A page failure (a fresh page in the same browser) or a browser death.
+    #[serde(serialize_with = "cause_name")]
+    pub cause: DeathCause,
     /// Detection → re-entered (`Entered.replaced_in`).
     pub replaced_in_ms: f64,
     /// Detection → fresh page open (page recovery) or launch time (relaunch).
@@ -216,6 +229,19 @@ pub struct Replacement {
     pub restore_ms: f64,
     /// The resume navigation.
     pub navigate_ms: f64,
+}
+
+impl Replacement {
+    /// A replacement after a failure of `cause`, its times still to come.
+    pub fn after(cause: DeathCause) -> Self {
+        Replacement {
+            cause,
+            replaced_in_ms: 0.0,
+            page_or_launch_ms: 0.0,
+            restore_ms: 0.0,
+            navigate_ms: 0.0,
+        }
+    }
 }
 
 /// Page recovery against a full relaunch, alternating in one run on one gateway.

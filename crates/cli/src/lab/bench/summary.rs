@@ -28,7 +28,7 @@ pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::lab::timeline::Timel
                 Arm::Outlive
             },
             total_ms: to_ms(r.total_ms),
-            outcome: r.outcome.as_str().to_owned(),
+            outcome: r.outcome,
             sessions: r
                 .sessions_ms
                 .iter()
@@ -100,25 +100,19 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         "  lost work       median {:.0} ms per run, worst single death {worst} ms",
         median(&lost)
     );
-    let replaced: Vec<f64> = arm(ArmKind::Outlive)
-        .flat_map(|r| r.replacements.iter().map(|x| x.replaced_in_ms))
-        .collect();
-    let launch: Vec<f64> = arm(ArmKind::Outlive)
-        .flat_map(|r| r.replacements.iter().map(|x| x.launch_ms))
-        .collect();
-    let restore: Vec<f64> = arm(ArmKind::Outlive)
-        .flat_map(|r| r.replacements.iter().map(|x| x.restore_ms))
-        .collect();
-    let navigate: Vec<f64> = arm(ArmKind::Outlive)
-        .flat_map(|r| r.replacements.iter().map(|x| x.navigate_ms))
-        .collect();
+    let replacements = |f: fn(&ReplaceRecord) -> f64| -> Vec<f64> {
+        arm(ArmKind::Outlive)
+            .flat_map(|r| r.replacements.iter().map(f))
+            .collect()
+    };
+    let replaced = replacements(|x| x.replaced_in_ms);
     let _ = writeln!(
         out,
         "  replace time    median {:.0} ms (launch {:.0} + restore {:.0} + navigate {:.0}), n={}",
         median(&replaced),
-        median(&launch),
-        median(&restore),
-        median(&navigate),
+        median(&replacements(|x| x.launch_ms)),
+        median(&replacements(|x| x.restore_ms)),
+        median(&replacements(|x| x.navigate_ms)),
         replaced.len()
     );
     let cps: Vec<f64> = arm(ArmKind::Outlive)
@@ -191,7 +185,7 @@ pub fn micro_summary(m: &MicroReport) -> String {
             median(
                 &r.replacements
                     .iter()
-                    .filter(|x| x.cause.starts_with("page_") == page)
+                    .filter(|x| x.cause.is_page() == page)
                     .map(f)
                     .collect::<Vec<_>>(),
             )
@@ -208,14 +202,8 @@ pub fn micro_summary(m: &MicroReport) -> String {
             part(false, |x| x.restore_ms),
             part(false, |x| x.navigate_ms),
             r.ratio,
-            r.replacements
-                .iter()
-                .filter(|x| x.cause.starts_with("page_"))
-                .count(),
-            r.replacements
-                .iter()
-                .filter(|x| !x.cause.starts_with("page_"))
-                .count(),
+            r.replacements.iter().filter(|x| x.cause.is_page()).count(),
+            r.replacements.iter().filter(|x| !x.cause.is_page()).count(),
         );
         let _ = writeln!(
             out,
@@ -231,11 +219,11 @@ pub fn micro_summary(m: &MicroReport) -> String {
             let _ = writeln!(
                 out,
                 "  detection {:>8}: median {:.0} ms after the kill call began (the call took {:.0} ms; {:+.1} ms after it returned), causes {:?}",
-                d.mode,
+                d.mode.as_str(),
                 median(&d.latency_ms),
                 median(&d.kill_call_ms),
                 median(&d.after_kill_returned_ms),
-                d.causes
+                d.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>()
             );
         }
     }

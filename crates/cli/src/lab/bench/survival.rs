@@ -70,7 +70,7 @@ impl Recorder {
                 }
                 self.deaths.push(DeathRecord {
                     at_ms: at,
-                    cause: cause.as_str().to_owned(),
+                    cause: *cause,
                     lost_work_ms: ms(*lost_work),
                 });
             }
