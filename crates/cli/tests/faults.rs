@@ -13,7 +13,8 @@ use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{Milestone, Outcome, WideEvent};
 use support::{
-    Site, Tracked, assert_gateway_clean, fault_gateway as gateway, milestones, quiet, run_instant,
+    Site, Tracked, assert_gateway_clean, fault_bed, fault_gateway as gateway, finish_clean,
+    milestones, quiet, run_instant,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +70,7 @@ async fn death_during_restore() {
 
     // Kill the second browser ~1.5 round trips into its restore (which takes at least six).
     let killer = {
-        let (provider, gw) = (provider.clone(), &gw);
+        let (provider, gw) = (&provider, &gw);
         async move {
             let mut launched = 0;
             let mut died_before_entry = false;
@@ -150,19 +151,13 @@ async fn death_during_restore() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn death_during_the_resume_navigation() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     let site = Site::start().await;
-    let provider = Arc::new(Tracked::new(&gw, 0));
     let (on_milestone, mut rx) = milestones();
 
     // The second load of /slow is the resume navigation; it is held, and the browser killed.
     let killer = {
-        let (provider, slow_hit, hits) = (
-            provider.clone(),
-            site.slow_hit.clone(),
-            site.slow_hits.clone(),
-        );
-        let gw = &gw;
+        let (gw, provider, slow_hit, hits) = (&gw, &provider, &site.slow_hit, &site.slow_hits);
         async move {
             loop {
                 let notified = slow_hit.notified();
@@ -182,7 +177,7 @@ async fn death_during_the_resume_navigation() {
         }
     };
     let run = outlive::outlive_with_event(
-        &*provider,
+        &provider,
         |page, ctx| {
             let (gw, site, provider) = (&gw, &site, &provider);
             async move {
@@ -212,14 +207,13 @@ async fn death_during_the_resume_navigation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_deaths_in_quick_succession() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     let site = Site::start().await;
-    let provider = Arc::new(Tracked::new(&gw, 0));
     let (on_milestone, mut rx) = milestones();
     // The task kills its first browser; the replacement (launched during the grace) is
     // killed the moment it is connected, well within a second of the first death.
     let killer = {
-        let (provider, gw) = (provider.clone(), &gw);
+        let (provider, gw) = (&provider, &gw);
         async move {
             let mut deaths = Vec::new();
             let mut launched = 0;
@@ -240,7 +234,7 @@ async fn two_deaths_in_quick_succession() {
     };
     let done = AtomicU32::new(0);
     let run = outlive::outlive(
-        &*provider,
+        &provider,
         |page, ctx| {
             let (gw, site, provider, done) = (&gw, &site, &provider, &done);
             async move {
@@ -270,28 +264,24 @@ async fn two_deaths_in_quick_succession() {
     let apart = deaths[1] - deaths[0];
     eprintln!("the two deaths were {apart:?} apart");
     assert!(apart < Duration::from_secs(5), "deaths {apart:?} apart");
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_on_arrival_within_the_budget_completes() {
-    let gw = gateway(Duration::ZERO).await;
-    let provider = Tracked::new(&gw, 3);
+    let (gw, provider) = fault_bed(3).await;
     let (result, e) = run_instant(&provider, (), quiet().max_relaunches(5)).await;
     result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts, e.release_failed),
         (Outcome::Completed, 3, 1, 0)
     );
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
-    let gw = gateway(Duration::ZERO).await;
-    let provider = Tracked::new(&gw, 100);
+    let (gw, provider) = fault_bed(100).await;
     let (result, e) = run_instant(&provider, (), quiet().max_relaunches(3)).await;
     let err = result.unwrap_err();
     assert_eq!(err.outlive().unwrap().kind(), outlive::ErrorKind::GaveUp);
@@ -309,14 +299,12 @@ async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
         "last cause in the event: {error}"
     );
     assert_eq!(provider.launches.load(Ordering::SeqCst), 4);
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_error_racing_a_death_is_the_deaths() {
-    let gw = gateway(Duration::ZERO).await;
-    let provider = Tracked::new(&gw, 0);
+    let (gw, provider) = fault_bed(0).await;
     let out = outlive::outlive(
         &provider,
         |_page, ctx| {
@@ -335,14 +323,12 @@ async fn a_task_error_racing_a_death_is_the_deaths() {
     )
     .await;
     assert_eq!(out.unwrap(), 2);
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_releases_the_session() {
-    let gw = gateway(Duration::ZERO).await;
-    let provider = Tracked::new(&gw, 0);
+    let (gw, provider) = fault_bed(0).await;
     // A panic propagates, so the event is only seen through `on_event`.
     let event = Arc::new(Mutex::new(None));
     let slot = event.clone();
@@ -366,8 +352,7 @@ async fn a_panic_releases_the_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_run_releases_the_session() {
-    let gw = gateway(Duration::ZERO).await;
-    let provider = Tracked::new(&gw, 0);
+    let (gw, provider) = fault_bed(0).await;
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let entered_tx = Mutex::new(Some(entered_tx));
     let run = outlive::outlive(
@@ -399,9 +384,9 @@ async fn dropping_the_run_releases_the_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_creation_failing_with_503_then_succeeding() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     gw.fail_creates(3, 503).unwrap();
-    let provider = Tracked::new(&gw, 0);
+
     let (result, e) = run_instant(&provider, (), quiet()).await;
     result.unwrap();
     assert_eq!((e.outcome, e.attempts), (Outcome::Completed, 1));
@@ -410,31 +395,29 @@ async fn session_creation_failing_with_503_then_succeeding() {
         "the failed launches were retried after the backoff"
     );
     assert_eq!(gw.fault_counters().creates_faulted, 3);
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_creation_refused_429_concurrency_limit() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     gw.fail_creates(2, 429).unwrap();
-    let provider = Tracked::new(&gw, 0);
+
     let (result, e) = run_instant(&provider, (), quiet()).await;
     result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts),
         (Outcome::Completed, 2, 1)
     );
-    assert_gateway_clean(&gw).await;
-    gw.shutdown().await.unwrap();
+    finish_clean(gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_answering_500_is_counted_and_nothing_else_is_affected() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     gw.fail_deletes(None, gateway::DeleteFault::Status(500))
         .unwrap();
-    let provider = Tracked::new(&gw, 0);
+
     let (result, e) = run_instant(&provider, 7, quiet()).await;
     let v = result.unwrap();
     assert_eq!(v, 7);
@@ -449,9 +432,9 @@ async fn a_release_answering_500_is_counted_and_nothing_else_is_affected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_release_is_bounded() {
-    let gw = gateway(Duration::ZERO).await;
+    let (gw, provider) = fault_bed(0).await;
     gw.fail_deletes(None, gateway::DeleteFault::Hang).unwrap();
-    let provider = Tracked::new(&gw, 0);
+
     let started = tokio::time::Instant::now();
     let (result, e) = run_instant(
         &provider,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::{Options, Outcome, RunError, WideEvent, outlive};
-use support::{Kill, Killable, Profiles, Site, text};
+use support::{Kill, Profiles, Site, text};
 
 fn capture_event() -> (
     Arc<Mutex<Option<WideEvent>>>,
@@ -28,9 +28,7 @@ fn quiet_options() -> Options {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_needing_three_browsers_completes() {
-    let site = Site::start().await;
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (site, profiles, provider) = support::start().await;
     let (event, on_event) = capture_event();
     let done = AtomicU32::new(0); // progress lives in the caller's scope
 
@@ -80,8 +78,7 @@ async fn a_task_needing_three_browsers_completes() {
 async fn cookies_local_storage_of_two_origins_and_url_survive() {
     let a = Site::start().await;
     let b = Site::start().await;
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let b_hits_at_death = AtomicU32::new(0);
     let seen = Mutex::new(None::<(String, String, String, String, String)>);
 
@@ -163,9 +160,7 @@ async fn cookies_local_storage_of_two_origins_and_url_survive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_death_before_the_first_checkpoint_reenters_without_resumed_from() {
-    let site = Site::start().await;
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (site, profiles, provider) = support::start().await;
     let entries = Mutex::new(Vec::new());
 
     outlive(
@@ -203,9 +198,7 @@ async fn a_death_before_the_first_checkpoint_reenters_without_resumed_from() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_finishes_within_the_grace_is_not_reentered() {
-    let site = Site::start().await;
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (site, profiles, provider) = support::start().await;
     let (event, on_event) = capture_event();
 
     let out = outlive(
@@ -239,8 +232,7 @@ async fn a_task_that_finishes_within_the_grace_is_not_reentered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_working_past_the_grace_is_dropped_and_reentered() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let ticks = Arc::new(AtomicU32::new(0));
 
     let frozen = outlive(
@@ -274,8 +266,7 @@ async fn a_task_working_past_the_grace_is_dropped_and_reentered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_deaths_give_up_and_release_everything() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let (event, on_event) = capture_event();
 
     let err = outlive(
@@ -319,8 +310,7 @@ impl std::fmt::Display for MyError {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_error_with_a_live_browser_comes_back_unchanged() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let (event, on_event) = capture_event();
     let calls = AtomicU32::new(0);
 
@@ -346,8 +336,7 @@ async fn a_task_error_with_a_live_browser_comes_back_unchanged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_the_task_propagates_and_leaves_no_browser() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let (event, on_event) = capture_event();
     let options = quiet_options().on_event(on_event);
 
@@ -369,8 +358,7 @@ async fn a_panic_in_the_task_propagates_and_leaves_no_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_run_releases_every_browser() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (profiles, provider) = support::browsers();
     let (event, on_event) = capture_event();
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let entered_tx = Mutex::new(Some(entered_tx));
@@ -397,8 +385,7 @@ async fn dropping_the_run_releases_every_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_options_fail_before_any_browser_starts() {
-    let profiles = Profiles::new();
-    let provider = Killable::new(&profiles.path());
+    let (_profiles, provider) = support::browsers();
     for options in [
         Options::new().checkpoint_every(Duration::ZERO),
         Options::new().navigation_timeout(Duration::ZERO),

@@ -191,6 +191,20 @@ pub async fn fault_gateway(rtt: Duration) -> gateway::Gateway {
     .unwrap()
 }
 
+/// A [`fault_gateway`] without added RTT, and a [`Tracked`] provider on it whose first
+/// `doa_first` sessions are dead on arrival.
+pub async fn fault_bed(doa_first: u32) -> (gateway::Gateway, Tracked) {
+    let gw = fault_gateway(Duration::ZERO).await;
+    let provider = Tracked::new(&gw, doa_first);
+    (gw, provider)
+}
+
+/// Waits until the gateway is clean (see [`assert_gateway_clean`]), then shuts it down.
+pub async fn finish_clean(gw: gateway::Gateway) {
+    assert_gateway_clean(&gw).await;
+    gw.shutdown().await.unwrap();
+}
+
 /// Options without automatic checkpoints and with a short relaunch backoff.
 pub fn quiet() -> Options {
     Options::new()

@@ -406,9 +406,15 @@ async fn proxy(listener: tokio::net::TcpListener, upstream: String, close: onesh
 /// What most tests start with: the site, a profile directory, and a provider of killable
 /// browsers whose profiles go there.
 pub async fn start() -> (Site, Profiles, Killable) {
+    let (profiles, provider) = browsers();
+    (Site::start().await, profiles, provider)
+}
+
+/// A profile directory, and a provider of killable browsers whose profiles go there.
+pub fn browsers() -> (Profiles, Killable) {
     let profiles = Profiles::new();
     let provider = Killable::new(&profiles.path());
-    (Site::start().await, profiles, provider)
+    (profiles, provider)
 }
 
 /// A temp directory for Chromium profiles, and the leak check.
