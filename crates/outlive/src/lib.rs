@@ -2,7 +2,7 @@
 //!
 //! Cloud browser sessions end on their own schedule (Solari's after about ten minutes,
 //! quietly, while its control plane still says "active"). [`outlive()`] runs your async task
-//! against a Chromium [`Page`], checkpoints cookies + localStorage + URL, notices the death
+//! against a Chromium [`Page`], checkpoints cookies, Web Storage, IndexedDB and the URL, notices the death
 //! from the connection, launches a new browser through a [`Provider`], restores the
 //! checkpoint, and calls the task again with [`Ctx::attempt`] and [`Ctx::resumed_from`] so it
 //! can skip what it already did. When only the task's page fails (its renderer crashed,
@@ -41,11 +41,13 @@
 //!
 //! # What survives a relaunch
 //!
-//! Cookies (HttpOnly included), localStorage of every origin the task had open at any
-//! checkpoint, and the top frame's URL. Nothing else: not the DOM, not in-page JavaScript
-//! state, not a half-filled form, not sessionStorage or IndexedDB, not the task's own local
-//! variables. State kept in the caller's scope, outside the task closure, is yours and
-//! survives.
+//! Cookies (HttpOnly and CHIPS-partitioned ones included); localStorage, sessionStorage and
+//! IndexedDB of every origin the task had open at any checkpoint — a cross-site iframe's in
+//! its own storage partition; and the top frame's URL. IndexedDB values keep their types
+//! (`Date`, typed arrays, `Map`, `Set`, `Blob`, …); what cannot be carried is counted in
+//! [`WideEvent::state_left_out`]. Nothing else: not the DOM, not in-page JavaScript state,
+//! not a half-filled form, not service workers, not the task's own local variables. State
+//! kept in the caller's scope, outside the task closure, is yours and survives.
 //!
 //! # How a run ends
 //!
@@ -76,7 +78,8 @@
 //! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
 //!   detects a death first (close frame, reset, silent connection, process exit) and watches
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
-//! * `checkpoint` — capturing cookies + localStorage + URL and restoring them.
+//! * `checkpoint` — capturing cookies, Web Storage, IndexedDB and the URL from every frame,
+//!   and restoring them (page script in `js/`).
 //! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
 //!   entry, after a failure (a fresh page or a relaunch); the accounting.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].

@@ -49,7 +49,8 @@
         try {
           const names = spec.stores.map((s) => s.name);
           if (names.length) {
-            const tx = db.transaction(names, 'readwrite');
+            // Relaxed: no flush to disk per transaction (a browser that dies takes it all anyway).
+            const tx = db.transaction(names, 'readwrite', { durability: 'relaxed' });
             const done = new Promise((resolve, reject) => {
               tx.oncomplete = resolve;
               tx.onabort = () => reject(tx.error);
