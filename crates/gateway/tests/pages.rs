@@ -246,8 +246,7 @@ async fn bad_page_fault_metadata_and_config_are_refused() {
         let message = body["error"].as_str().expect("a message");
         assert!(message.contains(key), "{metadata}: {message}");
     }
-    assert_eq!(gw.census(), (0, 0, 0));
-    gw.finish().await;
+    gw.finish_idle().await;
 
     for config in [
         Config::new().page_fault(PageFault::Crash, Duration::ZERO),

@@ -125,6 +125,13 @@ impl TestGateway {
         assert_eq!(status, Status::default(), "left behind after shutdown");
     }
 
+    /// Asserts the gateway holds no session and runs no Chromium before it is stopped (every
+    /// session the test made was released, or never started), then [`finish`](Self::finish)es.
+    pub async fn finish_idle(self) {
+        assert_eq!(self.census(), (0, 0, 0), "left behind before shutdown");
+        self.finish().await;
+    }
+
     /// Hands the gateway over to a test that stops it itself (or drops it) on purpose.
     pub fn into_inner(mut self) -> Gateway {
         self.gw.take().expect("not finished")
