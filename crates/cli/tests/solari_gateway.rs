@@ -77,24 +77,21 @@ async fn completes_in(death: DeathMode, doa: f64) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completes_when_sessions_die_by_close_frame() {
-    completes_in(DeathMode::Close, 0.0).await;
+/// One test per way of dying, each a [`completes_in`] run.
+macro_rules! completes_in_each {
+    ($($name:ident: $death:expr, doa $doa:expr;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            completes_in($death, $doa).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completes_when_sessions_die_by_tcp_reset() {
-    completes_in(DeathMode::Reset, 0.0).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completes_when_sessions_go_silent() {
-    completes_in(DeathMode::Silence, 0.0).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completes_when_browsers_arrive_dead() {
-    completes_in(DeathMode::Mixed, 0.3).await;
+completes_in_each! {
+    completes_when_sessions_die_by_close_frame: DeathMode::Close, doa 0.0;
+    completes_when_sessions_die_by_tcp_reset: DeathMode::Reset, doa 0.0;
+    completes_when_sessions_go_silent: DeathMode::Silence, doa 0.0;
+    completes_when_browsers_arrive_dead: DeathMode::Mixed, doa 0.3;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
