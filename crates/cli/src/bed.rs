@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::TryFutureExt;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{BoxFuture, CdpEndpoint, Provider, Session, Solari};
+use outlive::{BoxFuture, CdpEndpoint, LocalChromium, Provider, Session, Solari};
 
 use crate::bank::BankTask;
 use crate::error::{Error, ErrorKind};
@@ -136,4 +136,53 @@ pub fn session_id(endpoint: &outlive::CdpEndpoint) -> Option<&str> {
         .split("/cdp/")
         .nth(1)
         .and_then(|rest| rest.split('?').next())
+}
+
+/// `LocalChromium`, remembering the pid of each browser it starts, so a death can be dealt
+/// by signal.
+pub struct LocalPids {
+    chromium: LocalChromium,
+    pids: Mutex<Vec<u32>>,
+}
+
+impl LocalPids {
+    /// Local Chromium as `LocalChromium::new()` finds it.
+    pub fn new() -> Self {
+        LocalPids {
+            chromium: LocalChromium::new(),
+            pids: Mutex::default(),
+        }
+    }
+
+    /// The pid of every browser started so far, oldest first.
+    pub fn pids(&self) -> Vec<u32> {
+        self.pids.lock().expect("pids").clone()
+    }
+
+    /// Sends `signal` to the newest browser.
+    pub fn signal_newest(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self.pids().last() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), signal);
+        }
+    }
+}
+
+impl Default for LocalPids {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Provider for LocalPids {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let browser = self.chromium.start().await?;
+            self.pids.lock().expect("pids").push(browser.pid());
+            Ok(Box::new(browser) as Box<dyn Session>)
+        })
+    }
 }

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use aurora::twosite::{self, Report, TwoSite};
 use gateway::DeathMode;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use outlive::chromiumoxide::Page;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{BoxFuture, LocalChromium, Options, Outcome, Provider, Session, WideEvent};
+use outlive::{BoxFuture, Options, Outcome, Provider, WideEvent};
+use outlive_cli::bed::LocalPids;
 
 /// A record the codec cannot carry (an `ImageData`), beside one it can, in a database of
 /// its own: the checkpoint must count the one left out.
@@ -186,35 +186,12 @@ async fn solari_silence() {
 
 // ---- Local provider --------------------------------------------------------------------------
 
-/// `LocalChromium`, remembering the pid of each browser it starts.
-struct Local {
-    chromium: LocalChromium,
-    pids: Mutex<Vec<u32>>,
-}
-
-impl Provider for Local {
-    fn name(&self) -> &str {
-        "local"
-    }
-
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let browser = self.chromium.start().await?;
-            self.pids.lock().unwrap().push(browser.pid());
-            Ok(Box::new(browser) as Box<dyn Session>)
-        })
-    }
-}
-
 /// The local deaths: `Close` ends Chromium with SIGTERM (it closes its sockets), `Reset`
 /// with SIGKILL, `Silence` freezes it with SIGSTOP (the connection stays open and says
 /// nothing; outlive's release kills it).
 async fn on_local(mode: DeathMode) {
     let site = twosite::spawn().await.unwrap();
-    let provider = Arc::new(Local {
-        chromium: LocalChromium::new(),
-        pids: Mutex::default(),
-    });
+    let provider = Arc::new(LocalPids::new());
     let signal = match mode {
         DeathMode::Close => Signal::SIGTERM,
         DeathMode::Reset => Signal::SIGKILL,
@@ -223,15 +200,13 @@ async fn on_local(mode: DeathMode) {
     let kill: Kill = {
         let provider = provider.clone();
         Arc::new(move || {
-            let pid = *provider.pids.lock().unwrap().last().expect("a browser");
-            Box::pin(async move {
-                kill(Pid::from_raw(pid as i32), signal).expect("the browser is ours to signal");
-            })
+            provider.signal_newest(signal);
+            Box::pin(async {})
         })
     };
     let event = run(provider.as_ref(), &site, kill).await;
     assert_eq!(event.release_failed, 0);
-    for pid in provider.pids.lock().unwrap().iter() {
+    for pid in provider.pids() {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
             && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .unwrap_or_default()

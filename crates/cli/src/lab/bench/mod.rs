@@ -17,6 +17,7 @@ use crate::error::Error;
 
 mod micro;
 pub mod records;
+pub mod storage;
 mod summary;
 mod survival;
 
@@ -82,6 +83,14 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
             );
             let report = micro(samples, kills).await?;
             write_json(out, "micro.json", &report)?;
+            println!(
+                "storage: checkpoints with 1 MiB of unchanged localStorage (and 1000 IndexedDB records) against a small one, restore of both"
+            );
+            let stored = storage::storage(samples).await?;
+            write_json(out, "storage.json", &stored)?;
+            let text = storage::storage_summary(&stored);
+            println!("\n{text}");
+            write_text(out, "storage-summary.txt", &text)?;
             Some(report)
         }
         None => None,

@@ -1,0 +1,288 @@
+//! What client-side state costs a checkpoint and a restore: a checkpoint with 1 MiB of
+//! unchanged localStorage (alone, and beside a 1 000-record IndexedDB store) against a small
+//! one, at several RTTs through the gateway; and the restore of 1 MiB localStorage plus the
+//! 1 000 IndexedDB records into a fresh local Chromium.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outlive::chromiumoxide::Page;
+use outlive::chromiumoxide::error::CdpError;
+use outlive::{Milestone, Options};
+use serde::Serialize;
+
+use super::records::ms;
+use crate::bed::{LocalPids, TestBed};
+use crate::error::{Error, ErrorKind};
+use crate::stats::median;
+
+/// 16 localStorage items of 64 KiB characters: 1 MiB.
+const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorage.setItem('blob' + i, String(i % 10).repeat(65536)); return true; })()";
+/// One 100-character item: the small checkpoint.
+const SEED_SMALL: &str =
+    "(() => { localStorage.setItem('pref', 'x'.repeat(100)); return true; })()";
+/// A 1 000-record object store (an index, a Date, an array and numbers in each record).
+const SEED_IDB_1000: &str = r#"new Promise((resolve, reject) => {
+  const r = indexedDB.open('bench', 1);
+  r.onupgradeneeded = () => r.result.createObjectStore('records', { keyPath: 'id' }).createIndex('byTag', 'tag');
+  r.onerror = () => reject(r.error);
+  r.onsuccess = () => {
+    const tx = r.result.transaction('records', 'readwrite');
+    const st = tx.objectStore('records');
+    for (let i = 0; i < 1000; i++) st.put({ id: i, tag: 't' + (i % 7), name: 'record number ' + i, at: new Date(1700000000000 + i), tags: ['a', 'b'], n: i * 1.5 });
+    tx.oncomplete = () => { r.result.close(); resolve(true); };
+  };
+})"#;
+
+/// The state a case seeds.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Seed {
+    /// One 100-character localStorage item.
+    Small,
+    /// 1 MiB of localStorage.
+    Local1MiB,
+    /// 1 MiB of localStorage and a 1 000-record IndexedDB store.
+    Local1MiBIdb1000,
+}
+
+impl Seed {
+    fn scripts(self) -> &'static [&'static str] {
+        match self {
+            Seed::Small => &[SEED_SMALL],
+            Seed::Local1MiB => &[SEED_LOCAL_1MIB],
+            Seed::Local1MiBIdb1000 => &[SEED_LOCAL_1MIB, SEED_IDB_1000],
+        }
+    }
+}
+
+/// Checkpoints of one seeded page at one RTT.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaptureCase {
+    /// The RTT the gateway adds per message.
+    pub added_rtt_ms: f64,
+    /// The round trip as measured from the task (`Runtime.evaluate("1")`), median.
+    pub measured_rtt_ms: f64,
+    /// What the page holds.
+    pub seed: Seed,
+    /// The first checkpoint: everything crosses the wire.
+    pub first_ms: f64,
+    /// Later checkpoints, storage unchanged: median.
+    pub unchanged_median_ms: f64,
+    /// The issue's target for them: 1.5 × measured RTT + 5 ms.
+    pub target_ms: f64,
+    /// Size of the checkpoint.
+    pub bytes: usize,
+    /// Every unchanged checkpoint, in order.
+    pub unchanged_ms: Vec<f64>,
+}
+
+/// Restores of 1 MiB localStorage + 1 000 IndexedDB records into a fresh local Chromium.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreCase {
+    /// Cookies and storage put in place (`Milestone::Restored::restore`), median.
+    pub restore_median_ms: f64,
+    /// The navigation to the checkpoint URL after it, median.
+    pub navigate_median_ms: f64,
+    /// Size of the checkpoint restored.
+    pub bytes: usize,
+    /// Every restore, in order.
+    pub restore_ms: Vec<f64>,
+}
+
+/// Everything `storage()` measured.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageReport {
+    /// Checkpoint cost per RTT and seed.
+    pub captures: Vec<CaptureCase>,
+    /// Restore cost.
+    pub restore: RestoreCase,
+}
+
+async fn seed(page: &Page, seed: Seed) -> Result<(), CdpError> {
+    for script in seed.scripts() {
+        let _: bool = page.evaluate_expression(*script).await?.into_value()?;
+    }
+    Ok(())
+}
+
+fn bank_error(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with(
+        ErrorKind::Bank,
+        Box::new(e) as Box<dyn std::error::Error + Send + Sync>,
+    )
+}
+
+/// One capture case: `samples` unchanged checkpoints of a page seeded with `what`, through
+/// the gateway with `added_rtt`.
+pub async fn capture_case(
+    added_rtt: Duration,
+    what: Seed,
+    samples: u32,
+) -> Result<CaptureCase, Error> {
+    let bed = TestBed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(600))
+            .jitter(Duration::ZERO)
+            .rtt(added_rtt),
+    )
+    .await?;
+    let provider = bed.provider();
+    let costs: Arc<Mutex<Vec<(f64, usize)>>> = Arc::default();
+    let sink = costs.clone();
+    let url = bed.bank().url("/login");
+    let result = outlive::outlive(
+        &provider,
+        |page, ctx| {
+            let (url, costs) = (url.clone(), costs.clone());
+            async move {
+                page.goto(url).await?;
+                seed(&page, what).await?;
+                let mut rtts = Vec::new();
+                for _ in 0..samples {
+                    let t = Instant::now();
+                    page.evaluate_expression("1").await?;
+                    rtts.push(ms(t.elapsed()));
+                }
+                costs.lock().expect("costs").clear();
+                for _ in 0..=samples {
+                    ctx.checkpoint().await;
+                }
+                Ok::<_, CdpError>(median(&rtts))
+            }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_secs(3600))
+            .on_milestone(move |m| {
+                if let Milestone::Checkpointed { took, bytes } = m {
+                    sink.lock().expect("costs").push((ms(*took), *bytes));
+                }
+            }),
+    )
+    .await;
+    bed.shutdown().await?;
+    let measured_rtt_ms = result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
+    let costs = costs.lock().expect("costs").clone();
+    let (first, unchanged) = costs
+        .split_first()
+        .ok_or_else(|| Error::new(ErrorKind::Run))?;
+    let unchanged_ms: Vec<f64> = unchanged.iter().map(|c| c.0).collect();
+    Ok(CaptureCase {
+        added_rtt_ms: ms(added_rtt),
+        measured_rtt_ms,
+        seed: what,
+        first_ms: first.0,
+        unchanged_median_ms: median(&unchanged_ms),
+        target_ms: 1.5 * measured_rtt_ms + 5.0,
+        bytes: first.1,
+        unchanged_ms,
+    })
+}
+
+/// `samples` restores of [`Seed::Local1MiBIdb1000`] into a fresh local Chromium.
+pub async fn restore_case(samples: u32) -> Result<RestoreCase, Error> {
+    let bank = aurora::spawn(aurora::Config::new())
+        .await
+        .map_err(bank_error)?;
+    let provider = Arc::new(LocalPids::new());
+    let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
+    let bytes = Arc::new(Mutex::new(0usize));
+    let (sink, size) = (restores.clone(), bytes.clone());
+    let url = bank.url("/login");
+    let killer = provider.clone();
+    let result = outlive::outlive(
+        provider.as_ref(),
+        |page, ctx| {
+            let (url, killer) = (url.clone(), killer.clone());
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(url).await?;
+                    seed(&page, Seed::Local1MiBIdb1000).await?;
+                    ctx.checkpoint().await;
+                }
+                if ctx.attempt() > samples {
+                    return Ok::<_, CdpError>(());
+                }
+                killer.signal_newest(nix::sys::signal::Signal::SIGKILL);
+                loop {
+                    page.evaluate_expression("1").await?;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_secs(3600))
+            .max_relaunches(samples + 2)
+            .relaunch_backoff(Duration::from_millis(100))
+            .on_milestone(move |m| match m {
+                Milestone::Restored { restore, navigate } => {
+                    sink.lock()
+                        .expect("restores")
+                        .push((ms(*restore), ms(*navigate)));
+                }
+                Milestone::Checkpointed { bytes, .. } => *size.lock().expect("bytes") = *bytes,
+                _ => {}
+            }),
+    )
+    .await;
+    bank.shutdown().await.map_err(bank_error)?;
+    result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
+    let restores = restores.lock().expect("restores").clone();
+    let restore_ms: Vec<f64> = restores.iter().map(|r| r.0).collect();
+    let navigate: Vec<f64> = restores.iter().map(|r| r.1).collect();
+    let bytes = *bytes.lock().expect("bytes");
+    Ok(RestoreCase {
+        restore_median_ms: median(&restore_ms),
+        navigate_median_ms: median(&navigate),
+        bytes,
+        restore_ms,
+    })
+}
+
+/// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
+/// unchanged checkpoints each), and `samples` restores on local Chromium.
+///
+/// # Errors
+///
+/// [`ErrorKind::Gateway`], [`ErrorKind::Bank`] if the test bed does not start,
+/// [`ErrorKind::Run`] if a measured run fails.
+pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
+    let mut captures = Vec::new();
+    for rtt in [Duration::ZERO, Duration::from_millis(20)] {
+        for what in [Seed::Small, Seed::Local1MiB, Seed::Local1MiBIdb1000] {
+            captures.push(capture_case(rtt, what, samples).await?);
+        }
+    }
+    let restore = restore_case(samples).await?;
+    Ok(StorageReport { captures, restore })
+}
+
+/// The storage figures as text.
+pub fn storage_summary(r: &StorageReport) -> String {
+    let mut s = String::from(
+        "checkpoint cost with storage (gateway, Aurora origin)\n  added RTT  measured RTT  seed                  first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
+    );
+    for c in &r.captures {
+        s += &format!(
+            "  {:>6.0} ms  {:>9.2} ms  {:<20}  {:>6.1} ms  {:>9.2} ms          {:>7.2} ms          {}\n",
+            c.added_rtt_ms,
+            c.measured_rtt_ms,
+            format!("{:?}", c.seed),
+            c.first_ms,
+            c.unchanged_median_ms,
+            c.target_ms,
+            c.bytes
+        );
+    }
+    s += &format!(
+        "restore of 1 MiB localStorage + 1000 IndexedDB records (local Chromium): median {:.1} ms (navigate after it {:.1} ms), {} samples, {} bytes\n",
+        r.restore.restore_median_ms,
+        r.restore.navigate_median_ms,
+        r.restore.restore_ms.len(),
+        r.restore.bytes
+    );
+    s
+}
