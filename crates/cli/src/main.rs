@@ -61,6 +61,9 @@ enum Command {
         /// Skip the micro-measurements.
         #[arg(long)]
         survival_only: bool,
+        /// Only the storage figures (checkpoint and restore cost with big storage).
+        #[arg(long, conflicts_with_all = ["micro_only", "survival_only"])]
+        storage_only: bool,
         /// Checkpoints per RTT setting.
         #[arg(long, default_value_t = 20)]
         samples: u32,
@@ -180,6 +183,7 @@ async fn main() -> anyhow::Result<()> {
             out,
             micro_only,
             survival_only,
+            storage_only,
             samples,
             kills,
         } => {
@@ -191,8 +195,10 @@ async fn main() -> anyhow::Result<()> {
                 ..Default::default()
             };
             let plan = bench::BenchPlan {
-                survival: (!micro_only).then_some(survival),
-                micro: (!survival_only).then_some(bench::MicroConfig { samples, kills }),
+                survival: (!micro_only && !storage_only).then_some(survival),
+                micro: (!survival_only && !storage_only)
+                    .then_some(bench::MicroConfig { samples, kills }),
+                storage: (!survival_only).then_some(samples),
                 out,
             };
             bench::run(&plan).await?;

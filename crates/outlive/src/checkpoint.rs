@@ -591,6 +591,8 @@ fn restore_document(data: &str, children: &[String]) -> Zeroizing<String> {
 #[derive(Deserialize)]
 struct RestoreReport {
     errors: Vec<String>,
+    /// Time spent in the page: Web Storage, IndexedDB, waiting for child documents.
+    ms: serde_json::Value,
 }
 
 /// The documents of one restore, by URL.
@@ -643,6 +645,7 @@ fn plan(checkpoint: &Checkpoint) -> (Vec<String>, Documents) {
 /// it. The page is left on the last restore document; the caller navigates to the URL.
 /// Answers how many writes failed in the page (each named in a debug log).
 pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64, Error> {
+    let started = Instant::now();
     if !checkpoint.cookies.is_empty() {
         let cookies = checkpoint
             .cookies
@@ -658,6 +661,7 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64,
     if loads.is_empty() {
         return Ok(0);
     }
+    let planned = started.elapsed();
 
     let mut paused = page
         .event_listener::<EventRequestPaused>()
@@ -671,6 +675,7 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64,
                 .map(|u| format!("{}{}", u.origin().ascii_serialization(), u.path()))
                 .unwrap_or_default();
             let body = documents.get(&key).map_or("", |d| d.as_str());
+            let t = Instant::now();
             let encoded = Zeroizing::new(BASE64.encode(body.as_bytes()));
             let fulfil = FulfillRequestParams::builder()
                 .request_id(event.request_id.clone())
@@ -682,6 +687,7 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64,
             if let Ok(fulfil) = fulfil {
                 let _ = responder_page.execute(fulfil).await;
             }
+            tracing::debug!(bytes = body.len(), took = ?t.elapsed(), "restore document served");
         }
     }));
 
@@ -692,8 +698,11 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64,
     page.execute(fetch::EnableParams::builder().pattern(pattern).build())
         .await
         .map_err(|e| cdp_error("Fetch.enable", e))?;
+    let enabled = started.elapsed();
     let result = write_all(page, &loads).await;
+    let written = started.elapsed();
     let disabled = page.execute(fetch::DisableParams::default()).await;
+    tracing::debug!(?planned, ?enabled, ?written, done = ?started.elapsed(), "restore phases");
     let failed = result?;
     disabled.map_err(|e| cdp_error("Fetch.disable", e))?;
     Ok(failed)
@@ -717,7 +726,7 @@ async fn write_all(page: &Page, loads: &[String]) -> Result<u64, Error> {
             .map_err(|e| {
                 Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
             })?;
-        tracing::debug!(?loaded, written = ?started.elapsed(), "restore document done");
+        tracing::debug!(?loaded, written = ?started.elapsed(), in_page = %report.ms, "restore document done");
         for error in &report.errors {
             tracing::debug!(error, "a restore write failed");
         }

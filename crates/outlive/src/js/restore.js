@@ -34,9 +34,16 @@
     r.onerror = () => reject(r.error);
   });
   const idb = async (dbs) => {
-    for (const spec of dbs || []) {
+    if (!dbs || !dbs.length) return;
+    // Only databases that exist are deleted first (a fresh browser has none: one round trip
+    // to the IndexedDB backend instead of one per database).
+    let existing = new Set();
+    try { existing = new Set((await indexedDB.databases()).map((d) => d.name)); } catch (e) {
+      existing = null;
+    }
+    for (const spec of dbs) {
       try {
-        await req(indexedDB.deleteDatabase(spec.name));
+        if (!existing || existing.has(spec.name)) await req(indexedDB.deleteDatabase(spec.name));
         const open = indexedDB.open(spec.name, spec.version);
         open.onupgradeneeded = () => {
           const db = open.result;
@@ -71,11 +78,14 @@
     }
   };
   return (async () => {
+    const t0 = performance.now();
     area('localStorage', data.local);
     area('sessionStorage', data.session);
+    const t1 = performance.now();
     await idb(data.idb);
+    const t2 = performance.now();
     await children;
-    const report = { errors, written };
+    const report = { errors, written, ms: { areas: t1 - t0, idb: t2 - t1, children: performance.now() - t2, sinceStart: t0 } };
     if (window.parent !== window) window.parent.postMessage({ outliveRestored: true, ...report }, '*');
     return report;
   })();

@@ -33,6 +33,9 @@ pub struct BenchPlan {
     pub survival: Option<SurvivalConfig>,
     /// The micro-measurements' settings; `None` skips them.
     pub micro: Option<MicroConfig>,
+    /// Samples of the storage figures (`storage.json`, `storage-summary.txt`); `None` skips
+    /// them.
+    pub storage: Option<u32>,
     /// The directory for the raw JSON, the timeline and the summary.
     pub out: PathBuf,
 }
@@ -83,18 +86,20 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
             );
             let report = micro(samples, kills).await?;
             write_json(out, "micro.json", &report)?;
-            println!(
-                "storage: checkpoints with 1 MiB of unchanged localStorage (and 1000 IndexedDB records) against a small one, restore of both"
-            );
-            let stored = storage::storage(samples).await?;
-            write_json(out, "storage.json", &stored)?;
-            let text = storage::storage_summary(&stored);
-            println!("\n{text}");
-            write_text(out, "storage-summary.txt", &text)?;
             Some(report)
         }
         None => None,
     };
+    if let Some(samples) = plan.storage {
+        println!(
+            "storage: checkpoints with 1 MiB of unchanged localStorage (and 1000 IndexedDB records) against a small one, restore of both"
+        );
+        let stored = storage::storage(samples).await?;
+        write_json(out, "storage.json", &stored)?;
+        let text = storage::storage_summary(&stored);
+        println!("\n{text}");
+        write_text(out, "storage-summary.txt", &text)?;
+    }
     let (name, text) = match (&survival_report, &micro_report) {
         (Some(s), m) => ("summary.txt", summary(s, m.as_ref())),
         (None, Some(m)) => ("micro-summary.txt", micro_summary(m)),
