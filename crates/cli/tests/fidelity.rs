@@ -169,21 +169,6 @@ async fn on_solari(mode: DeathMode) {
     support::assert_gateway_clean(&gw).await;
 }
 
-#[tokio::test]
-async fn solari_close() {
-    on_solari(DeathMode::Close).await;
-}
-
-#[tokio::test]
-async fn solari_reset() {
-    on_solari(DeathMode::Reset).await;
-}
-
-#[tokio::test]
-async fn solari_silence() {
-    on_solari(DeathMode::Silence).await;
-}
-
 // ---- Local provider --------------------------------------------------------------------------
 
 /// The local deaths: `Close` ends Chromium with SIGTERM (it closes its sockets), `Reset`
@@ -215,17 +200,21 @@ async fn on_local(mode: DeathMode) {
     }
 }
 
-#[tokio::test]
-async fn local_close() {
-    on_local(DeathMode::Close).await;
+/// One test per provider and death mode, so each runs (and fails) on its own.
+macro_rules! in_each_mode {
+    ($($name:ident: $on:ident($mode:ident);)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            $on(DeathMode::$mode).await;
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn local_reset() {
-    on_local(DeathMode::Reset).await;
-}
-
-#[tokio::test]
-async fn local_silence() {
-    on_local(DeathMode::Silence).await;
+in_each_mode! {
+    solari_close: on_solari(Close);
+    solari_reset: on_solari(Reset);
+    solari_silence: on_solari(Silence);
+    local_close: on_local(Close);
+    local_reset: on_local(Reset);
+    local_silence: on_local(Silence);
 }

@@ -1,6 +1,7 @@
 //! [`Options`]: how a run behaves, validated once before anything is launched.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -364,33 +365,35 @@ impl Options {
                 ),
             ));
         }
-        if self.max_relaunches > 1_000 {
-            return Err(Error::invalid_option(
-                "max_relaunches",
-                format!(
-                    "option `max_relaunches` must be at most 1000, got {}",
-                    self.max_relaunches
-                ),
-            ));
+        fn within(
+            name: &'static str,
+            value: usize,
+            range: RangeInclusive<usize>,
+        ) -> Result<(), Error> {
+            if range.contains(&value) {
+                Ok(())
+            } else {
+                Err(Error::invalid_option(
+                    name,
+                    format!(
+                        "option `{name}` must be between {} and {}, got {value}",
+                        range.start(),
+                        range.end()
+                    ),
+                ))
+            }
         }
-        if self.max_page_recoveries > 1_000 {
-            return Err(Error::invalid_option(
-                "max_page_recoveries",
-                format!(
-                    "option `max_page_recoveries` must be at most 1000, got {}",
-                    self.max_page_recoveries
-                ),
-            ));
-        }
-        if self.indexed_db_max_bytes == 0 || self.indexed_db_max_bytes > 1 << 30 {
-            return Err(Error::invalid_option(
-                "indexed_db_max_bytes",
-                format!(
-                    "option `indexed_db_max_bytes` must be between 1 byte and 1 GiB, got {}",
-                    self.indexed_db_max_bytes
-                ),
-            ));
-        }
+        within("max_relaunches", self.max_relaunches as usize, 0..=1_000)?;
+        within(
+            "max_page_recoveries",
+            self.max_page_recoveries as usize,
+            0..=1_000,
+        )?;
+        within(
+            "indexed_db_max_bytes",
+            self.indexed_db_max_bytes,
+            1..=1 << 30,
+        )?;
         if let Some(url) = &self.start_url {
             let ok = url::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
