@@ -61,12 +61,15 @@
 //! - `pages`: the HTML.
 //! - `routes`: the handlers, cookies and input checks.
 //! - `server`: [`serve`], [`spawn`] and the [`Aurora`] handle.
+//! - `listening`: the task handle with graceful shutdown that [`Aurora`] and
+//!   [`twosite::TwoSite`] hold.
 //! - [`twosite`]: the two-site app, its pages (`twosite/*.html`), seeded values and report.
 
 #![forbid(unsafe_code)]
 
 mod bank;
 mod config;
+mod listening;
 mod pages;
 mod routes;
 mod server;

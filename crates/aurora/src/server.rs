@@ -8,10 +8,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::bank::{Bank, Counters, Transfer};
+use crate::listening::Listening;
 use crate::{Config, routes};
 
 /// Serves Aurora on `listener` until `shutdown` resolves, then finishes the requests in
@@ -49,18 +48,8 @@ pub async fn spawn(config: Config) -> io::Result<Aurora> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let addr = listener.local_addr()?;
     let bank = Arc::new(Bank::new(config));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let shutdown = async move {
-        // A dropped sender also means stop.
-        let _ = stopped.await;
-    };
-    let task = tokio::spawn(run(listener, Arc::clone(&bank), shutdown));
-    Ok(Aurora {
-        addr,
-        bank,
-        stop: Some(stop),
-        task: Some(task),
-    })
+    let server = Listening::spawn(|stop| run(listener, Arc::clone(&bank), stop.requested()));
+    Ok(Aurora { addr, bank, server })
 }
 
 /// A running Aurora server started by [`spawn`]. Dropping it stops the server at once;
@@ -68,8 +57,7 @@ pub async fn spawn(config: Config) -> io::Result<Aurora> {
 pub struct Aurora {
     addr: SocketAddr,
     bank: Arc<Bank>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<io::Result<()>>>,
+    server: Listening,
 }
 
 impl Aurora {
@@ -109,22 +97,8 @@ impl Aurora {
     /// # Errors
     ///
     /// The server's own error, or an error of kind `Other` if its task panicked.
-    pub async fn shutdown(mut self) -> io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match self.task.take() {
-            Some(task) => task.await.map_err(io::Error::other)?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Aurora {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    pub async fn shutdown(self) -> io::Result<()> {
+        self.server.shutdown().await
     }
 }
 

@@ -28,9 +28,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::listening::{Listening, Stop};
 use crate::routes::cookie;
 
 /// The app page, on the app listener.
@@ -320,19 +319,12 @@ pub async fn spawn() -> io::Result<TwoSite> {
         widget: format!("http://localhost:{}", widget.local_addr()?.port()),
     };
     let hits = Hits::default();
-    let (stop, stopped) = watch::channel(());
-    let task = tokio::spawn(run(
-        app,
-        widget,
-        origins.clone(),
-        Arc::clone(&hits),
-        stopped,
-    ));
+    let server =
+        Listening::spawn(|stop| run(app, widget, origins.clone(), Arc::clone(&hits), stop));
     Ok(TwoSite {
         origins,
         hits,
-        stop: Some(stop),
-        task: Some(task),
+        server,
     })
 }
 
@@ -348,7 +340,7 @@ async fn run(
     widget: TcpListener,
     origins: Origins,
     hits: Hits,
-    stopped: watch::Receiver<()>,
+    stop: Stop,
 ) -> io::Result<()> {
     tracing::debug!("serving");
     let app_page = Arc::new(page(APP_HTML, &origins));
@@ -370,17 +362,14 @@ async fn run(
         .route(WIDGET_COOKIE_PATH, get(set_chips_cookie))
         .route(WIDGET_WHOAMI_PATH, get(whoami))
         .layer(middleware::from_fn_with_state((Side::Widget, hits), count));
-    let serve = |listener, router, mut stopped: watch::Receiver<()>| async move {
+    let serve = |listener, router, stop: Stop| {
         axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                // A dropped sender also means stop.
-                let _ = stopped.changed().await;
-            })
-            .await
+            .with_graceful_shutdown(stop.requested())
+            .into_future()
     };
     tokio::try_join!(
-        serve(app, app_router, stopped.clone()),
-        serve(widget, widget_router, stopped),
+        serve(app, app_router, stop.clone()),
+        serve(widget, widget_router, stop),
     )?;
     Ok(())
 }
@@ -458,8 +447,7 @@ fn no_store() -> [(axum::http::HeaderName, HeaderValue); 1] {
 pub struct TwoSite {
     origins: Origins,
     hits: Hits,
-    stop: Option<watch::Sender<()>>,
-    task: Option<JoinHandle<io::Result<()>>>,
+    server: Listening,
 }
 
 impl TwoSite {
@@ -507,22 +495,8 @@ impl TwoSite {
     /// # Errors
     ///
     /// A server's own error, or an error of kind `Other` if their task panicked.
-    pub async fn shutdown(mut self) -> io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match self.task.take() {
-            Some(task) => task.await.map_err(io::Error::other)?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for TwoSite {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    pub async fn shutdown(self) -> io::Result<()> {
+        self.server.shutdown().await
     }
 }
 
