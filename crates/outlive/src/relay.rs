@@ -509,6 +509,99 @@ struct StallProbe {
     browser_answered: bool,
 }
 
+/// Silence while the task waits. When commands are in flight and *nothing at all* has come
+/// from the browser for a few round trips, the relay asks the browser (`Browser.getVersion`)
+/// at once instead of waiting for the idle heartbeat; no answer and still nothing else from
+/// the browser within a timeout scaled to the round trip is a silent death. An idle
+/// connection is left to the heartbeat: no extra traffic.
+#[derive(Default)]
+struct Waiting {
+    /// Every client command in flight: id → when it was sent.
+    in_flight: std::collections::HashMap<u64, Instant>,
+    /// Recent reply latencies; the smallest is the round trip (long-running commands only
+    /// add large samples, which the minimum ignores).
+    samples: std::collections::VecDeque<Duration>,
+    /// The fast probe in flight: its id and when it was sent.
+    probe: Option<(u64, Instant)>,
+    /// Fast probes answered since the last reply to a command: each doubles the quiet time
+    /// before the next, so a long silent command costs a handful of probes, not a stream.
+    answered: u32,
+}
+
+/// The round trip assumed before any was measured.
+const DEFAULT_RTT: Duration = Duration::from_millis(50);
+/// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
+const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
+
+impl Waiting {
+    fn rtt(&self) -> Duration {
+        self.samples.iter().min().copied().unwrap_or(DEFAULT_RTT)
+    }
+
+    /// How long the browser may be quiet while commands are in flight before it is asked.
+    fn quiet(&self, heartbeat: Heartbeat) -> Duration {
+        let base = (self.rtt() * 4).max(Duration::from_millis(250));
+        base.saturating_mul(1 << self.answered.min(8))
+            .min(heartbeat.interval)
+    }
+
+    /// How long the fast probe may go unanswered (with nothing else heard) before the
+    /// browser counts as silent.
+    fn timeout(&self, heartbeat: Heartbeat) -> Duration {
+        (self.rtt() * 8)
+            .max(Duration::from_millis(600))
+            .min(heartbeat.timeout)
+    }
+
+    fn sample(&mut self, rtt: Duration) {
+        if self.samples.len() == 16 {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(rtt);
+    }
+
+    fn sent(&mut self, id: u64, now: Instant) {
+        self.in_flight.insert(id, now);
+    }
+
+    /// A reply to a client command.
+    fn replied(&mut self, id: u64, now: Instant) {
+        if let Some(sent) = self.in_flight.remove(&id) {
+            self.sample(now - sent);
+            self.answered = 0;
+        }
+    }
+
+    /// Anything at all came from the browser: it is alive. Answers whether `reply_to` (a
+    /// probe reply's id) was the fast probe.
+    fn heard(&mut self, reply_to: Option<u64>, now: Instant) -> bool {
+        match self.probe.take() {
+            Some((id, sent)) if reply_to == Some(id) => {
+                self.sample(now - sent);
+                self.answered += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the loop must act: send the probe, or declare the silence.
+    fn deadline(
+        &mut self,
+        last_rx: Instant,
+        heartbeat: Heartbeat,
+        now: Instant,
+    ) -> Option<Instant> {
+        if let Some((_, sent)) = self.probe {
+            return Some(sent + self.timeout(heartbeat));
+        }
+        self.in_flight
+            .retain(|_, sent| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE);
+        let oldest = *self.in_flight.values().min()?;
+        Some(last_rx.max(oldest) + self.quiet(heartbeat))
+    }
+}
+
 /// The relay's view of the task's page.
 #[derive(Default)]
 struct PageState {
@@ -626,6 +719,7 @@ async fn run(
     let mut calls: std::collections::HashMap<u64, oneshot::Sender<String>> = Default::default();
     let mut heartbeat_sent: Option<Instant> = None;
     let mut last_rx = Instant::now();
+    let mut silence = Waiting::default();
     let mut early = early.into_iter();
 
     loop {
@@ -634,7 +728,11 @@ async fn run(
             None => last_rx + heartbeat.interval,
         };
         let stall_due = page.deadline(heartbeat);
-        let deadline = stall_due.map_or(heartbeat_due, |s| s.min(heartbeat_due));
+        let waiting_due = silence.deadline(last_rx, heartbeat, Instant::now());
+        let deadline = [stall_due, waiting_due]
+            .into_iter()
+            .flatten()
+            .fold(heartbeat_due, Instant::min);
         let next_control = async {
             match early.next() {
                 Some(c) => Some(c),
@@ -646,10 +744,18 @@ async fn run(
             _ = &mut cut_rx => return,
             msg = up_rx.next() => {
                 last_rx = Instant::now();
+                let own_reply = match &msg {
+                    Some(Ok(Message::Text(text))) => probe_reply_id(text.as_str()),
+                    _ => None,
+                };
+                if silence.heard(own_reply, last_rx) {
+                    heartbeat_sent = None;
+                    continue;
+                }
                 match msg {
                     Some(Ok(Message::Text(text))) => {
                         heartbeat_sent = None;
-                        if let Some(id) = probe_reply_id(text.as_str()) {
+                        if let Some(id) = own_reply {
                             match calls.remove(&id) {
                                 Some(reply) => { let _ = reply.send(text.as_str().to_owned()); }
                                 None => on_probe_reply(id, &mut waiting, &mut page),
@@ -657,8 +763,9 @@ async fn run(
                             continue;
                         }
                         wire_trace("from browser", text.as_str());
-                        if !page.pending.is_empty() {
+                        if !silence.in_flight.is_empty() || !page.pending.is_empty() {
                             if let Some(id) = reply_id(text.as_str()) {
+                                silence.replied(id, last_rx);
                                 page.pending.remove(&id);
                                 page.navigations.remove(&id);
                             }
@@ -671,7 +778,7 @@ async fn run(
                         let failure = event.as_ref().and_then(|e| page_failure(e, &page));
                         if cl_tx.send(Message::Text(text)).await.is_err() { return; }
                         if let Some(cause) = failure {
-                            if fail_page(cause, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                            if fail_page(cause, &mut page, &mut silence, &signals, &mut cl_tx).await.is_err() { return; }
                         }
                     }
                     Some(Ok(Message::Binary(bytes))) => {
@@ -705,6 +812,9 @@ async fn run(
                                     page.stall_probe = None;
                                 }
                             }
+                        }
+                        if let Some(id) = head.id {
+                            silence.sent(id, Instant::now());
                         }
                         if let Err(e) = up_tx.send(Message::Text(text)).await { die(classify(&e)); return; }
                     }
@@ -755,7 +865,7 @@ async fn run(
                     Control::PageFailed(generation) => {
                         if page.watched.as_ref().is_some_and(|w| w.generation == generation) && !page.failed() {
                             let cause = DeathCause::PageHung;
-                            if fail_page(cause, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                            if fail_page(cause, &mut page, &mut silence, &signals, &mut cl_tx).await.is_err() { return; }
                         }
                         Ok(())
                     }
@@ -776,12 +886,24 @@ async fn run(
             }
             _ = sleep_until(deadline) => {
                 let now = Instant::now();
+                if waiting_due.is_some_and(|d| d <= now) {
+                    if silence.probe.is_some() {
+                        tracing::debug!(timeout = ?silence.timeout(heartbeat), rtt = ?silence.rtt(), "nothing from the browser while commands wait, probe unanswered");
+                        die(DeathCause::Silence);
+                        return;
+                    }
+                    let id = next_id(&mut next_probe_id);
+                    silence.probe = Some((id, now));
+                    tracing::trace!(quiet = ?silence.quiet(heartbeat), "commands wait on a quiet browser; asking it");
+                    if let Err(e) = up_tx.send(probe_message(id)).await { die(classify(&e)); return; }
+                    continue;
+                }
                 if stall_due.is_some_and(|d| d <= now) {
                     match page.stall_probe.take() {
                         // The page did not answer in time.
                         Some(probe) if probe.browser_answered => {
                             tracing::debug!(timeout = ?heartbeat.timeout, "page probe unanswered while the browser answers");
-                            if fail_page(DeathCause::PageHung, &mut page, &signals, &mut cl_tx).await.is_err() { return; }
+                            if fail_page(DeathCause::PageHung, &mut page, &mut silence, &signals, &mut cl_tx).await.is_err() { return; }
                         }
                         // Neither answered: the connection is silent, the browser is gone.
                         Some(_) => {
@@ -853,6 +975,7 @@ fn on_probe_reply(
 async fn fail_page<S>(
     cause: DeathCause,
     page: &mut PageState,
+    silence: &mut Waiting,
     signals: &Signals,
     client: &mut S,
 ) -> Result<(), WsError>
@@ -877,6 +1000,7 @@ where
         _ => "the page stopped answering",
     };
     for (id, _) in std::mem::take(&mut page.pending) {
+        silence.in_flight.remove(&id);
         client.feed(page_error(id, &session, message)).await?;
     }
     client.flush().await
@@ -1195,6 +1319,75 @@ fn classify(e: &WsError) -> DeathCause {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HEARTBEAT: Heartbeat = Heartbeat {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(2),
+    };
+
+    #[test]
+    fn an_idle_connection_is_left_to_the_heartbeat() {
+        let mut w = Waiting::default();
+        let now = Instant::now();
+        assert_eq!(w.deadline(now, HEARTBEAT, now), None);
+        w.sent(1, now);
+        w.replied(1, now + Duration::from_millis(2));
+        assert_eq!(w.deadline(now, HEARTBEAT, now), None, "nothing in flight");
+    }
+
+    #[test]
+    fn a_waiting_command_on_a_quiet_browser_is_asked_about_within_a_second() {
+        let mut w = Waiting::default();
+        let t0 = Instant::now();
+        // A measured round trip of 2 ms.
+        w.sent(1, t0);
+        w.replied(1, t0 + Duration::from_millis(2));
+        assert_eq!(w.rtt(), Duration::from_millis(2));
+        // A long command goes out; then nothing comes back.
+        w.sent(2, t0 + Duration::from_millis(10));
+        let probe_at = w.deadline(t0, HEARTBEAT, t0).unwrap();
+        assert_eq!(probe_at, t0 + Duration::from_millis(10 + 250));
+        w.probe = Some((99, probe_at));
+        let silent_at = w.deadline(t0, HEARTBEAT, probe_at).unwrap();
+        assert_eq!(silent_at, probe_at + Duration::from_millis(600));
+        assert!(silent_at - (t0 + Duration::from_millis(10)) <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn anything_heard_clears_the_probe_and_answers_back_off() {
+        let mut w = Waiting::default();
+        let t0 = Instant::now();
+        w.sent(1, t0);
+        w.probe = Some((99, t0));
+        // An event (not the probe's reply): alive, and no back-off.
+        assert!(!w.heard(None, t0 + Duration::from_millis(5)));
+        assert!(w.probe.is_none());
+        assert_eq!(w.answered, 0);
+        // The probe's reply: alive, and the next quiet period doubles.
+        w.probe = Some((100, t0));
+        let before = w.quiet(HEARTBEAT);
+        assert!(w.heard(Some(100), t0 + Duration::from_millis(1)));
+        assert_eq!(w.quiet(HEARTBEAT), before * 2);
+        // Capped by the heartbeat interval; a reply to a command resets the back-off.
+        w.answered = 20;
+        assert_eq!(w.quiet(HEARTBEAT), HEARTBEAT.interval);
+        w.replied(1, t0 + Duration::from_millis(3));
+        assert_eq!(w.answered, 0);
+    }
+
+    #[test]
+    fn the_timeouts_scale_with_the_round_trip_and_stay_within_the_heartbeat() {
+        let mut w = Waiting::default();
+        w.sample(Duration::from_millis(100));
+        assert_eq!(w.quiet(HEARTBEAT), Duration::from_millis(400));
+        assert_eq!(w.timeout(HEARTBEAT), Duration::from_millis(800));
+        let slow = Heartbeat {
+            interval: Duration::from_millis(300),
+            timeout: Duration::from_millis(500),
+        };
+        assert_eq!(w.quiet(slow), Duration::from_millis(300));
+        assert_eq!(w.timeout(slow), Duration::from_millis(500));
+    }
 
     #[test]
     fn recognises_only_its_own_replies() {
