@@ -1039,22 +1039,71 @@ mod tests {
         Ok(attempt)
     }
 
+    /// Runs `task` on `fake` with the test options adjusted by `tweak`; returns the run's
+    /// result and its event.
+    async fn run_fake<T, Fut>(
+        fake: &Arc<Fake>,
+        tweak: impl FnOnce(Options) -> Options,
+        task: impl FnMut((), Ctx) -> Fut,
+    ) -> (Result<T, RunError<String>>, WideEvent)
+    where
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let event = Arc::default();
+        let result = run(fake, task, &tweak(options(&event))).await;
+        let e = event.lock().unwrap().clone().unwrap();
+        (result, e)
+    }
+
+    /// The test options adjusted to also collect, into `into`, what `pick` takes from each
+    /// milestone.
+    fn collecting<T: Send + 'static>(
+        into: &Arc<Mutex<Vec<T>>>,
+        pick: impl Fn(&Milestone) -> Option<T> + Send + Sync + 'static,
+    ) -> impl FnOnce(Options) -> Options {
+        let into = into.clone();
+        move |o| o.on_milestone(move |m| into.lock().unwrap().extend(pick(m)))
+    }
+
+    /// Runs `task` in one browser that lives, with the test options; returns the run's result
+    /// and its event.
+    async fn run_live<T, Fut>(
+        task: impl FnMut((), Ctx) -> Fut,
+    ) -> (Result<T, RunError<String>>, WideEvent)
+    where
+        Fut: Future<Output = Result<T, String>>,
+    {
+        run_fake(&Fake::new(&[Plan::Live]), |o| o, task).await
+    }
+
     /// Runs a task whose first entry works until it is dropped and whose second finishes, with
     /// the test options adjusted by `tweak`; returns the run's event.
     async fn second_entry_finishes(
         fake: &Arc<Fake>,
         tweak: impl FnOnce(Options) -> Options,
     ) -> WideEvent {
-        let event = Arc::default();
-        let v = run(
-            fake,
-            |(), ctx| work_forever_then_finish(ctx.attempt()),
-            &tweak(options(&event)),
-        )
-        .await
-        .unwrap();
-        assert_eq!(v, 2);
-        event.lock().unwrap().clone().unwrap()
+        let (v, e) = run_fake(fake, tweak, |(), ctx| {
+            work_forever_then_finish(ctx.attempt())
+        })
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        e
+    }
+
+    /// Runs a task that works until it is dropped, with the test options adjusted by `tweak`,
+    /// expecting the run to give up; returns the error and the run's event.
+    async fn gives_up(
+        fake: &Arc<Fake>,
+        tweak: impl FnOnce(Options) -> Options,
+    ) -> (RunError<String>, WideEvent) {
+        let (result, e) = run_fake(fake, tweak, |(), _ctx| {
+            std::future::pending::<Result<(), String>>()
+        })
+        .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+        assert_eq!(e.outcome, Outcome::GaveUp);
+        (err, e)
     }
 
     #[tokio::test(start_paused = true)]
@@ -1080,21 +1129,18 @@ mod tests {
             Plan::DieAfter(Duration::from_secs(3)),
             Plan::Live,
         ]);
-        let event = Arc::default();
-        let v = run(
+        let (v, e) = run_fake(
             &fake,
+            |o| o,
             |(), ctx| async move {
                 if ctx.attempt() < 3 {
                     std::future::pending::<()>().await;
                 }
                 Ok::<_, String>(ctx.attempt())
             },
-            &options(&event),
         )
-        .await
-        .unwrap();
-        assert_eq!(v, 3);
-        let e = event.lock().unwrap().clone().unwrap();
+        .await;
+        assert_eq!(v.unwrap(), 3);
         // First death: 15 s − checkpoint at 10 s = 5 s. The second browser launched at 15 s
         // (during the grace) and died at 18 s; its entry began at 15.25 s, later than the
         // 10 s checkpoint, so it lost 2.75 s.
@@ -1111,15 +1157,14 @@ mod tests {
             Plan::DieAfter(Duration::from_secs(1)),
             Plan::Live,
         ]);
-        let event = Arc::default();
         let started = Instant::now();
-        run(
+        let (result, e) = run_fake(
             &fake,
+            |o| o,
             |(), ctx| work_forever_then_finish(ctx.attempt()),
-            &options(&event),
         )
-        .await
-        .unwrap();
+        .await;
+        result.unwrap();
         let launches: Vec<u128> = fake
             .launches
             .lock()
@@ -1130,7 +1175,6 @@ mod tests {
         // Two failures, 2 s apart each; the death at 5 s relaunches at once (the replacement
         // launches during the grace; it is entered after it).
         assert_eq!(launches, vec![0, 2_000, 4_000, 5_000]);
-        let e = event.lock().unwrap().clone().unwrap();
         assert_eq!((e.attempts, e.relaunches, e.lost_work_ms), (2, 3, 1_000));
     }
 
@@ -1138,17 +1182,7 @@ mod tests {
     async fn more_deaths_than_max_relaunches_give_up() {
         let die = Plan::DieAfter(Duration::from_secs(1));
         let fake = Fake::new(&[die, die, die, die]);
-        let event = Arc::default();
-        let err = run(
-            &fake,
-            |(), _ctx| std::future::pending::<Result<(), String>>(),
-            &options(&event).max_relaunches(2),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
-        let e = event.lock().unwrap().clone().unwrap();
-        assert_eq!(e.outcome, Outcome::GaveUp);
+        let (_, e) = gives_up(&fake, |o| o.max_relaunches(2)).await;
         assert_eq!((e.attempts, e.relaunches), (3, 2));
         // Three used, plus the replacement launched during the last grace and not needed.
         assert_eq!(
@@ -1161,35 +1195,30 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn launch_failures_count_toward_the_budget() {
         let fake = Fake::new(&[Plan::Fail, Plan::Fail]);
-        let event = Arc::default();
-        let err = run(
+        let (result, e) = run_fake(
             &fake,
+            |o| o.max_relaunches(1),
             |(), _ctx| async { Ok::<(), String>(()) },
-            &options(&event).max_relaunches(1),
         )
-        .await
-        .unwrap_err();
+        .await;
+        let err = result.unwrap_err();
         assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
-        let e = event.lock().unwrap().clone().unwrap();
         assert_eq!((e.attempts, e.relaunches), (0, 1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_entry_that_finishes_within_the_grace_completes() {
         let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1))]);
-        let event = Arc::default();
-        let v = run(
+        let (v, e) = run_fake(
             &fake,
+            |o| o,
             |(), _ctx| async {
                 tokio::time::sleep(Duration::from_millis(1_100)).await;
                 Ok::<_, String>("done")
             },
-            &options(&event),
         )
-        .await
-        .unwrap();
-        assert_eq!(v, "done");
-        let e = event.lock().unwrap().clone().unwrap();
+        .await;
+        assert_eq!(v.unwrap(), "done");
         assert_eq!(
             (e.outcome, e.attempts, e.relaunches, e.lost_work_ms),
             (Outcome::Completed, 1, 0, 0)
@@ -1199,9 +1228,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_error_after_the_death_is_a_death_not_a_failure() {
         let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
-        let event = Arc::default();
-        let v = run(
+        let (v, _) = run_fake(
             &fake,
+            |o| o,
             |(), ctx| async move {
                 if ctx.attempt() == 1 {
                     tokio::time::sleep(Duration::from_millis(1_100)).await;
@@ -1209,53 +1238,37 @@ mod tests {
                 }
                 Ok(ctx.attempt())
             },
-            &options(&event),
         )
-        .await
-        .unwrap();
-        assert_eq!(v, 2);
+        .await;
+        assert_eq!(v.unwrap(), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_task_error_with_a_live_browser_is_returned_unchanged() {
-        let fake = Fake::new(&[Plan::Live]);
-        let event = Arc::default();
         let calls = AtomicU32::new(0);
-        let err = run(
-            &fake,
-            |(), _ctx| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                async { Err::<(), _>(vec![1, 2, 3]).map_err(|v| format!("{v:?}")) }
-            },
-            &options(&event),
-        )
-        .await
-        .unwrap_err();
+        let (result, e) = run_live(|(), _ctx| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(vec![1, 2, 3]).map_err(|v| format!("{v:?}")) }
+        })
+        .await;
+        let err = result.unwrap_err();
         assert_eq!(err.into_task().unwrap(), "[1, 2, 3]");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        let e = event.lock().unwrap().clone().unwrap();
         assert_eq!(e.error_code.as_deref(), Some("task_error"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn held_checkpoints_are_skipped_until_the_hold_ends() {
-        let fake = Fake::new(&[Plan::Live]);
-        let event = Arc::default();
-        run(
-            &fake,
-            |(), ctx| async move {
-                {
-                    let _hold = ctx.hold_checkpoints();
-                    tokio::time::sleep(Duration::from_secs(25)).await; // 2 periodic slots held
-                }
-                tokio::time::sleep(Duration::from_secs(11)).await; // one more runs
-                Ok::<_, String>(())
-            },
-            &options(&event),
-        )
-        .await
-        .unwrap();
-        let e = event.lock().unwrap().clone().unwrap();
+        let (result, e) = run_live(|(), ctx| async move {
+            {
+                let _hold = ctx.hold_checkpoints();
+                tokio::time::sleep(Duration::from_secs(25)).await; // 2 periodic slots held
+            }
+            tokio::time::sleep(Duration::from_secs(11)).await; // one more runs
+            Ok::<_, String>(())
+        })
+        .await;
+        result.unwrap();
         assert_eq!(
             e.checkpoint_count, 1,
             "only the checkpoint after the hold ran"
@@ -1265,10 +1278,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn checkpoints_after_the_death_are_refused() {
         let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1)), Plan::Live]);
-        let event = Arc::default();
         let answers = Mutex::new(Vec::new());
-        run(
+        let (result, _) = run_fake(
             &fake,
+            |o| o,
             |(), ctx| {
                 let answers = &answers;
                 async move {
@@ -1284,10 +1297,9 @@ mod tests {
                     Ok::<_, String>(())
                 }
             },
-            &options(&event),
         )
-        .await
-        .unwrap();
+        .await;
+        result.unwrap();
         assert_eq!(*answers.lock().unwrap(), vec![false, true]);
     }
 
@@ -1295,20 +1307,17 @@ mod tests {
     /// event, whether each entry was resumed, and the fake.
     async fn one_page_failure(after: Duration) -> (WideEvent, Vec<bool>, Arc<Fake>) {
         let fake = Fake::new(&[Plan::PagesFail { after, times: 1 }]);
-        let event = Arc::default();
         let resumed = Mutex::new(Vec::new());
-        let v = run(
+        let (v, e) = run_fake(
             &fake,
+            |o| o,
             |(), ctx| {
                 resumed.lock().unwrap().push(ctx.resumed_from().is_some());
                 work_forever_then_finish(ctx.attempt())
             },
-            &options(&event),
         )
-        .await
-        .unwrap();
-        assert_eq!(v, 2);
-        let e = event.lock().unwrap().clone().unwrap();
+        .await;
+        assert_eq!(v.unwrap(), 2);
         (e, resumed.into_inner().unwrap(), fake)
     }
 
@@ -1348,11 +1357,13 @@ mod tests {
             Duration::from_millis(50),
             Duration::from_millis(300),
         );
-        let event = Arc::default();
-        let failed_in = Arc::new(Mutex::new(Vec::new()));
-        let seen = failed_in.clone();
-        let v = run(
+        let failed_in = Arc::default();
+        let (v, e) = run_fake(
             &fake,
+            collecting(&failed_in, |m| match m {
+                Milestone::PageFailed { attempt, .. } => Some(*attempt),
+                _ => None,
+            }),
             |(), ctx| async move {
                 if ctx.attempt() == 1 {
                     assert!(ctx.checkpoint().await);
@@ -1360,17 +1371,10 @@ mod tests {
                 }
                 Ok::<_, String>(ctx.resumed_from().is_some())
             },
-            &options(&event).on_milestone(move |m| {
-                if let Milestone::PageFailed { attempt, .. } = m {
-                    seen.lock().unwrap().push(*attempt);
-                }
-            }),
         )
-        .await
-        .unwrap();
-        assert!(v, "the last entry was resumed from the checkpoint");
+        .await;
+        assert!(v.unwrap(), "the last entry was resumed from the checkpoint");
         assert_eq!(*failed_in.lock().unwrap(), vec![1, 0, 0]);
-        let e = event.lock().unwrap().clone().unwrap();
         assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (2, 3, 0));
         assert_eq!(e.lost_work_ms, 100, "only the entry's failure lost work");
         assert_eq!(fake.launches.lock().unwrap().len(), 1);
@@ -1382,18 +1386,8 @@ mod tests {
             after: Duration::from_secs(1),
             times: 10,
         }]);
-        let event = Arc::default();
-        let err = run(
-            &fake,
-            |(), _ctx| std::future::pending::<Result<(), String>>(),
-            &options(&event).max_page_recoveries(2),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+        let (err, e) = gives_up(&fake, |o| o.max_page_recoveries(2)).await;
         assert!(err.to_string().contains("page failures"), "{err}");
-        let e = event.lock().unwrap().clone().unwrap();
-        assert_eq!(e.outcome, Outcome::GaveUp);
         assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (3, 2, 0));
         assert_eq!(
             fake.releases.load(Ordering::SeqCst),
@@ -1427,60 +1421,49 @@ mod tests {
             },
             Plan::Live,
         ]);
-        let event = Arc::default();
-        let milestones = Arc::new(Mutex::new(Vec::new()));
-        let seen = milestones.clone();
-        let v = run(
+        let causes = Arc::default();
+        let (v, e) = run_fake(
             &fake,
-            |(), ctx| work_forever_then_finish(ctx.attempt()),
-            &options(&event).on_milestone(move |m| {
-                if let Milestone::Died { cause, .. } = m {
-                    seen.lock().unwrap().push(*cause);
-                }
+            collecting(&causes, |m| match m {
+                Milestone::Died { cause, .. } => Some(*cause),
+                _ => None,
             }),
+            |(), ctx| work_forever_then_finish(ctx.attempt()),
         )
-        .await
-        .unwrap();
-        assert_eq!(v, 2);
-        let e = event.lock().unwrap().clone().unwrap();
+        .await;
+        assert_eq!(v.unwrap(), 2);
         assert_eq!((e.attempts, e.relaunches, e.page_recoveries), (2, 1, 0));
         assert_eq!(e.lost_work_ms, 5_000, "counted to the page failure");
+        assert_eq!(
+            *causes.lock().unwrap(),
+            vec![DeathCause::PageCrashed],
+            "one death reported: the page failure the run acted on"
+        );
         assert_eq!(fake.releases.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn callers_during_a_capture_share_one_follow_up_capture() {
-        let fake = Fake::new(&[Plan::Live]); // a capture takes 200 ms
-        let event = Arc::default();
-        let answers = Mutex::new(Vec::new());
-        run(
-            &fake,
-            |(), ctx| {
-                let answers = &answers;
+        // A capture takes 200 ms.
+        let (answers, e) = run_live(|(), ctx| async move {
+            let started = Instant::now();
+            let call = |delay: u64| {
+                let ctx = ctx.clone();
                 async move {
-                    let started = Instant::now();
-                    let call = |delay: u64| {
-                        let ctx = ctx.clone();
-                        async move {
-                            tokio::time::sleep(Duration::from_millis(delay)).await;
-                            let wrote = ctx.checkpoint().await;
-                            (delay, wrote, started.elapsed().as_millis())
-                        }
-                    };
-                    // The first call starts a capture at 0 ms (0–200); the calls at 50 and
-                    // 150 ms arrive while it runs and share one follow-up (200–400); the call
-                    // at 450 ms finds nothing running and captures on its own (450–650).
-                    let got = futures::join!(call(0), call(50), call(150), call(450));
-                    answers.lock().unwrap().extend([got.0, got.1, got.2, got.3]);
-                    Ok::<_, String>(())
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    let wrote = ctx.checkpoint().await;
+                    (delay, wrote, started.elapsed().as_millis())
                 }
-            },
-            &options(&event),
-        )
-        .await
-        .unwrap();
+            };
+            // The first call starts a capture at 0 ms (0–200); the calls at 50 and
+            // 150 ms arrive while it runs and share one follow-up (200–400); the call
+            // at 450 ms finds nothing running and captures on its own (450–650).
+            let got = futures::join!(call(0), call(50), call(150), call(450));
+            Ok::<_, String>(vec![got.0, got.1, got.2, got.3])
+        })
+        .await;
         assert_eq!(
-            *answers.lock().unwrap(),
+            answers.unwrap(),
             vec![
                 (0, true, 200),
                 (50, true, 400),
@@ -1488,34 +1471,21 @@ mod tests {
                 (450, true, 650)
             ]
         );
-        let e = event.lock().unwrap().clone().unwrap();
         assert_eq!(e.checkpoint_count, 3, "three captures for four calls");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_periodic_capture_in_flight_does_not_answer_a_later_call() {
-        let fake = Fake::new(&[Plan::Live]);
-        let event = Arc::default();
-        let finished_at = Mutex::new(None);
-        run(
-            &fake,
-            |(), ctx| {
-                let finished_at = &finished_at;
-                async move {
-                    // The periodic capture starts at 10 s; this call arrives at 10.1 s.
-                    tokio::time::sleep(Duration::from_millis(10_100)).await;
-                    let started = Instant::now();
-                    assert!(ctx.checkpoint().await);
-                    *finished_at.lock().unwrap() = Some(started.elapsed().as_millis());
-                    Ok::<_, String>(())
-                }
-            },
-            &options(&event),
-        )
-        .await
-        .unwrap();
+        let (took, e) = run_live(|(), ctx| async move {
+            // The periodic capture starts at 10 s; this call arrives at 10.1 s.
+            tokio::time::sleep(Duration::from_millis(10_100)).await;
+            let started = Instant::now();
+            assert!(ctx.checkpoint().await);
+            Ok::<_, String>(started.elapsed().as_millis())
+        })
+        .await;
         // It waited for the periodic one (until 10.2 s), then had its own (10.2–10.4 s).
-        assert_eq!(*finished_at.lock().unwrap(), Some(300));
-        assert_eq!(event.lock().unwrap().clone().unwrap().checkpoint_count, 2);
+        assert_eq!(took.unwrap(), 300);
+        assert_eq!(e.checkpoint_count, 2);
     }
 }
