@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::TryFutureExt;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{BoxFuture, CdpEndpoint, LocalChromium, Provider, Session, Solari};
+use outlive::{BoxFuture, CdpEndpoint, Provider, Session, Solari};
 
 use crate::bank::BankTask;
 use crate::error::{Error, ErrorKind};
@@ -87,12 +87,21 @@ impl TestBed {
     }
 }
 
-/// A provider that remembers the CDP endpoint of every session it launched: the lab kills
-/// the newest session through the gateway by its id, tests search logs for the endpoints'
-/// tokens.
+/// A gateway configuration whose sessions live long enough that only a kill ends them
+/// (600 s, no jitter), with `rtt` added to every CDP message.
+pub fn until_killed(rtt: Duration) -> gateway::Config {
+    gateway::Config::new()
+        .lifetime(Duration::from_secs(600))
+        .jitter(Duration::ZERO)
+        .rtt(rtt)
+}
+
+/// A provider that remembers the CDP endpoint and the pid (see [`Session::pid`]) of every
+/// session it launched: the lab kills the newest session through the gateway by its id, or
+/// a local one by signal; tests search logs for the endpoints' tokens.
 pub struct Recording<P> {
     inner: P,
-    endpoints: Mutex<Vec<CdpEndpoint>>,
+    launched: Mutex<Vec<(CdpEndpoint, Option<u32>)>>,
 }
 
 impl<P: Provider> Recording<P> {
@@ -100,19 +109,40 @@ impl<P: Provider> Recording<P> {
     pub fn new(inner: P) -> Self {
         Recording {
             inner,
-            endpoints: Mutex::default(),
+            launched: Mutex::default(),
         }
     }
 
     /// Every launched session's endpoint, oldest first.
     pub fn endpoints(&self) -> Vec<CdpEndpoint> {
-        self.endpoints.lock().expect("endpoints").clone()
+        let launched = self.launched.lock().expect("launched");
+        launched
+            .iter()
+            .map(|(endpoint, _)| endpoint.clone())
+            .collect()
+    }
+
+    /// The pid of every launched browser that runs on this machine, oldest first.
+    pub fn pids(&self) -> Vec<u32> {
+        let launched = self.launched.lock().expect("launched");
+        launched.iter().filter_map(|(_, pid)| *pid).collect()
     }
 
     /// The gateway's id of the newest session (see [`session_id`]).
     pub fn newest_session_id(&self) -> Option<String> {
-        let endpoints = self.endpoints.lock().expect("endpoints");
-        endpoints.last().and_then(session_id).map(str::to_owned)
+        let launched = self.launched.lock().expect("launched");
+        launched
+            .last()
+            .and_then(|(endpoint, _)| session_id(endpoint))
+            .map(str::to_owned)
+    }
+
+    /// Sends `signal` to the newest browser, if it runs on this machine.
+    pub fn signal_newest(&self, signal: nix::sys::signal::Signal) {
+        let newest = self.launched.lock().expect("launched").last().map(|l| l.1);
+        if let Some(Some(pid)) = newest {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        }
     }
 }
 
@@ -123,8 +153,8 @@ impl<P: Provider> Provider for Recording<P> {
 
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
         Box::pin(self.inner.launch().inspect_ok(|session| {
-            let endpoint = session.endpoint().clone();
-            self.endpoints.lock().expect("endpoints").push(endpoint);
+            let launched = (session.endpoint().clone(), session.pid());
+            self.launched.lock().expect("launched").push(launched);
         }))
     }
 }
@@ -136,53 +166,4 @@ pub fn session_id(endpoint: &outlive::CdpEndpoint) -> Option<&str> {
         .split("/cdp/")
         .nth(1)
         .and_then(|rest| rest.split('?').next())
-}
-
-/// `LocalChromium`, remembering the pid of each browser it starts, so a death can be dealt
-/// by signal.
-pub struct LocalPids {
-    chromium: LocalChromium,
-    pids: Mutex<Vec<u32>>,
-}
-
-impl LocalPids {
-    /// Local Chromium as `LocalChromium::new()` finds it.
-    pub fn new() -> Self {
-        LocalPids {
-            chromium: LocalChromium::new(),
-            pids: Mutex::default(),
-        }
-    }
-
-    /// The pid of every browser started so far, oldest first.
-    pub fn pids(&self) -> Vec<u32> {
-        self.pids.lock().expect("pids").clone()
-    }
-
-    /// Sends `signal` to the newest browser.
-    pub fn signal_newest(&self, signal: nix::sys::signal::Signal) {
-        if let Some(pid) = self.pids().last() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), signal);
-        }
-    }
-}
-
-impl Default for LocalPids {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Provider for LocalPids {
-    fn name(&self) -> &str {
-        "local"
-    }
-
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let browser = self.chromium.start().await?;
-            self.pids.lock().expect("pids").push(browser.pid());
-            Ok(Box::new(browser) as Box<dyn Session>)
-        })
-    }
 }

@@ -17,8 +17,8 @@ use gateway::DeathMode;
 use nix::sys::signal::Signal;
 use outlive::chromiumoxide::Page;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{BoxFuture, Options, Outcome, Provider, WideEvent};
-use outlive_cli::bed::LocalPids;
+use outlive::{BoxFuture, LocalChromium, Options, Outcome, Provider, WideEvent};
+use outlive_cli::bed::Recording;
 
 /// A record the codec cannot carry (an `ImageData`), beside one it can, in a database of
 /// its own: the checkpoint must count the one left out.
@@ -176,7 +176,7 @@ async fn on_solari(mode: DeathMode) {
 /// nothing; outlive's release kills it).
 async fn on_local(mode: DeathMode) {
     let site = twosite::spawn().await.unwrap();
-    let provider = Arc::new(LocalPids::new());
+    let provider = Arc::new(Recording::new(LocalChromium::new()));
     let signal = match mode {
         DeathMode::Close => Signal::SIGTERM,
         DeathMode::Reset => Signal::SIGKILL,

@@ -10,8 +10,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures::TryFutureExt;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
-use outlive::{BoxFuture, CdpEndpoint, LocalBrowser, LocalChromium, Options, Provider, Session};
+use outlive::{BoxFuture, LocalChromium, Options, Provider, Session};
 
 /// LocalChromium, remembering the newest browser's pid so the example can kill it.
 #[derive(Default)]
@@ -20,30 +21,14 @@ struct Remembering {
     newest_pid: Mutex<Option<u32>>,
 }
 
-struct Held(LocalBrowser);
-
-impl Session for Held {
-    fn endpoint(&self) -> &CdpEndpoint {
-        self.0.endpoint()
-    }
-    fn exited(&self) -> BoxFuture<'static, ()> {
-        Session::exited(&self.0)
-    }
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
-        Box::pin(self.0.close())
-    }
-}
-
 impl Provider for Remembering {
     fn name(&self) -> &str {
-        "local"
+        self.chromium.name()
     }
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let browser = self.chromium.start().await?;
-            *self.newest_pid.lock().unwrap() = Some(browser.pid());
-            Ok(Box::new(Held(browser)) as Box<dyn Session>)
-        })
+        Box::pin(self.chromium.launch().inspect_ok(|session| {
+            *self.newest_pid.lock().unwrap() = session.pid();
+        }))
     }
 }
 

@@ -181,14 +181,9 @@ pub async fn assert_gateway_clean(gw: &gateway::Gateway) {
 /// A gateway whose sessions live long enough that only the test kills them, with `rtt`
 /// added per CDP message.
 pub async fn fault_gateway(rtt: Duration) -> gateway::Gateway {
-    gateway::spawn(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(600))
-            .jitter(Duration::ZERO)
-            .rtt(rtt),
-    )
-    .await
-    .unwrap()
+    gateway::spawn(outlive_cli::bed::until_killed(rtt))
+        .await
+        .unwrap()
 }
 
 /// A [`fault_gateway`] without added RTT, and a [`Tracked`] provider on it whose first

@@ -417,6 +417,10 @@ impl Session for LocalBrowser {
         })
     }
 
+    fn pid(&self) -> Option<u32> {
+        Some(LocalBrowser::pid(self))
+    }
+
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
         Box::pin(async move { (*self).close().await })
     }

@@ -45,6 +45,12 @@ pub trait Session: Send + Sync {
         Box::pin(std::future::pending())
     }
 
+    /// The OS process id of the browser when it runs on this machine (a lab or a test can
+    /// signal it); `None` for a browser elsewhere.
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
     /// Ends the session and confirms it. Called once, after the last CDP message.
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
 }

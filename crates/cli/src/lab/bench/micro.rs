@@ -9,34 +9,40 @@ use outlive::{DeathCause, Milestone, Options, Solari};
 
 use super::records::*;
 use crate::bank::BankProgress;
-use crate::bed::{Recording, TestBed};
+use crate::bed::{Recording, TestBed, until_killed};
 use crate::error::Error;
 use crate::stats::median;
+
+/// `(took in ms, bytes)` of each checkpoint, oldest first.
+pub(super) type Costs = Arc<Mutex<Vec<(f64, usize)>>>;
+
+/// Options that checkpoint only when the task asks, and the costs of their checkpoints.
+pub(super) fn measured_checkpoints() -> (Options, Costs) {
+    let costs = Costs::default();
+    let sink = costs.clone();
+    let options = Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .on_milestone(move |m| {
+            if let Milestone::Checkpointed { took, bytes } = m {
+                sink.lock().expect("costs").push((ms(*took), *bytes));
+            }
+        });
+    (options, costs)
+}
 
 /// A test bed whose sessions only die when killed, and a provider on it that remembers the
 /// sessions it launched.
 async fn killable_bed() -> Result<(TestBed, Recording<Solari>), Error> {
-    let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(600))
-            .jitter(Duration::ZERO),
-    )
-    .await?;
+    let bed = TestBed::start(until_killed(Duration::ZERO)).await?;
     let provider = Recording::new(bed.provider());
     Ok((bed, provider))
 }
 
 async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, Error> {
-    let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(600))
-            .jitter(Duration::ZERO)
-            .rtt(rtt),
-    )
-    .await?;
+    let bed = TestBed::start(until_killed(rtt)).await?;
     let provider = bed.provider();
-    let costs: Arc<Mutex<Vec<(f64, usize)>>> = Arc::default();
-    let (sink, reset) = (costs.clone(), costs.clone());
+    let (options, costs) = measured_checkpoints();
+    let reset = costs.clone();
     let task = bed.task(1, Duration::ZERO);
     let progress = BankProgress::default();
     let _ = outlive::outlive(
@@ -52,13 +58,7 @@ async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, 
                 Ok::<_, crate::bank::BankError>(())
             }
         },
-        Options::new()
-            .checkpoint_every(Duration::from_secs(3600))
-            .on_milestone(move |m| {
-                if let Milestone::Checkpointed { took, bytes } = m {
-                    sink.lock().expect("costs").push((ms(*took), *bytes));
-                }
-            }),
+        options,
     )
     .await;
     bed.shutdown().await?;

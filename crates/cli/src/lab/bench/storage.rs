@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use outlive::chromiumoxide::Page;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{Milestone, Options};
+use outlive::{LocalChromium, Milestone, Options};
 use serde::Serialize;
 
+use super::micro::measured_checkpoints;
 use super::records::ms;
-use crate::bed::{LocalPids, TestBed};
+use crate::bed::{Recording, TestBed, until_killed};
 use crate::error::{Error, ErrorKind};
 use crate::stats::median;
 
@@ -123,16 +124,9 @@ pub async fn capture_case(
     what: Seed,
     samples: u32,
 ) -> Result<CaptureCase, Error> {
-    let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(600))
-            .jitter(Duration::ZERO)
-            .rtt(added_rtt),
-    )
-    .await?;
+    let bed = TestBed::start(until_killed(added_rtt)).await?;
     let provider = bed.provider();
-    let costs: Arc<Mutex<Vec<(f64, usize)>>> = Arc::default();
-    let sink = costs.clone();
+    let (options, costs) = measured_checkpoints();
     let url = bed.bank().url("/login");
     let result = outlive::outlive(
         &provider,
@@ -154,13 +148,7 @@ pub async fn capture_case(
                 Ok::<_, CdpError>(median(&rtts))
             }
         },
-        Options::new()
-            .checkpoint_every(Duration::from_secs(3600))
-            .on_milestone(move |m| {
-                if let Milestone::Checkpointed { took, bytes } = m {
-                    sink.lock().expect("costs").push((ms(*took), *bytes));
-                }
-            }),
+        options,
     )
     .await;
     bed.shutdown().await?;
@@ -187,7 +175,7 @@ pub async fn restore_case(samples: u32) -> Result<RestoreCase, Error> {
     let bank = aurora::spawn(aurora::Config::new())
         .await
         .map_err(bank_error)?;
-    let provider = Arc::new(LocalPids::new());
+    let provider = Arc::new(Recording::new(LocalChromium::new()));
     let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
     let bytes = Arc::new(Mutex::new(0usize));
     let (sink, size) = (restores.clone(), bytes.clone());
