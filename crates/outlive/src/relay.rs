@@ -528,14 +528,13 @@ struct Waiting {
     answered: u32,
 }
 
-/// The round trip assumed before any was measured.
-const DEFAULT_RTT: Duration = Duration::from_millis(50);
 /// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
 const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
 
 impl Waiting {
+    /// The round trip; zero before any was measured (the fast path is off until then).
     fn rtt(&self) -> Duration {
-        self.samples.iter().min().copied().unwrap_or(DEFAULT_RTT)
+        self.samples.iter().min().copied().unwrap_or_default()
     }
 
     /// How long the browser may be quiet while commands are in flight before it is asked.
@@ -597,6 +596,10 @@ impl Waiting {
         }
         self.in_flight
             .retain(|_, sent| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE);
+        // Until a reply has shown what a round trip costs, the heartbeat alone watches.
+        if self.samples.is_empty() {
+            return None;
+        }
         let oldest = *self.in_flight.values().min()?;
         Some(last_rx.max(oldest) + self.quiet(heartbeat))
     }
@@ -1330,6 +1333,13 @@ mod tests {
         let mut w = Waiting::default();
         let now = Instant::now();
         assert_eq!(w.deadline(now, HEARTBEAT, now), None);
+        w.sent(7, now);
+        assert_eq!(
+            w.deadline(now, HEARTBEAT, now),
+            None,
+            "no round trip measured yet"
+        );
+        w.in_flight.clear();
         w.sent(1, now);
         w.replied(1, now + Duration::from_millis(2));
         assert_eq!(w.deadline(now, HEARTBEAT, now), None, "nothing in flight");
