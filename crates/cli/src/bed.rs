@@ -87,6 +87,15 @@ impl TestBed {
     }
 }
 
+/// A gateway configuration whose sessions die `lifetime ± jitter` after creation, the way
+/// `death` says.
+pub fn dying(lifetime: Duration, jitter: Duration, death: gateway::DeathMode) -> gateway::Config {
+    gateway::Config::new()
+        .lifetime(lifetime)
+        .jitter(jitter)
+        .death(death)
+}
+
 /// A gateway configuration whose sessions live long enough that only a kill ends them
 /// (600 s, no jitter), with `rtt` added to every CDP message.
 pub fn until_killed(rtt: Duration) -> gateway::Config {

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use outlive::{Options, WideEvent};
 
 use crate::bank::{BankEvent, BankProgress};
-use crate::bed::TestBed;
+use crate::bed::{TestBed, dying};
 use crate::error::Error;
 use crate::setup::{self, ChromiumSetup};
 
@@ -137,14 +137,8 @@ pub async fn run(
     config: &DemoConfig,
     on_event: impl Fn(DemoEvent) + Send + Sync + 'static,
 ) -> Result<DemoReport, Error> {
-    let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(config.lifetime)
-            .jitter(config.jitter)
-            .death(config.death)
-            .doa(config.doa),
-    )
-    .await?;
+    let bed =
+        TestBed::start(dying(config.lifetime, config.jitter, config.death).doa(config.doa)).await?;
     let provider = bed.provider();
 
     let (polls, every) = plan(config);

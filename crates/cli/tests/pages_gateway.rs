@@ -9,22 +9,16 @@ use std::time::Duration;
 
 use gateway::PageFault;
 use outlive::{Milestone, Options};
-use outlive_cli::bank::{BankEvent, BankProgress, BankTask};
+use outlive_cli::bank::{BankEvent, BankProgress};
+use outlive_cli::bed::TestBed;
 use support::Tracked;
 
 async fn page_fails_mid_task(fault: PageFault) {
-    let bank_config = aurora::Config::new();
-    let bank = aurora::spawn(bank_config.clone()).await.unwrap();
-    let gw = gateway::spawn(gateway::Config::new().lifetime(Duration::from_secs(600)))
+    let bed = TestBed::start(gateway::Config::new().lifetime(Duration::from_secs(600)))
         .await
         .unwrap();
-    let provider = Tracked::new(&gw, 0);
-    let task = BankTask::new(
-        bank.base_url(),
-        &bank_config,
-        30,
-        Duration::from_millis(100),
-    );
+    let provider = Tracked::new(bed.gateway(), 0);
+    let task = bed.task(30, Duration::from_millis(100));
     let progress = BankProgress::default();
     let causes: Arc<Mutex<Vec<outlive::DeathCause>>> = Arc::default();
     let seen = causes.clone();
@@ -53,7 +47,7 @@ async fn page_fails_mid_task(fault: PageFault) {
     let chaos = async {
         if fault_rx.recv().await.is_some() {
             let id = provider.newest();
-            let hit = gw.fail_page(&id, fault).await.unwrap();
+            let hit = bed.gateway().fail_page(&id, fault).await.unwrap();
             assert!(hit >= 1, "the gateway found the task's page");
         }
     };
@@ -81,10 +75,10 @@ async fn page_fails_mid_task(fault: PageFault) {
         1,
         "one session for the whole run"
     );
-    assert_eq!(bank.counters().totps_accepted, 1, "signed in once");
+    assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
     assert_eq!(progress.sign_ins(), 1);
     assert_eq!(event.release_failed, 0);
-    let status = gw.shutdown().await.unwrap();
+    let status = bed.shutdown().await.unwrap();
     assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
 }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::{create_out, write_json};
 use crate::bank::BankProgress;
-use crate::bed::TestBed;
+use crate::bed::{TestBed, dying};
 use crate::error::{Error, ErrorKind};
 
 /// Soak settings.
@@ -228,10 +228,7 @@ pub async fn soak(
     let before = footprint(0, profiles.path());
     let started = Instant::now();
     let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(config.lifetime)
-            .jitter(config.lifetime / 2)
-            .death(DeathMode::Mixed)
+        dying(config.lifetime, config.lifetime / 2, DeathMode::Mixed)
             .doa(config.doa)
             .max_sessions(config.concurrency as usize + 1)
             .chromium(outlive::LocalChromium::new().profile_root(profiles.path())),

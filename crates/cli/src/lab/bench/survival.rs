@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::records::*;
 use crate::bank::BankProgress;
-use crate::bed::TestBed;
+use crate::bed::{TestBed, dying};
 use crate::error::Error;
 
 /// Collects milestones into a run record.
@@ -208,14 +208,8 @@ pub async fn survival(
     config: &SurvivalConfig,
     on_run: impl Fn(&RunRecord),
 ) -> Result<SurvivalReport, Error> {
-    let bed = TestBed::start(
-        gateway::Config::new()
-            .lifetime(config.lifetime)
-            .jitter(config.jitter)
-            .death(config.death)
-            .max_sessions(4),
-    )
-    .await?;
+    let gateway = dying(config.lifetime, config.jitter, config.death).max_sessions(4);
+    let bed = TestBed::start(gateway).await?;
     let mut runs = Vec::new();
     for i in 0..config.tasks {
         let baseline = run_baseline_arm(&bed, config, i);
