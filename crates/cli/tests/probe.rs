@@ -1,13 +1,16 @@
 //! `outlive probe` against the in-process gateway: it times each session's death, names its
 //! cause, shows the control plane calling the dead session active, and releases everything.
 
+use std::ops::RangeInclusive;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
 use outlive_cli::probe::{ProbeConfig, Sample, probe, summary};
 
-async fn probe_gateway(death: DeathMode) -> (Vec<Sample>, Vec<Sample>, gateway::Status) {
+/// Probes two sessions of a gateway whose sessions die by `death` after 2 s, and checks that
+/// the probe released them all; returns the samples and those `on_sample` saw.
+async fn probe_gateway(death: DeathMode) -> (Vec<Sample>, Vec<Sample>) {
     let gw = gateway::spawn(
         gateway::Config::new()
             .lifetime(Duration::from_secs(2))
@@ -17,17 +20,24 @@ async fn probe_gateway(death: DeathMode) -> (Vec<Sample>, Vec<Sample>, gateway::
     .await
     .unwrap();
     let config = ProbeConfig {
-        sessions: 2,
         max_hold: Duration::from_secs(10),
-        heartbeat: Duration::from_millis(500),
-        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+        ..probe_config(&gw, 2)
     };
     let seen = Mutex::new(Vec::new());
     let samples = probe(&config, |s| seen.lock().unwrap().push(s.clone()))
         .await
         .unwrap();
-    let status = gw.shutdown().await.unwrap();
-    (samples, seen.into_inner().unwrap(), status)
+    assert_released(&gw.shutdown().await.unwrap());
+    (samples, seen.into_inner().unwrap())
+}
+
+/// Probing `sessions` sessions of `gw`, with a heartbeat every 500 ms.
+fn probe_config(gw: &gateway::Gateway, sessions: u32) -> ProbeConfig {
+    ProbeConfig {
+        sessions,
+        heartbeat: Duration::from_millis(500),
+        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+    }
 }
 
 fn assert_released(status: &gateway::Status) {
@@ -42,52 +52,52 @@ fn assert_released(status: &gateway::Status) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn times_deaths_by_close_frame() {
-    let (samples, seen, status) = probe_gateway(DeathMode::Close).await;
-    assert_eq!(samples, seen, "on_sample saw every sample, in order");
+/// Asserts that both probed sessions died by `cause`, each `lifetime_ms` within `lifetimes`.
+fn assert_both_died(samples: &[Sample], cause: &str, lifetimes: RangeInclusive<u64>) {
     assert_eq!(
         samples.iter().map(|s| s.session).collect::<Vec<_>>(),
         [0, 1]
     );
-    for s in &samples {
+    for s in samples {
         let lifetime = s.lifetime_ms.unwrap_or_else(|| panic!("no death: {s:?}"));
-        assert!((2_000..=4_000).contains(&lifetime), "{s:?}");
-        assert_eq!(s.cause, "close", "{s:?}");
+        assert!(lifetimes.contains(&lifetime), "{s:?}");
+        assert_eq!(s.cause, cause, "{s:?}");
+    }
+}
+
+/// Asserts that the control plane called every dead session alive.
+fn assert_control_plane_said_active(samples: &[Sample]) {
+    for s in samples {
         assert_eq!(
             s.control_plane_said.as_deref(),
             Some("active"),
             "the control plane calls it alive: {s:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_deaths_by_close_frame() {
+    let (samples, seen) = probe_gateway(DeathMode::Close).await;
+    assert_eq!(samples, seen, "on_sample saw every sample, in order");
+    assert_both_died(&samples, "close", 2_000..=4_000);
+    assert_control_plane_said_active(&samples);
     let text = summary(&samples);
     assert!(text.contains("causes: close 2"), "{text}");
-    assert_released(&status);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn times_deaths_by_silence() {
-    let (samples, _, status) = probe_gateway(DeathMode::Silence).await;
-    assert_eq!(samples.len(), 2);
-    for s in &samples {
-        let lifetime = s.lifetime_ms.unwrap_or_else(|| panic!("no death: {s:?}"));
-        // The unanswered heartbeat was sent within one interval of the death.
-        assert!((2_000..=4_500).contains(&lifetime), "{s:?}");
-        assert_eq!(s.cause, "silence", "{s:?}");
-        assert_eq!(s.control_plane_said.as_deref(), Some("active"), "{s:?}");
-    }
-    assert_released(&status);
+    let (samples, _) = probe_gateway(DeathMode::Silence).await;
+    // The unanswered heartbeat was sent within one interval of the death.
+    assert_both_died(&samples, "silence", 2_000..=4_500);
+    assert_control_plane_said_active(&samples);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn times_deaths_by_reset() {
-    let (samples, _, status) = probe_gateway(DeathMode::Reset).await;
-    assert_eq!(samples.len(), 2);
-    for s in &samples {
-        assert_eq!(s.cause, "reset", "{s:?}");
-        assert!((2_000..=4_000).contains(&s.lifetime_ms.unwrap()), "{s:?}");
-    }
-    assert_released(&status);
+    let (samples, _) = probe_gateway(DeathMode::Reset).await;
+    assert_both_died(&samples, "reset", 2_000..=4_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,10 +105,8 @@ async fn a_session_alive_at_max_hold_is_sampled_alive_and_released() {
     let gw = long_lived_gateway().await;
     // The hold outlasts the launch and several heartbeats.
     let config = ProbeConfig {
-        sessions: 1,
         max_hold: Duration::from_secs(4),
-        heartbeat: Duration::from_millis(500),
-        ..ProbeConfig::new(gw.base_url(), gw.api_key())
+        ..probe_config(&gw, 1)
     };
     let samples = probe(&config, |_| {}).await.unwrap();
     assert_eq!(samples.len(), 1);
@@ -113,11 +121,7 @@ async fn a_session_alive_at_max_hold_is_sampled_alive_and_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_probe_still_releases_its_session() {
     let gw = long_lived_gateway().await;
-    let config = ProbeConfig {
-        sessions: 1,
-        heartbeat: Duration::from_millis(500),
-        ..ProbeConfig::new(gw.base_url(), gw.api_key())
-    };
+    let config = probe_config(&gw, 1);
     // Cancel the probe while it holds the session: once the session is live, drop the future.
     {
         let running = probe(&config, |_| {

@@ -86,7 +86,8 @@
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.
 //! * `options`, `error`, `endpoint` — the typed edges: [`Options`], [`Error`] and
-//!   [`RunError`], [`CdpEndpoint`].
+//!   [`RunError`], [`CdpEndpoint`]; `setters` — the `setters!` macro behind their plain
+//!   chainable setters.
 //!
 //! Every type has one public path, at the crate root; [`redact`] is the one public module
 //! (its functions).
@@ -104,6 +105,7 @@ pub mod redact;
 mod relay;
 mod report;
 mod run;
+mod setters;
 mod task;
 
 // The README's Rust example is compiled as a doctest.

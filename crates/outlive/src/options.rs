@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::setters::setters;
 
 use crate::report::{Milestone, WideEvent};
 
@@ -125,77 +126,61 @@ impl Options {
         }
     }
 
-    /// Whether checkpoints hold IndexedDB: every database of every origin the page and its
-    /// frames use, with versions, object stores, indexes and records. Values beyond JSON
-    /// (`Date`, typed arrays, `ArrayBuffer`, `Map`, `Set`, `Blob`, `BigInt`, …) come back as
-    /// the same types; values that cannot be serialised (a `CryptoKey`, a cycle) are left
-    /// out and counted in [`WideEvent::state_left_out`]. Every checkpoint reads the databases
-    /// in the page; only changed ones are sent.
-    ///
-    /// # Default
-    ///
-    /// `true`.
-    pub fn indexed_db(mut self, capture: bool) -> Self {
-        self.indexed_db = capture;
-        self
-    }
+    setters! {
+        /// Whether checkpoints hold IndexedDB: every database of every origin the page and its
+        /// frames use, with versions, object stores, indexes and records. Values beyond JSON
+        /// (`Date`, typed arrays, `ArrayBuffer`, `Map`, `Set`, `Blob`, `BigInt`, …) come back as
+        /// the same types; values that cannot be serialised (a `CryptoKey`, a cycle) are left
+        /// out and counted in [`WideEvent::state_left_out`]. Every checkpoint reads the databases
+        /// in the page; only changed ones are sent.
+        ///
+        /// # Default
+        ///
+        /// `true`.
+        fn indexed_db(capture: bool);
 
-    /// The most IndexedDB (serialised, per frame) a checkpoint holds. A frame's databases
-    /// above it are not captured and their records are counted in
-    /// [`WideEvent::state_left_out`]. At most 1 GiB.
-    ///
-    /// # Default
-    ///
-    /// 16 MiB.
-    pub fn indexed_db_max_bytes(mut self, bytes: usize) -> Self {
-        self.indexed_db_max_bytes = bytes;
-        self
-    }
+        /// The most IndexedDB (serialised, per frame) a checkpoint holds. A frame's databases
+        /// above it are not captured and their records are counted in
+        /// [`WideEvent::state_left_out`]. At most 1 GiB.
+        ///
+        /// # Default
+        ///
+        /// 16 MiB.
+        fn indexed_db_max_bytes(bytes: usize);
 
-    /// Interval of the automatic checkpoint. A target, not a guarantee: a capture that fails
-    /// (the browser is already dying) is simply not written.
-    ///
-    /// # Default
-    ///
-    /// 30 s.
-    pub fn checkpoint_every(mut self, every: Duration) -> Self {
-        self.checkpoint_every = every;
-        self
-    }
+        /// Interval of the automatic checkpoint. A target, not a guarantee: a capture that fails
+        /// (the browser is already dying) is simply not written.
+        ///
+        /// # Default
+        ///
+        /// 30 s.
+        fn checkpoint_every(every: Duration);
 
-    /// How many times the browser may die (or fail to launch) before the run gives up.
-    /// `0` means the first death ends the run with `GaveUp`.
-    ///
-    /// # Default
-    ///
-    /// 5 (about an hour of task on a ten-minute session).
-    pub fn max_relaunches(mut self, n: u32) -> Self {
-        self.max_relaunches = n;
-        self
-    }
+        /// How many times the browser may die (or fail to launch) before the run gives up.
+        /// `0` means the first death ends the run with `GaveUp`.
+        ///
+        /// # Default
+        ///
+        /// 5 (about an hour of task on a ten-minute session).
+        fn max_relaunches(n: u32);
 
-    /// How many times the task's page may fail (crash, be closed, hang) in a browser that
-    /// lives on before the run gives up. Each such failure is recovered on a fresh page in the
-    /// same browser, without a relaunch; this budget is separate from `max_relaunches`. A page
-    /// that fails again and again (a site that exhausts the renderer's memory) ends the run
-    /// with `GaveUp` instead of looping. `0` means the first page failure gives up.
-    ///
-    /// # Default
-    ///
-    /// 10.
-    pub fn max_page_recoveries(mut self, n: u32) -> Self {
-        self.max_page_recoveries = n;
-        self
-    }
+        /// How many times the task's page may fail (crash, be closed, hang) in a browser that
+        /// lives on before the run gives up. Each such failure is recovered on a fresh page in the
+        /// same browser, without a relaunch; this budget is separate from `max_relaunches`. A page
+        /// that fails again and again (a site that exhausts the renderer's memory) ends the run
+        /// with `GaveUp` instead of looping. `0` means the first page failure gives up.
+        ///
+        /// # Default
+        ///
+        /// 10.
+        fn max_page_recoveries(n: u32);
 
-    /// Wait after a launch that failed. A death relaunches at once.
-    ///
-    /// # Default
-    ///
-    /// 2 s.
-    pub fn relaunch_backoff(mut self, backoff: Duration) -> Self {
-        self.relaunch_backoff = backoff;
-        self
+        /// Wait after a launch that failed. A death relaunches at once.
+        ///
+        /// # Default
+        ///
+        /// 2 s.
+        fn relaunch_backoff(backoff: Duration);
     }
 
     /// Size of the task's page.
@@ -218,35 +203,28 @@ impl Options {
         self
     }
 
-    /// Cap on the resume navigation (and on the `start_url` navigation). When it is hit the
-    /// task is entered anyway, on whatever the page shows.
-    ///
-    /// # Default
-    ///
-    /// 45 s.
-    pub fn navigation_timeout(mut self, timeout: Duration) -> Self {
-        self.navigation_timeout = timeout;
-        self
-    }
+    setters! {
+        /// Cap on the resume navigation (and on the `start_url` navigation). When it is hit the
+        /// task is entered anyway, on whatever the page shows.
+        ///
+        /// # Default
+        ///
+        /// 45 s.
+        fn navigation_timeout(timeout: Duration);
 
-    /// How long a death waits for the running entry to finish before the entry is dropped.
-    ///
-    /// # Default
-    ///
-    /// 250 ms.
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
+        /// How long a death waits for the running entry to finish before the entry is dropped.
+        ///
+        /// # Default
+        ///
+        /// 250 ms.
+        fn grace(grace: Duration);
 
-    /// How much outlive may reveal in logs and the wide event.
-    ///
-    /// # Default
-    ///
-    /// [`Diagnostics::Safe`].
-    pub fn diagnostics(mut self, diagnostics: Diagnostics) -> Self {
-        self.diagnostics = diagnostics;
-        self
+        /// How much outlive may reveal in logs and the wide event.
+        ///
+        /// # Default
+        ///
+        /// [`Diagnostics::Safe`].
+        fn diagnostics(diagnostics: Diagnostics);
     }
 
     /// Called once per run, on every path, with the wide event.
@@ -291,47 +269,37 @@ impl Options {
         }
     }
 
-    /// How long the connection may be quiet before outlive asks the browser whether it is
-    /// still there (a CDP `Browser.getVersion` sent by the relay).
-    ///
-    /// # Default
-    ///
-    /// 1 s.
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = interval;
-        self
-    }
+    setters! {
+        /// How long the connection may be quiet before outlive asks the browser whether it is
+        /// still there (a CDP `Browser.getVersion` sent by the relay).
+        ///
+        /// # Default
+        ///
+        /// 1 s.
+        fn heartbeat_interval(interval: Duration);
 
-    /// How long the heartbeat waits for an answer before the browser is declared dead
-    /// (the half-open, silent connection). Silence is detected within interval + timeout.
-    ///
-    /// # Default
-    ///
-    /// 2 s.
-    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
-        self.heartbeat_timeout = timeout;
-        self
-    }
+        /// How long the heartbeat waits for an answer before the browser is declared dead
+        /// (the half-open, silent connection). Silence is detected within interval + timeout.
+        ///
+        /// # Default
+        ///
+        /// 2 s.
+        fn heartbeat_timeout(timeout: Duration);
 
-    /// Cap on one checkpoint capture.
-    ///
-    /// # Default
-    ///
-    /// 10 s.
-    pub fn capture_timeout(mut self, timeout: Duration) -> Self {
-        self.capture_timeout = timeout;
-        self
-    }
+        /// Cap on one checkpoint capture.
+        ///
+        /// # Default
+        ///
+        /// 10 s.
+        fn capture_timeout(timeout: Duration);
 
-    /// Cap on releasing one browser (a provider's `DELETE` that hangs). A release that takes
-    /// longer is counted in `releaseFailed` and the run goes on.
-    ///
-    /// # Default
-    ///
-    /// 10 s.
-    pub fn release_timeout(mut self, timeout: Duration) -> Self {
-        self.release_timeout = timeout;
-        self
+        /// Cap on releasing one browser (a provider's `DELETE` that hangs). A release that takes
+        /// longer is counted in `releaseFailed` and the run goes on.
+        ///
+        /// # Default
+        ///
+        /// 10 s.
+        fn release_timeout(timeout: Duration);
     }
 
     /// Checks every value; the run calls this before launching anything.

@@ -13,6 +13,7 @@ use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::options::Diagnostics;
 use crate::redact::redact;
+use crate::setters::setters;
 
 /// How each Solari browser is launched.
 #[derive(Debug, Clone)]
@@ -40,51 +41,41 @@ impl SolariLaunch {
         }
     }
 
-    /// Options passed to `POST /sessions` for every browser.
-    ///
-    /// # Default
-    ///
-    /// `CreateSessionOptions::default()`.
-    pub fn create(mut self, create: CreateSessionOptions) -> Self {
-        self.create = create;
-        self
-    }
+    setters! {
+        /// Options passed to `POST /sessions` for every browser.
+        ///
+        /// # Default
+        ///
+        /// `CreateSessionOptions::default()`.
+        fn create(create: CreateSessionOptions);
 
-    /// Extra attempts when creating a session fails transiently or the probe fails, with an
-    /// exponential backoff (200 ms doubling, at most 5 s, jittered). Each failed attempt's
-    /// session is released first. What is transient follows the official `solari-browser`
-    /// crate's own rule: transport, connect and protocol failures and 5xx answers — but not
-    /// 429 (`ConcurrencyLimitExceeded`: outlive's relaunch backoff deals with it) and not a
-    /// 502 `PoolResponseUnparseable`, after which the session may exist and a fresh create
-    /// would make a second one.
-    ///
-    /// # Default
-    ///
-    /// 0. `2` is worth considering: about one Solari browser in ten comes back dead.
-    pub fn retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
-    }
+        /// Extra attempts when creating a session fails transiently or the probe fails, with an
+        /// exponential backoff (200 ms doubling, at most 5 s, jittered). Each failed attempt's
+        /// session is released first. What is transient follows the official `solari-browser`
+        /// crate's own rule: transport, connect and protocol failures and 5xx answers — but not
+        /// 429 (`ConcurrencyLimitExceeded`: outlive's relaunch backoff deals with it) and not a
+        /// 502 `PoolResponseUnparseable`, after which the session may exist and a fresh create
+        /// would make a second one.
+        ///
+        /// # Default
+        ///
+        /// 0. `2` is worth considering: about one Solari browser in ten comes back dead.
+        fn retries(retries: u32);
 
-    /// Before handing a session out, open its CDP websocket and require an answer to
-    /// `Browser.getVersion` within the probe timeout.
-    ///
-    /// # Default
-    ///
-    /// Off.
-    pub fn probe(mut self, on: bool) -> Self {
-        self.probe = on;
-        self
-    }
+        /// Before handing a session out, open its CDP websocket and require an answer to
+        /// `Browser.getVersion` within the probe timeout.
+        ///
+        /// # Default
+        ///
+        /// Off.
+        fn probe(on: bool);
 
-    /// How long the probe waits.
-    ///
-    /// # Default
-    ///
-    /// 2 s.
-    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
-        self.probe_timeout = timeout;
-        self
+        /// How long the probe waits.
+        ///
+        /// # Default
+        ///
+        /// 2 s.
+        fn probe_timeout(timeout: Duration);
     }
 }
 
