@@ -26,6 +26,16 @@ async fn discovering(session: &Session) -> (Cdp, HashSet<String>) {
 }
 
 /// The page targets announced by the `Target.targetCreated` events kept so far.
+/// A gateway with the default config and one session; a connection to it that discovers
+/// targets; and a page it opened (target id, CDP session id).
+async fn a_session_with_a_page() -> (support::TestGateway, Session, Cdp, (String, String)) {
+    let gw = support::start(Config::new()).await;
+    let session = gw.create().await;
+    let (mut cdp, _) = discovering(&session).await;
+    let page = cdp.open_page().await;
+    (gw, session, cdp, page)
+}
+
 fn page_targets(cdp: &Cdp) -> HashSet<String> {
     cdp.kept("Target.targetCreated")
         .iter()
@@ -40,6 +50,18 @@ fn target_is(target: &str) -> impl Fn(&Value) -> bool + '_ {
 }
 
 /// `(live, dead, relay clients)`, and whether any Chromium process is alive.
+/// Has the gateway fault the pages of `session` with `fault`, and checks that it hit every
+/// one of `pages`.
+async fn fault_every_page(
+    gw: &Gateway,
+    session: &Session,
+    fault: PageFault,
+    pages: &HashSet<String>,
+) {
+    let hit = gw.fail_page(&session.id, fault).await.expect("fail_page");
+    assert_eq!(hit, pages.len(), "every page hit by {fault}");
+}
+
 fn census_with_relays(gw: &Gateway) -> (usize, usize, usize, bool) {
     let s = gw.status();
     (
@@ -52,20 +74,13 @@ fn census_with_relays(gw: &Gateway) -> (usize, usize, usize, bool) {
 
 #[tokio::test]
 async fn crash_on_demand_kills_the_pages_not_the_browser() {
-    let gw = support::start(Config::new()).await;
-    let session = gw.create().await;
-    let (mut cdp, _) = discovering(&session).await;
-    let (page, page_session) = cdp.open_page().await;
+    let (gw, session, mut cdp, (page, page_session)) = a_session_with_a_page().await;
     cdp.call_on(Some(&page_session), "Inspector.enable", json!({}))
         .await;
     let pages = page_targets(&cdp);
     assert!(pages.contains(&page) && pages.len() >= 2, "{pages:?}");
 
-    let hit = gw
-        .fail_page(&session.id, PageFault::Crash)
-        .await
-        .expect("crash");
-    assert_eq!(hit, pages.len(), "every page crashed");
+    fault_every_page(&gw, &session, PageFault::Crash, &pages).await;
     cdp.event("Target.targetCrashed", target_is(&page)).await;
     cdp.event("Inspector.targetCrashed", |m| {
         m["sessionId"] == page_session
@@ -100,17 +115,10 @@ async fn crash_on_demand_kills_the_pages_not_the_browser() {
 
 #[tokio::test]
 async fn close_on_demand_destroys_the_pages_not_the_browser() {
-    let gw = support::start(Config::new()).await;
-    let session = gw.create().await;
-    let (mut cdp, _) = discovering(&session).await;
-    let (page, page_session) = cdp.open_page().await;
+    let (gw, session, mut cdp, (page, page_session)) = a_session_with_a_page().await;
     let pages = page_targets(&cdp);
 
-    let hit = gw
-        .fail_page(&session.id, PageFault::Close)
-        .await
-        .expect("close");
-    assert_eq!(hit, pages.len(), "every page closed");
+    fault_every_page(&gw, &session, PageFault::Close, &pages).await;
     cdp.event("Target.targetDestroyed", target_is(&page)).await;
     cdp.event("Target.detachedFromTarget", |m| {
         m["params"]["sessionId"] == page_session
