@@ -74,10 +74,14 @@ async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, 
     })
 }
 
+/// Kills the session `kills` times in `mode` while the task idles — or, with
+/// `command_waiting`, while it waits on a command that never completes — and times each
+/// detection.
 async fn detection(
     mode: DeathMode,
     kills: u32,
     heartbeat: (Duration, Duration),
+    command_waiting: bool,
 ) -> Result<Detection, Error> {
     let (bed, provider) = killable_bed().await?;
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
@@ -103,11 +107,20 @@ async fn detection(
     let finish = done.clone();
     let run = outlive::outlive(
         &provider,
-        move |_page, _ctx| {
+        move |page, _ctx| {
             let finish = finish.clone();
             async move {
-                finish.notified().await;
-                Ok::<_, std::convert::Infallible>(())
+                let waiting = async {
+                    if command_waiting {
+                        page.evaluate_expression("new Promise(() => {})").await?;
+                    }
+                    std::future::pending::<()>().await;
+                    Ok::<_, outlive::chromiumoxide::error::CdpError>(())
+                };
+                tokio::select! {
+                    _ = finish.notified() => Ok(()),
+                    r = waiting => r,
+                }
             }
         },
         options,
@@ -148,6 +161,7 @@ async fn detection(
     bed.shutdown().await?;
     Ok(Detection {
         mode,
+        command_waiting,
         latency_ms,
         kill_call_ms,
         after_kill_returned_ms,
@@ -332,8 +346,9 @@ pub async fn micro(samples: u32, kills: u32) -> Result<MicroReport, Error> {
     let heartbeat = (Duration::from_secs(1), Duration::from_secs(2));
     let mut detection_runs = Vec::new();
     for mode in [DeathMode::Close, DeathMode::Reset, DeathMode::Silence] {
-        detection_runs.push(detection(mode, kills, heartbeat).await?);
+        detection_runs.push(detection(mode, kills, heartbeat, false).await?);
     }
+    detection_runs.push(detection(DeathMode::Silence, kills, heartbeat, true).await?);
     let recovery = recovery(kills.max(5)).await?;
     Ok(MicroReport {
         checkpoint,

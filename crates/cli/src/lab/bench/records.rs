@@ -200,6 +200,9 @@ pub struct Detection {
     /// How the gateway killed the session.
     #[serde(serialize_with = "death_name")]
     pub mode: DeathMode,
+    /// The task was waiting on a command (a promise that never settles) when the session
+    /// died, rather than idle.
+    pub command_waiting: bool,
     /// From the gateway's kill call to outlive's detection, per kill.
     pub latency_ms: Vec<f64>,
     /// How long the gateway's kill call itself took (Chromium killed, then the client told).

@@ -218,8 +218,13 @@ pub fn micro_summary(m: &MicroReport) -> String {
         for d in &m.detection {
             let _ = writeln!(
                 out,
-                "  detection {:>8}: median {:.0} ms after the kill call began (the call took {:.0} ms; {:+.1} ms after it returned), causes {:?}",
+                "  detection {:>8}{}: median {:.0} ms after the kill call began (the call took {:.0} ms; {:+.1} ms after it returned), causes {:?}",
                 d.mode.as_str(),
+                if d.command_waiting {
+                    " (command waiting)"
+                } else {
+                    ""
+                },
                 median(&d.latency_ms),
                 median(&d.kill_call_ms),
                 median(&d.after_kill_returned_ms),
