@@ -14,6 +14,10 @@ use outlive_cli::bed::TestBed;
 use support::Tracked;
 
 async fn page_fails_mid_task(fault: PageFault) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let bed = TestBed::start(gateway::Config::new().lifetime(Duration::from_secs(600)))
         .await
         .unwrap();

@@ -27,6 +27,8 @@ const CONNECT: Duration = Duration::from_secs(10);
 const REPLY: Duration = Duration::from_secs(10);
 /// How long a page gets to crash or close once told to.
 const SETTLE: Duration = Duration::from_secs(5);
+/// Between two tries of a refused `Page.crash`.
+const RETRY: Duration = Duration::from_millis(50);
 /// How long the close handshake of the fault's connection may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Replies to `Target.getTargets` grow with the number of targets; nothing else is large.
@@ -180,28 +182,53 @@ async fn crash(cdp: &mut Cdp, page: &str) -> Result<Outcome, PageError> {
             None,
         )
         .await?;
-    let Some(session) = attached
-        .ok()
-        .and_then(|v| v["sessionId"].as_str().map(str::to_owned))
-    else {
+    let session = match attached {
+        Ok(v) => v["sessionId"].as_str().map(str::to_owned),
+        Err(refusal) => {
+            tracing::debug!(refusal, "Target.attachToTarget refused");
+            None
+        }
+    };
+    let Some(session) = session else {
         return Ok(Outcome::Gone); // closed meanwhile
     };
     cdp.sessions.insert(session.clone(), page.to_owned());
-    // Never answered when it works: the renderer is gone before it could reply. An answer is
-    // a refusal ("The target has already crashed").
-    let id = cdp.send("Page.crash", json!({}), Some(&session)).await?;
-    let settled = cdp
-        .wait_until(SETTLE, |c| {
-            c.crashed.contains(page) || c.destroyed.contains(page) || c.replies.contains_key(&id)
-        })
-        .await?;
-    Ok(if cdp.crashed.contains(page) {
-        Outcome::Hit
-    } else if settled {
-        Outcome::Gone
-    } else {
-        Outcome::Missed
-    })
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        // Never answered when it works: the renderer is gone before it could reply. An answer
+        // is a refusal: "The target has already crashed", or one given while a navigation
+        // swaps the page's renderer, which a later try gets past.
+        let id = cdp.send("Page.crash", json!({}), Some(&session)).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let settled = cdp
+            .wait_until(left, |c| {
+                c.crashed.contains(page)
+                    || c.destroyed.contains(page)
+                    || c.replies.contains_key(&id)
+            })
+            .await?;
+        if cdp.crashed.contains(page) {
+            return Ok(Outcome::Hit);
+        }
+        if !settled {
+            return Ok(Outcome::Missed);
+        }
+        if cdp.destroyed.contains(page) {
+            return Ok(Outcome::Gone);
+        }
+        let refusal = cdp.replies.remove(&id).and_then(Result::err);
+        if refusal
+            .as_deref()
+            .is_some_and(|m| m.contains("already crashed"))
+        {
+            return Ok(Outcome::Gone);
+        }
+        tracing::debug!(?refusal, "Page.crash refused; trying again");
+        if Instant::now() + RETRY >= deadline {
+            return Ok(Outcome::Missed);
+        }
+        tokio::time::sleep(RETRY).await;
+    }
 }
 
 async fn close(cdp: &mut Cdp, page: &str) -> Result<Outcome, PageError> {
