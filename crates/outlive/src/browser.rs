@@ -284,8 +284,12 @@ impl LiveBrowser for CdpBrowser {
         self.relay.cut();
     }
 
-    async fn restore(&self, checkpoint: &Checkpoint) -> Result<u64, Error> {
-        let failed = checkpoint::restore(&self.page, checkpoint).await?;
+    async fn restore(
+        &self,
+        checkpoint: &Checkpoint,
+        prior: Option<&Checkpoint>,
+    ) -> Result<u64, Error> {
+        let failed = checkpoint::restore(&self.page, checkpoint, prior).await?;
         // The page now holds what the checkpoint holds: the next capture need not send it.
         self.parts.remember(checkpoint);
         Ok(failed)

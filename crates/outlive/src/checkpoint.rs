@@ -35,7 +35,9 @@ use chromiumoxide::cdp::browser_protocol::network::{
 use chromiumoxide::cdp::browser_protocol::page::{
     CreateIsolatedWorldParams, FrameTree, GetFrameTreeParams, NavigateParams,
 };
-use chromiumoxide::cdp::browser_protocol::storage::{GetCookiesParams, SetCookiesParams};
+use chromiumoxide::cdp::browser_protocol::storage::{
+    ClearCookiesParams, GetCookiesParams, SetCookiesParams,
+};
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -186,6 +188,16 @@ impl FrameState {
 
     fn is_empty(&self) -> bool {
         self.parts().all(|p| p.is_empty())
+    }
+
+    /// Whether `other` holds the same content (compared by the parts' hashes).
+    fn same_as(&self, other: &FrameState) -> bool {
+        fn hash(p: &Option<Arc<Part>>) -> Option<&str> {
+            p.as_ref().map(|p| p.hash.as_str())
+        }
+        hash(&self.local) == hash(&other.local)
+            && hash(&self.session) == hash(&other.session)
+            && hash(&self.idb) == hash(&other.idb)
     }
 
     /// The restore script's input for this frame.
@@ -600,11 +612,20 @@ type Documents = HashMap<String, Zeroizing<String>>;
 
 /// Plans a restore: per top origin with anything to write, the URL to load; and every
 /// document by its URL.
-fn plan(checkpoint: &Checkpoint) -> (Vec<String>, Documents) {
+fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Documents) {
     let mut tops: BTreeMap<&str, (Option<&FrameState>, Vec<&StorageKey>)> = BTreeMap::new();
+    // A top origin whose every storage key holds what `prior` already put in the page needs
+    // no document.
+    let mut changed = std::collections::BTreeSet::new();
     for (key, state) in &checkpoint.storage {
         if state.is_empty() || !is_storable_origin(&key.top) || !is_storable_origin(&key.origin) {
             continue;
+        }
+        let known = prior
+            .and_then(|p| p.storage.get(key))
+            .is_some_and(|before| before.same_as(state));
+        if !known {
+            changed.insert(key.top.as_str());
         }
         let entry = tops.entry(key.top.as_str()).or_default();
         if key.is_first_party() {
@@ -621,6 +642,9 @@ fn plan(checkpoint: &Checkpoint) -> (Vec<String>, Documents) {
         format!("{origin}/__outlive_restore/{n}")
     };
     for (top, (own, children)) in tops {
+        if !changed.contains(top) {
+            continue;
+        }
         let mut child_urls = Vec::new();
         for key in children {
             let url = url_of(&key.origin);
@@ -644,8 +668,21 @@ fn plan(checkpoint: &Checkpoint) -> (Vec<String>, Documents) {
 /// and answered with a restore document, which embeds the cross-site origins captured under
 /// it. The page is left on the last restore document; the caller navigates to the URL.
 /// Answers how many writes failed in the page (each named in a debug log).
-pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64, Error> {
+///
+/// With `prior` (what was restored into this browser before, with nothing else happening in it
+/// since), only what changed is written: the cookies are replaced, and only top origins whose
+/// storage differs get a document.
+pub(crate) async fn restore(
+    page: &Page,
+    checkpoint: &Checkpoint,
+    prior: Option<&Checkpoint>,
+) -> Result<u64, Error> {
     let started = Instant::now();
+    if prior.is_some_and(|p| !p.cookies.is_empty()) {
+        page.execute(ClearCookiesParams::default())
+            .await
+            .map_err(|e| cdp_error("Storage.clearCookies", e))?;
+    }
     if !checkpoint.cookies.is_empty() {
         let cookies = checkpoint
             .cookies
@@ -657,7 +694,7 @@ pub(crate) async fn restore(page: &Page, checkpoint: &Checkpoint) -> Result<u64,
             .map_err(|e| cdp_error("Storage.setCookies", e))?;
     }
     // Copies of the values: zeroed when restore returns, like the checkpoint itself.
-    let (loads, documents) = plan(checkpoint);
+    let (loads, documents) = plan(checkpoint, prior);
     if loads.is_empty() {
         return Ok(0);
     }
@@ -828,7 +865,7 @@ mod tests {
             key("https://other.example", "https://other.example"),
             local("[]"),
         );
-        let (loads, documents) = plan(&cp);
+        let (loads, documents) = plan(&cp, None);
         assert_eq!(loads.len(), 1, "empty storage is not loaded: {loads:?}");
         assert!(loads[0].starts_with("https://app.example/__outlive_restore/"));
         let top = &documents[&loads[0]];

@@ -94,8 +94,19 @@ struct Flight {
     finished: Mutex<(u64, bool)>,
 }
 
+/// The switch to a successor browser, ready and waiting for a safe point: the end of a
+/// checkpoint taken outside any hold. The checkpoint that reaches it does not return until the
+/// loop has ended the entry there (or called the switch off).
+#[derive(Default)]
+struct Switch {
+    armed: AtomicBool,
+    /// `true` while a checkpoint waits at the safe point for the loop.
+    parked: tokio::sync::watch::Sender<bool>,
+}
+
 struct Inner {
     flight: Flight,
+    switch: Switch,
     attempt: u32,
     resumed_from: Option<ResumedFrom>,
     retired: AtomicBool,
@@ -135,6 +146,7 @@ impl Ctx {
         Ctx {
             inner: Arc::new(Inner {
                 flight: Flight::default(),
+                switch: Switch::default(),
                 attempt,
                 resumed_from,
                 retired: AtomicBool::new(false),
@@ -184,7 +196,49 @@ impl Ctx {
         let number = flight.started.fetch_add(1, Ordering::SeqCst) + 1;
         let wrote = self.capture().await;
         *flight.finished.lock().expect("flight poisoned") = (number, wrote);
+        if wrote {
+            self.park_if_switching().await;
+        }
         wrote
+    }
+
+    /// At a safe point with a switch armed: waits here until the loop ends the entry (this
+    /// future is then dropped) or calls the switch off.
+    async fn park_if_switching(&self) {
+        let switch = &self.inner.switch;
+        if !switch.armed.load(Ordering::SeqCst) || self.is_held() || self.is_retired() {
+            return;
+        }
+        let mut parked = switch.parked.subscribe();
+        switch.parked.send_replace(true);
+        tracing::debug!(
+            attempt = self.inner.attempt,
+            "at a safe point; switching browsers"
+        );
+        let _ = parked.wait_for(|p| !*p).await;
+    }
+
+    /// Arms the switch: the next checkpoint that completes outside a hold parks the task.
+    pub(crate) fn arm_switch(&self) {
+        self.inner.switch.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Calls the switch off; a checkpoint parked at a safe point returns to the task.
+    pub(crate) fn disarm_switch(&self) {
+        self.inner.switch.armed.store(false, Ordering::SeqCst);
+        self.inner.switch.parked.send_replace(false);
+    }
+
+    pub(crate) fn is_switch_armed(&self) -> bool {
+        self.inner.switch.armed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once a checkpoint is parked at a safe point. Cancel-safe.
+    pub(crate) fn at_safe_point(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut parked = self.inner.switch.parked.subscribe();
+        async move {
+            let _ = parked.wait_for(|p| *p).await;
+        }
     }
 
     /// One capture, offered to the store.

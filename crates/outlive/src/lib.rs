@@ -98,6 +98,7 @@ pub(crate) mod checkpoint;
 mod ctx;
 mod endpoint;
 mod error;
+mod lifetime;
 mod options;
 mod provider;
 mod quiet;
@@ -121,7 +122,7 @@ pub use chromiumoxide::Page;
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
-pub use options::{Diagnostics, Options, Viewport};
+pub use options::{Diagnostics, Options, Rotation, Viewport};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };

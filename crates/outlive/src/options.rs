@@ -31,6 +31,31 @@ pub struct Viewport {
     pub height: u32,
 }
 
+/// Whether outlive moves the task to a new browser *before* the old one dies.
+///
+/// A rotation launches a successor ahead of the predicted death, restores the newest checkpoint
+/// into it (storage only: no request reaches the site), and switches the task at the next safe
+/// point: right after a checkpoint completes outside any
+/// [`hold_checkpoints`](crate::Ctx::hold_checkpoints). The entry ends exactly there and is
+/// re-entered on the successor with `resumed_from` set, so nothing is lost; the old session is
+/// released. Deaths nobody predicted still take the reactive path.
+///
+/// The predicted death is at *expected lifetime − margin* of a session's age (counted from the
+/// start of its launch). The margin is 10 % of the expected lifetime, or the spread of the
+/// ages at which this run's browsers died when that is wider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rotation {
+    /// Only react to deaths.
+    #[default]
+    Off,
+    /// Learn the lifetime from this run's browser deaths: once two browsers have died of old
+    /// age (deaths more than a quarter away from the median age are outliers), rotate ahead of
+    /// the earliest of them.
+    Learned,
+    /// Sessions live about this long (Solari: 600 s). Learned deaths refine it downwards.
+    Expected(Duration),
+}
+
 type OnEvent = Arc<dyn Fn(&WideEvent) + Send + Sync>;
 pub(crate) type OnMilestone = Arc<dyn Fn(&Milestone) + Send + Sync>;
 
@@ -64,6 +89,8 @@ pub struct Options {
     pub(crate) release_timeout: Duration,
     pub(crate) indexed_db: bool,
     pub(crate) indexed_db_max_bytes: usize,
+    pub(crate) rotation: Rotation,
+    pub(crate) standby: bool,
 }
 
 impl Default for Options {
@@ -95,6 +122,8 @@ impl fmt::Debug for Options {
             .field("release_timeout", &self.release_timeout)
             .field("indexed_db", &self.indexed_db)
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
+            .field("rotation", &self.rotation)
+            .field("standby", &self.standby)
             .finish()
     }
 }
@@ -123,10 +152,32 @@ impl Options {
             release_timeout: Duration::from_secs(10),
             indexed_db: true,
             indexed_db_max_bytes: 16 << 20,
+            rotation: Rotation::Off,
+            standby: false,
         }
     }
 
     setters! {
+        /// Whether to move the task to a new browser before the old one's predicted death; see
+        /// [`Rotation`].
+        ///
+        /// # Default
+        ///
+        /// [`Rotation::Off`].
+        fn rotation(rotation: Rotation);
+
+        /// Keeps a warm standby: a second browser, launched and restored ahead of need (and
+        /// brought up to date with the newest checkpoint when used), so an unplanned death is
+        /// replaced in about the time of the final navigation instead of a whole launch. It
+        /// costs a session for the whole run: the wide event reports `sessions` and `standbyMs`
+        /// so the price is visible. With [`Rotation`], the standby is also the successor when it
+        /// is young enough.
+        ///
+        /// # Default
+        ///
+        /// `false`.
+        fn standby(keep: bool);
+
         /// Whether checkpoints hold IndexedDB: every database of every origin the page and its
         /// frames use, with versions, object stores, indexes and records. Values beyond JSON
         /// (`Date`, typed arrays, `ArrayBuffer`, `Map`, `Set`, `Blob`, `BigInt`, …) come back as
@@ -362,6 +413,16 @@ impl Options {
             self.indexed_db_max_bytes,
             1..=1 << 30,
         )?;
+        if let Rotation::Expected(lifetime) = self.rotation {
+            if lifetime < Duration::from_secs(1) {
+                return Err(Error::invalid_option(
+                    "rotation",
+                    format!(
+                        "option `rotation`: an expected lifetime must be at least 1 s, got {lifetime:?}"
+                    ),
+                ));
+            }
+        }
         if let Some(url) = &self.start_url {
             let ok = url::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
@@ -410,6 +471,10 @@ mod tests {
             (Options::new().start_url("not a url"), "start_url"),
             (Options::new().start_url("/relative"), "start_url"),
             (Options::new().max_relaunches(5000), "max_relaunches"),
+            (
+                Options::new().rotation(Rotation::Expected(Duration::from_millis(10))),
+                "rotation",
+            ),
             (
                 Options::new().indexed_db_max_bytes(0),
                 "indexed_db_max_bytes",

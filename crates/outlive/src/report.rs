@@ -65,6 +65,17 @@ pub struct WideEvent {
     /// that failed while restoring. 0 means everything captured came back. Not in the
     /// TypeScript original.
     pub state_left_out: u64,
+    /// Times the task moved to a new browser ahead of a predicted death, at a safe point
+    /// ([`Options::rotation`](crate::Options::rotation)). Not deaths: they lose no work and are
+    /// not in `relaunches`. Not in the TypeScript original.
+    pub rotations: u32,
+    /// Browser sessions the run started: the first, every relaunch, every rotation's
+    /// successor and every standby. What a provider bills. Not in the TypeScript original.
+    pub sessions: u32,
+    /// Time successors and standbys were up beside the task's browser (launched, not yet
+    /// serving the task): the extra session time rotation and standby cost. Not in the
+    /// TypeScript original.
+    pub standby_ms: u64,
     /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
     /// task error's type name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,6 +110,9 @@ impl WideEvent {
             release_failed = self.release_failed,
             page_recoveries = self.page_recoveries,
             state_left_out = self.state_left_out,
+            rotations = self.rotations,
+            sessions = self.sessions,
+            standby_ms = self.standby_ms,
             error_name = self.error_name.as_deref(),
             error_code = self.error_code.as_deref(),
             error = self.error.as_deref(),
@@ -128,6 +142,9 @@ mod tests {
             release_failed: 0,
             page_recoveries: 0,
             state_left_out: 0,
+            rotations: 0,
+            sessions: 2,
+            standby_ms: 0,
             error_name: Some("GaveUp".into()),
             error_code: Some("gave_up".into()),
             error: Some("x".into()),
@@ -145,6 +162,9 @@ mod tests {
             "attempts",
             "releaseFailed",
             "pageRecoveries",
+            "rotations",
+            "sessions",
+            "standbyMs",
             "errorName",
             "errorCode",
             "error",
@@ -213,6 +233,24 @@ pub enum Milestone {
         /// When it was detected.
         detected_at: std::time::Instant,
         /// The work lost by this failure, as `lost_work_ms` counts it.
+        lost_work: std::time::Duration,
+    },
+    /// A successor browser for a rotation (or a standby) is launched and restored, waiting.
+    SuccessorReady {
+        /// From the start of its launch to restored.
+        took: std::time::Duration,
+        /// Whether it is a standby (kept for unplanned deaths) rather than a rotation's
+        /// successor.
+        standby: bool,
+    },
+    /// The entry ended at a safe point and the task moves to the successor.
+    Rotated {
+        /// The entry that ended.
+        attempt: u32,
+        /// The age of the browser it leaves (from the start of its launch).
+        age: std::time::Duration,
+        /// From the safe point's checkpoint (its capture start) to the entry's end: the most
+        /// work the next entry can repeat.
         lost_work: std::time::Duration,
     },
     /// A fresh page in the same browser took over from a failed one; the checkpoint is

@@ -16,14 +16,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::future::{BoxFuture, OptionFuture};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
 use crate::checkpoint::Checkpoint;
 use crate::ctx::{Capturer, Ctx, ResumedFrom, Store};
 use crate::error::{Error, ErrorKind, RunError};
+use crate::lifetime::Lifetime;
 use crate::options::Options;
 use crate::redact::redact;
 use crate::relay::Death;
@@ -62,8 +64,14 @@ pub(crate) trait LiveBrowser: Send {
     /// Disposes of the failed page and opens a fresh one in the same browser; fails if the
     /// browser is dead too or no page opens.
     fn replace_page(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Puts `checkpoint` into the page; answers how many writes failed in the page.
-    fn restore(&self, checkpoint: &Checkpoint) -> impl Future<Output = Result<u64, Error>> + Send;
+    /// Puts `checkpoint` into the page; answers how many writes failed in the page. With
+    /// `prior` (restored into this browser before, nothing else done in it since), writes only
+    /// what changed.
+    fn restore(
+        &self,
+        checkpoint: &Checkpoint,
+        prior: Option<&Checkpoint>,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
     fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 }
@@ -84,6 +92,12 @@ struct Tally {
     release_failed: u32,
     /// Writes that failed in restore documents.
     restore_writes_failed: u64,
+    /// Switches to a successor at a safe point.
+    rotations: u32,
+    /// Launches started (every session the run asked for).
+    sessions: u32,
+    /// Time successors and standbys were up beside the task's browser.
+    standby: Duration,
 }
 
 /// Builds and emits the wide event exactly once; if the run future is dropped first, its
@@ -119,6 +133,9 @@ impl Reporter<'_> {
             release_failed: self.tally.release_failed,
             page_recoveries: self.tally.page_recoveries,
             state_left_out: self.store.max_left_out() + self.tally.restore_writes_failed,
+            rotations: self.tally.rotations,
+            sessions: self.tally.sessions,
+            standby_ms: self.tally.standby.as_millis() as u64,
             error_name,
             error_code,
             error,
@@ -166,7 +183,14 @@ impl Reporter<'_> {
 
     async fn release<B: LiveBrowser>(&mut self, browser: B) {
         let limit = self.options.release_timeout;
-        match tokio::time::timeout(limit, browser.release()).await {
+        let released = tokio::time::timeout(limit, browser.release()).await;
+        self.note_release(released);
+    }
+
+    /// Counts a release that failed or timed out.
+    fn note_release(&mut self, released: Result<Result<(), Error>, tokio::time::error::Elapsed>) {
+        let limit = self.options.release_timeout;
+        match released {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.tally.release_failed += 1;
@@ -242,12 +266,21 @@ where
         last_failure: None,
         spare: None,
         launches: 0,
+        lifetime: Lifetime::new(options.rotation),
+        born: Instant::now(),
+        successor: None,
+        releasing: FuturesUnordered::new(),
+        prior: None,
     };
     run.drive().instrument(span).await
 }
 
-/// A launch in progress, boxed so it can wait in [`Run::spare`].
-type Launch<'r, B> = BoxFuture<'r, Result<B, Error>>;
+/// A launch in progress, boxed so it can wait in [`Run::spare`]: the browser, and the
+/// checkpoint already restored into it (a successor's), if any.
+type Launch<'r, B> = BoxFuture<'r, Result<(B, Option<Arc<Checkpoint>>), Error>>;
+
+/// A release in progress, capped by `release_timeout`.
+type Release<'r> = BoxFuture<'r, Result<Result<(), Error>, tokio::time::error::Elapsed>>;
 
 /// The state of one run, shared by its steps.
 struct Run<'r, B: Backend, F> {
@@ -262,6 +295,66 @@ struct Run<'r, B: Backend, F> {
     spare: Option<(Instant, Spare<'r, B::Browser>)>,
     /// Launches so far (the spare counts when it is used).
     launches: u32,
+    /// The lifetime learned and declared, for rotations.
+    lifetime: Lifetime,
+    /// When the current browser's launch started: its age counts from there.
+    born: Instant,
+    /// A browser launched beside the current one: a rotation's successor or a standby.
+    successor: Option<Successor<'r, B::Browser>>,
+    /// Releases going on in the background (old browsers left at a rotation, dead successors).
+    releasing: FuturesUnordered<Release<'r>>,
+    /// What was restored into the next browser before it was taken (a successor's
+    /// checkpoint): its restore writes only what changed since.
+    prior: Option<Arc<Checkpoint>>,
+}
+
+/// A browser launched beside the task's, ahead of need.
+struct Successor<'r, B> {
+    /// When its launch started.
+    born: Instant,
+    /// Kept for unplanned deaths (`Options::standby`), not only for a rotation.
+    standby: bool,
+    state: Standing<'r, B>,
+}
+
+enum Standing<'r, B> {
+    /// Launching, then restoring the newest checkpoint.
+    Launching(Launch<'r, B>),
+    /// Ready: restored with `restored` (if there was a checkpoint).
+    Ready {
+        browser: B,
+        restored: Option<Arc<Checkpoint>>,
+    },
+}
+
+/// What happened to a successor.
+enum Turn<B> {
+    Launched(Result<(B, Option<Arc<Checkpoint>>), Error>),
+    Died(Death),
+}
+
+impl<'r, B: LiveBrowser + 'r> Successor<'r, B> {
+    /// Waits for the launch to end, or for the ready browser to die. Cancel-safe.
+    async fn turn(&mut self) -> Turn<B> {
+        match &mut self.state {
+            Standing::Launching(launch) => Turn::Launched(launch.await),
+            Standing::Ready { browser, .. } => Turn::Died(browser.died().await),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self.state, Standing::Ready { .. })
+    }
+
+    /// As a launch: to replace a dead browser with.
+    fn into_launch(self) -> Launch<'r, B> {
+        match self.state {
+            Standing::Launching(launch) => launch,
+            Standing::Ready { browser, restored } => {
+                futures::future::ready(Ok((browser, restored))).boxed()
+            }
+        }
+    }
 }
 
 /// How an entry ended.
@@ -276,6 +369,13 @@ enum Ended<T, E, Br> {
         attempt: u32,
         /// For a page failure: the fresh page opened during the grace, or why none could be.
         replaced: Option<Result<(), Error>>,
+    },
+    /// The entry ended at a safe point; the task moves to the successor.
+    Rotated {
+        old: Br,
+        successor: Br,
+        born: Instant,
+        restored: Option<Arc<Checkpoint>>,
     },
 }
 
@@ -310,6 +410,19 @@ where
             };
             match self.watch_entry(browser, resumed_from).await {
                 Ended::Over(result) => return result,
+                Ended::Rotated {
+                    mut old,
+                    successor,
+                    born,
+                    restored,
+                } => {
+                    old.cut();
+                    self.release_later(old);
+                    self.born = born;
+                    self.prior = restored;
+                    self.last_failure = Some(Instant::now());
+                    reuse = Some(successor);
+                }
                 Ended::Failed {
                     browser,
                     death,
@@ -338,18 +451,25 @@ where
             self.reporter.tally.relaunches += 1;
         }
         self.launches += 1;
-        let (launch_started, launch) = match self.spare.take() {
-            Some(spare) => spare,
-            None => (
-                Instant::now(),
-                Spare::Launching(self.backend.launch(self.options).boxed()),
-            ),
+        let (launch_started, launch) = match (self.spare.take(), self.successor.take()) {
+            (Some(spare), successor) => {
+                self.successor = successor;
+                spare
+            }
+            (None, Some(successor)) => {
+                self.reporter.tally.standby += successor.born.elapsed();
+                (successor.born, Spare::Launching(successor.into_launch()))
+            }
+            (None, None) => (Instant::now(), Spare::Launching(self.launch())),
         };
         match launch.get().await {
-            Ok(browser) => {
+            Ok((browser, restored)) => {
                 self.options.note(Milestone::Launched {
                     took: launch_started.elapsed(),
                 });
+                self.lifetime.launched_in(launch_started.elapsed());
+                self.born = launch_started;
+                self.prior = restored;
                 Ok(Some(browser))
             }
             Err(e) => {
@@ -383,12 +503,13 @@ where
     ) -> Result<Option<ResumedFrom>, Option<Death>> {
         let options = self.options;
         let latest = self.store.latest();
+        let prior = self.prior.take();
         let first_entry = self.reporter.tally.attempts == 0;
         let restore = async {
             match &latest {
                 Some(cp) => {
                     let restore_started = Instant::now();
-                    let failed = browser.restore(cp).await?;
+                    let failed = browser.restore(cp, prior.as_deref()).await?;
                     let restore = restore_started.elapsed();
                     let navigate_started = Instant::now();
                     if let Err(e) = navigate(browser, &cp.url, options).await {
@@ -481,6 +602,12 @@ where
 
         let mut periodic: Option<Pin<Box<dyn Future<Output = bool> + Send>>> = None;
         let mut last_periodic = entry_started;
+        // Rotation: when to launch a successor, and when to move to it.
+        let plan = self.lifetime.plan(options.checkpoint_every);
+        let born = self.born;
+        let rotate_from = plan.map(|p| born + p.launch_at);
+        let mut succ = self.successor.take();
+        let mut retry_at = entry_started;
         let ended = loop {
             let base = self
                 .store
@@ -488,10 +615,71 @@ where
                 .map_or(entry_started, |t| t.max(entry_started))
                 .max(last_periodic);
             let due = base + options.checkpoint_every;
+            // A successor is launched for a rotation when it is due, and at once for a standby.
+            let launch_successor_at = match (&succ, options.standby, rotate_from) {
+                (Some(_), _, _) => None,
+                (None, true, _) => Some(retry_at),
+                (None, false, at) => at.map(|at| at.max(retry_at)),
+            };
+            // A ready successor is switched to once the rotation is due.
+            let arm_at = match (&succ, rotate_from) {
+                (Some(s), Some(at)) if s.is_ready() && !ctx.is_switch_armed() => Some(at),
+                _ => None,
+            };
             tokio::select! {
                 biased;
+                () = ctx.at_safe_point(), if ctx.is_switch_armed() => break Err(None),
                 out = &mut entry => break Ok(out),
-                death = browser.died() => break Err(death),
+                death = browser.died() => break Err(Some(death)),
+                turn = async { succ.as_mut().expect("checked").turn().await }, if succ.is_some() => {
+                    let s = succ.take().expect("checked");
+                    match turn {
+                        Turn::Launched(Ok((successor, restored))) => {
+                            options.note(Milestone::SuccessorReady { took: s.born.elapsed(), standby: s.standby });
+                            self.lifetime.launched_in(s.born.elapsed());
+                            tracing::debug!(took = ?s.born.elapsed(), standby = s.standby, "successor ready");
+                            succ = Some(Successor { state: Standing::Ready { browser: successor, restored }, ..s });
+                        }
+                        Turn::Launched(Err(e)) => {
+                            self.reporter.tally.standby += s.born.elapsed();
+                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "a successor's launch failed; trying again after the backoff");
+                            retry_at = Instant::now() + options.relaunch_backoff;
+                        }
+                        Turn::Died(death) => {
+                            ctx.disarm_switch();
+                            tracing::info!(cause = death.cause.as_str(), "a successor died before the switch; launching another");
+                            self.discard_successor(s);
+                            retry_at = Instant::now();
+                        }
+                    }
+                }
+                Some(released) = self.releasing.next(), if !self.releasing.is_empty() => {
+                    self.reporter.note_release(released);
+                }
+                _ = sleep_until(launch_successor_at.unwrap_or(entry_started)), if launch_successor_at.is_some() => {
+                    succ = Some(self.launch_successor());
+                }
+                _ = sleep_until(arm_at.unwrap_or(entry_started)), if arm_at.is_some() => {
+                    let s = succ.take().expect("checked");
+                    let dies_at = plan.expect("a rotation is planned").dies_at;
+                    if s.standby && s.born.elapsed() > dies_at / 2 {
+                        // A standby about as old as this browser would soon need leaving too.
+                        tracing::debug!("the standby is too old to rotate to; launching a fresh one");
+                        self.discard_successor(s);
+                        retry_at = Instant::now();
+                    } else {
+                        succ = Some(s);
+                        ctx.arm_switch();
+                        tracing::debug!(age = ?born.elapsed(), "rotation armed: switching at the next safe point");
+                        // A safe point now, unless the task holds checkpoints (its own comes at
+                        // the end of the hold).
+                        if periodic.is_none() && !ctx.is_held() {
+                            last_periodic = Instant::now();
+                            let ctx = ctx.clone();
+                            periodic = Some(Box::pin(async move { ctx.checkpoint().await }));
+                        }
+                    }
+                }
                 Some(_) = OptionFuture::from(periodic.as_mut()), if periodic.is_some() => {
                     periodic = None;
                 }
@@ -506,6 +694,44 @@ where
             }
         };
         drop(periodic);
+        let ended = match ended {
+            Ok(out) => Ok(out),
+            Err(Some(death)) => Err(death),
+            Err(None) => {
+                // At a safe point: the entry ends here, before anything after the checkpoint.
+                drop(entry);
+                ctx.retire();
+                let ended_at = Instant::now();
+                let s = succ.take().expect("armed only with a successor");
+                let Standing::Ready {
+                    browser: successor,
+                    restored,
+                } = s.state
+                else {
+                    unreachable!("armed only when ready");
+                };
+                self.reporter.tally.rotations += 1;
+                self.reporter.tally.standby += ended_at.saturating_duration_since(s.born);
+                let lost_work = self
+                    .store
+                    .latest_taken()
+                    .map_or(Duration::ZERO, |t| ended_at.saturating_duration_since(t));
+                options.note(Milestone::Rotated {
+                    attempt,
+                    age: ended_at.saturating_duration_since(born),
+                    lost_work,
+                });
+                tracing::info!(attempt, age = ?ended_at.saturating_duration_since(born), lost_work = ?lost_work, "rotated to the successor at a safe point");
+                return Ended::Rotated {
+                    old: browser,
+                    successor,
+                    born: s.born,
+                    restored,
+                };
+            }
+        };
+        ctx.disarm_switch();
+        self.successor = succ;
 
         let death = match ended {
             Ok(Ok(Ok(value))) => {
@@ -530,6 +756,7 @@ where
                     _ => {
                         ctx.retire();
                         self.reporter.release(browser).await;
+                        self.settle_background().await;
                         self.reporter.emit(
                             Outcome::Failed,
                             Some((type_name_of::<E>(), "task_error", e.to_string())),
@@ -582,10 +809,15 @@ where
         }
 
         browser.cut();
-        // The replacement launches now, while the dead entry has its grace; it is entered
-        // only after that entry is gone.
-        let spare_started = Instant::now();
-        let mut launching: Launch<'r, B::Browser> = self.backend.launch(options).boxed();
+        // The replacement launches now (or is the successor already up), while the dead entry
+        // has its grace; it is entered only after that entry is gone.
+        let (spare_started, mut launching) = match self.successor.take() {
+            Some(s) => {
+                self.reporter.tally.standby += s.born.elapsed();
+                (s.born, s.into_launch())
+            }
+            None => (Instant::now(), self.launch()),
+        };
         let (finished, launched) = grace(&mut entry, &mut launching, options.grace).await;
         let spare = match launched {
             Some(r) => Spare::Ready(r),
@@ -679,6 +911,7 @@ where
             self.reporter.tally.page_failures += 1;
             if self.reporter.tally.page_failures > options.max_page_recoveries {
                 self.reporter.release(browser).await;
+                self.settle_background().await;
                 return Err(self.give_up(format!(
                     "gave up after {} page failures (max_page_recoveries is {}); the last was: {}",
                     self.reporter.tally.page_failures,
@@ -703,6 +936,8 @@ where
                 }
             }
         } else {
+            self.lifetime
+                .died_at(death.at.saturating_duration_since(self.born));
             options.note(Milestone::Died {
                 attempt,
                 cause: death.cause,
@@ -718,14 +953,90 @@ where
         Ok(None)
     }
 
+    /// Starts a launch (a session asked for).
+    fn launch(&mut self) -> Launch<'r, B::Browser> {
+        self.reporter.tally.sessions += 1;
+        let (backend, options) = (self.backend, self.options);
+        async move { Ok((backend.launch(options).await?, None)) }.boxed()
+    }
+
+    /// Starts a successor: launched, then restored with the newest checkpoint (storage only;
+    /// no request reaches a site).
+    fn launch_successor(&mut self) -> Successor<'r, B::Browser> {
+        self.reporter.tally.sessions += 1;
+        let (backend, options) = (self.backend, self.options);
+        let latest = self.store.latest();
+        let launch = async move {
+            let browser = backend.launch(options).await?;
+            let Some(cp) = latest else {
+                return Ok((browser, None));
+            };
+            let restored = tokio::select! {
+                biased;
+                death = browser.died() => Err(Error::new(ErrorKind::Launch, format!("the successor died while it was restored ({})", death.cause.as_str()))),
+                r = browser.restore(&cp, None) => r,
+            };
+            match restored {
+                Ok(_) => Ok((browser, Some(cp))),
+                Err(e) => {
+                    let _ = tokio::time::timeout(options.release_timeout, browser.release()).await;
+                    Err(e)
+                }
+            }
+        }
+        .boxed();
+        Successor {
+            born: Instant::now(),
+            standby: options.standby,
+            state: Standing::Launching(launch),
+        }
+    }
+
+    /// Releases `browser` in the background: the task goes on meanwhile.
+    fn release_later(&mut self, browser: B::Browser) {
+        let limit = self.options.release_timeout;
+        self.releasing
+            .push(tokio::time::timeout(limit, browser.release()).boxed());
+    }
+
+    /// A successor no longer wanted: released in the background once its launch is over.
+    fn discard_successor(&mut self, successor: Successor<'r, B::Browser>) {
+        self.reporter.tally.standby += successor.born.elapsed();
+        let limit = self.options.release_timeout;
+        let launch = successor.into_launch();
+        self.releasing.push(
+            async move {
+                match launch.await {
+                    Ok((mut browser, _)) => {
+                        browser.cut();
+                        tokio::time::timeout(limit, browser.release()).await
+                    }
+                    Err(_) => Ok(Ok(())),
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    /// Before the run returns: the successor discarded, every background release finished.
+    async fn settle_background(&mut self) {
+        if let Some(s) = self.successor.take() {
+            self.discard_successor(s);
+        }
+        if let Some((_, spare)) = self.spare.take() {
+            spare.discard(&mut self.reporter).await;
+        }
+        while let Some(released) = self.releasing.next().await {
+            self.reporter.note_release(released);
+        }
+    }
+
     /// Gives up when browser failures exceed `max_relaunches`, releasing any spare.
     async fn check_budget(&mut self, death: Option<Death>) -> Result<(), RunError<E>> {
         if self.reporter.tally.failures <= self.options.max_relaunches {
             return Ok(());
         }
-        if let Some((_, spare)) = self.spare.take() {
-            spare.discard(&mut self.reporter).await;
-        }
+        self.settle_background().await;
         let cause = death.map_or("a failed restore", |d| d.cause.as_str());
         Err(self.give_up(format!(
             "gave up after {} browser failures (max_relaunches is {}); the last was: {}",
@@ -741,9 +1052,7 @@ where
     /// The task returned `Ok`: release, report, return.
     async fn complete(&mut self, browser: B::Browser, value: T) -> Result<T, RunError<E>> {
         self.reporter.release(browser).await;
-        if let Some((_, spare)) = self.spare.take() {
-            spare.discard(&mut self.reporter).await;
-        }
+        self.settle_background().await;
         self.reporter.emit(Outcome::Completed, None);
         Ok(value)
     }
@@ -751,9 +1060,7 @@ where
     /// The task panicked: release, report, and resume unwinding.
     async fn panicked(&mut self, browser: B::Browser, panic: Box<dyn std::any::Any + Send>) -> ! {
         self.reporter.release(browser).await;
-        if let Some((_, spare)) = self.spare.take() {
-            spare.discard(&mut self.reporter).await;
-        }
+        self.settle_background().await;
         let message = panic_message(&*panic);
         self.reporter.emit(
             Outcome::Failed,
@@ -788,11 +1095,11 @@ enum Spare<'r, B> {
     /// Still launching.
     Launching(Launch<'r, B>),
     /// Launched (or failed to).
-    Ready(Result<B, Error>),
+    Ready(Result<(B, Option<Arc<Checkpoint>>), Error>),
 }
 
 impl<B: LiveBrowser> Spare<'_, B> {
-    async fn get(self) -> Result<B, Error> {
+    async fn get(self) -> Result<(B, Option<Arc<Checkpoint>>), Error> {
         match self {
             Spare::Launching(f) => f.await,
             Spare::Ready(r) => r,
@@ -802,7 +1109,7 @@ impl<B: LiveBrowser> Spare<'_, B> {
     /// Not needed after all: finish the launch (so no session is left half-created) and
     /// release it.
     async fn discard(self, reporter: &mut Reporter<'_>) {
-        if let Ok(browser) = self.get().await {
+        if let Ok((browser, _)) = self.get().await {
             reporter.release(browser).await;
         }
     }
@@ -1009,7 +1316,11 @@ mod tests {
             Ok(())
         }
 
-        async fn restore(&self, _checkpoint: &Checkpoint) -> Result<u64, Error> {
+        async fn restore(
+            &self,
+            _checkpoint: &Checkpoint,
+            _prior: Option<&Checkpoint>,
+        ) -> Result<u64, Error> {
             tokio::time::sleep(self.fake.restore_cost).await;
             Ok(0)
         }
@@ -1487,5 +1798,232 @@ mod tests {
         // It waited for the periodic one (until 10.2 s), then had its own (10.2–10.4 s).
         assert_eq!(took.unwrap(), 300);
         assert_eq!(e.checkpoint_count, 2);
+    }
+
+    /// Rotation tests: a browser with a declared 20 s lifetime, checkpoints every second,
+    /// captures of 10 ms. Answers the result, the event, the fake, and each rotation's
+    /// (attempt, age, lost work).
+    async fn rotating<Fut>(
+        plans: &[Plan],
+        tweak: impl FnOnce(Options) -> Options,
+        task: impl FnMut((), Ctx) -> Fut,
+    ) -> (
+        Result<u32, RunError<String>>,
+        WideEvent,
+        Arc<Fake>,
+        Vec<(u32, Duration, Duration)>,
+    )
+    where
+        Fut: Future<Output = Result<u32, String>>,
+    {
+        let fake = Fake::with_costs(plans, Duration::from_millis(10), Duration::from_millis(100));
+        let rotated = Arc::default();
+        let pick = collecting(&rotated, |m| match m {
+            Milestone::Rotated {
+                attempt,
+                age,
+                lost_work,
+            } => Some((*attempt, *age, *lost_work)),
+            _ => None,
+        });
+        let (result, e) = run_fake(
+            &fake,
+            |o| {
+                tweak(pick(
+                    o.checkpoint_every(Duration::from_secs(1))
+                        .rotation(crate::Rotation::Expected(Duration::from_secs(20))),
+                ))
+            },
+            task,
+        )
+        .await;
+        let rotated = rotated.lock().unwrap().clone();
+        (result, e, fake, rotated)
+    }
+
+    /// The first entry works until it is dropped; later ones finish at once.
+    async fn first_entry_works_on((): (), ctx: Ctx) -> Result<u32, String> {
+        work_forever_then_finish(ctx.attempt()).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rotation_switches_at_a_checkpoint_before_the_predicted_death() {
+        let (v, e, fake, rotated) = rotating(
+            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
+            |o| o,
+            first_entry_works_on,
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!((e.rotations, e.relaunches, e.attempts), (1, 0, 2));
+        assert_eq!(e.lost_work_ms, 0, "a rotation is not a death");
+        assert_eq!(e.sessions, 2);
+        // Leave by 18 s (20 s − 10 %); launch a lead (1 s) + an interval (1 s) before: at
+        // 16 s; ready after its 100 ms restore; the checkpoint that follows is the safe point.
+        let (attempt, age, lost) = rotated[0];
+        assert_eq!(attempt, 1);
+        assert_eq!(age, Duration::from_millis(16_110));
+        assert_eq!(lost, Duration::from_millis(10), "the capture's own time");
+        assert_eq!(fake.launches.lock().unwrap().len(), 2);
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 2, "both released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_defers_the_rotation_to_the_checkpoint_that_ends_it() {
+        let (v, e, _fake, rotated) = rotating(
+            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
+            |o| o,
+            |(), ctx| async move {
+                if ctx.attempt() > 1 {
+                    return Ok(ctx.attempt());
+                }
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                {
+                    let _hold = ctx.hold_checkpoints();
+                    // A non-repeatable step, 15 s to 18.5 s: no rotation may split it.
+                    tokio::time::sleep(Duration::from_millis(3_500)).await;
+                }
+                ctx.checkpoint().await;
+                unreachable!("the entry ends at the checkpoint after the hold");
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!((e.rotations, e.relaunches), (1, 0));
+        assert_eq!(rotated[0].1, Duration::from_millis(18_510));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_safe_point_the_death_takes_the_warm_successor() {
+        let entered = Arc::default();
+        let pick = collecting(&entered, |m| match m {
+            Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
+            _ => None,
+        });
+        let (v, e, fake, rotated) = rotating(
+            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
+            pick,
+            |(), ctx| async move {
+                if ctx.attempt() > 1 {
+                    return Ok(ctx.attempt());
+                }
+                ctx.checkpoint().await;
+                let _hold = ctx.hold_checkpoints();
+                std::future::pending().await
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert!(rotated.is_empty());
+        assert_eq!((e.rotations, e.relaunches), (0, 1));
+        assert_eq!(e.sessions, 2, "no launch after the death");
+        assert_eq!(fake.launches.lock().unwrap().len(), 2);
+        // Grace (250 ms) and the restore (100 ms), no launch.
+        assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successor_that_dies_before_the_switch_is_replaced() {
+        let (v, e, fake, rotated) = rotating(
+            &[
+                Plan::DieAfter(Duration::from_secs(20)),
+                Plan::DieAfter(Duration::from_millis(105)),
+                Plan::Live,
+            ],
+            |o| o,
+            first_entry_works_on,
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!((e.rotations, e.relaunches, e.sessions), (1, 0, 3));
+        // The first successor died at 16.105 s, after its restore; the second launched at
+        // once, was restored by 16.205 s, and the checkpoint after it is the safe point.
+        assert_eq!(rotated[0].1, Duration::from_millis(16_215));
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successor_that_dies_during_the_switch_is_a_death_after_a_rotation() {
+        let (v, e, fake, rotated) = rotating(
+            &[
+                Plan::DieAfter(Duration::from_secs(20)),
+                // Restored by 16.1 s; switched to at 16.11 s; dies during the final restore.
+                Plan::DieAfter(Duration::from_millis(150)),
+                Plan::Live,
+            ],
+            |o| o,
+            |(), ctx| async move {
+                if ctx.attempt() == 2 {
+                    assert!(ctx.resumed_from().is_some());
+                    return Ok(2);
+                }
+                std::future::pending().await
+            },
+        )
+        .await;
+        // The successor died before it was entered: attempt 2 runs on a relaunched browser.
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!(rotated.len(), 1);
+        assert_eq!((e.rotations, e.relaunches, e.sessions), (1, 1, 3));
+        assert_eq!(e.lost_work_ms, 0, "the death came before the entry");
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_replaces_an_unplanned_death_without_a_launch() {
+        let entered = Arc::default();
+        let pick = collecting(&entered, |m| match m {
+            Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
+            _ => None,
+        });
+        let (v, e, fake, rotated) = rotating(
+            &[Plan::DieAfter(Duration::from_secs(5)), Plan::Live],
+            |o| pick(o.standby(true)),
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                // Long enough for the next standby to be launched.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(ctx.attempt())
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert!(rotated.is_empty(), "an early death, not a rotation");
+        assert_eq!(
+            (e.relaunches, e.sessions),
+            (1, 3),
+            "a new standby after the death"
+        );
+        // Grace + the update of the standby's restore, no launch.
+        assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
+        // Standby up from 0 to 5 s, and the next one from 5.35 s to the end.
+        assert!(e.standby_ms >= 5_000, "{}", e.standby_ms);
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_learned_lifetime_rotates_after_two_deaths_of_old_age() {
+        let (v, e, _fake, rotated) = rotating(
+            &[
+                Plan::DieAfter(Duration::from_secs(20)),
+                Plan::DieAfter(Duration::from_secs(20)),
+                Plan::DieAfter(Duration::from_secs(20)),
+                Plan::Live,
+            ],
+            |o| o.rotation(crate::Rotation::Learned),
+            |(), ctx| async move {
+                if ctx.attempt() == 4 {
+                    return Ok(4);
+                }
+                std::future::pending().await
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 4);
+        assert_eq!((e.relaunches, e.rotations), (2, 1));
+        assert_eq!(rotated[0].0, 3, "the third browser is left before it dies");
+        assert!(rotated[0].1 < Duration::from_secs(18));
     }
 }

@@ -1,0 +1,157 @@
+//! What a run knows of how long its browsers live: the declared lifetime, the ages at which
+//! its browsers died, and how long a successor takes to get ready. From these, when to launch
+//! a successor so that it is ready before the predicted death.
+
+use std::time::Duration;
+
+use crate::options::Rotation;
+
+/// The margin below the expected lifetime, as a fraction of it.
+const MARGIN_SHARE: f64 = 0.10;
+/// Deaths learned before [`Rotation::Learned`] predicts anything.
+const LEARN_AFTER: usize = 2;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Lifetime {
+    rotation: Rotation,
+    /// Ages (from the start of the launch) at which this run's browsers died.
+    ages: Vec<Duration>,
+    /// The slowest launch + restore of a successor seen so far.
+    lead: Duration,
+}
+
+/// When a browser should be left, and when its successor must be launched to be ready by then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Age at which the browser is expected to die (the expected lifetime).
+    pub(crate) dies_at: Duration,
+    /// Age by which the task should be on the successor.
+    pub(crate) leave_by: Duration,
+    /// Age at which to launch the successor.
+    pub(crate) launch_at: Duration,
+}
+
+impl Lifetime {
+    pub(crate) fn new(rotation: Rotation) -> Self {
+        Lifetime {
+            rotation,
+            ages: Vec::new(),
+            lead: Duration::ZERO,
+        }
+    }
+
+    /// A browser died of something other than its page, at `age`.
+    pub(crate) fn died_at(&mut self, age: Duration) {
+        self.ages.push(age);
+    }
+
+    /// A launch (plus restore) took `took`: the successor's lead follows the slowest.
+    pub(crate) fn launched_in(&mut self, took: Duration) {
+        self.lead = self.lead.max(took);
+    }
+
+    /// The ages that look like deaths of old age: within a quarter of their median (a browser
+    /// dead on arrival, or an early death like Solari's one at 319 s among deaths at 604–617 s,
+    /// says nothing about the lifetime).
+    fn typical(&self) -> Vec<Duration> {
+        let mut ages = self.ages.clone();
+        ages.sort();
+        let Some(median) = ages.get(ages.len() / 2).copied() else {
+            return ages;
+        };
+        ages.retain(|a| a.abs_diff(median) <= median / 4);
+        ages
+    }
+
+    /// The expected lifetime and the margin below it, if one is known.
+    fn expected(&self) -> Option<(Duration, Duration)> {
+        let typical = self.typical();
+        let learned = (typical.len() >= LEARN_AFTER).then(|| {
+            let spread = typical[typical.len() - 1] - typical[0];
+            (typical[0], spread)
+        });
+        let (expected, spread) = match (self.rotation, learned) {
+            (Rotation::Off, _) | (Rotation::Learned, None) => return None,
+            (Rotation::Learned, Some(l)) => l,
+            (Rotation::Expected(declared), None) => (declared, Duration::ZERO),
+            (Rotation::Expected(declared), Some((first, spread))) => (declared.min(first), spread),
+        };
+        Some((expected, expected.mul_f64(MARGIN_SHARE).max(spread)))
+    }
+
+    /// When to launch the successor and leave, with `interval` between checkpoints (the
+    /// successor should be ready an interval before the deadline, so a safe point comes).
+    pub(crate) fn plan(&self, interval: Duration) -> Option<Plan> {
+        let (dies_at, margin) = self.expected()?;
+        let leave_by = dies_at.saturating_sub(margin);
+        // Twice the slowest launch seen, and at least a second: a successor slow to get
+        // ready only brings the launch forward.
+        let lead = (self.lead * 2).max(Duration::from_secs(1));
+        let launch_at = leave_by.saturating_sub(lead + interval);
+        Some(Plan {
+            dies_at,
+            leave_by,
+            launch_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn off_never_plans() {
+        let mut l = Lifetime::new(Rotation::Off);
+        l.died_at(secs(20.0));
+        l.died_at(secs(20.0));
+        assert_eq!(l.plan(secs(1.0)), None);
+    }
+
+    #[test]
+    fn a_declared_lifetime_plans_with_a_ten_percent_margin() {
+        let mut l = Lifetime::new(Rotation::Expected(secs(20.0)));
+        l.launched_in(secs(0.6));
+        let plan = l.plan(secs(1.0)).unwrap();
+        assert_eq!(plan.dies_at, secs(20.0));
+        assert_eq!(plan.leave_by, secs(18.0));
+        // 18 s − (2 × 0.6 s lead + 1 s interval)
+        assert_eq!(plan.launch_at, secs(15.8));
+    }
+
+    #[test]
+    fn learning_needs_two_deaths_and_ignores_early_ones() {
+        let mut l = Lifetime::new(Rotation::Learned);
+        l.died_at(secs(0.2)); // dead on arrival
+        l.died_at(secs(20.5));
+        assert_eq!(
+            l.plan(secs(1.0)),
+            None,
+            "one death of old age says nothing yet"
+        );
+        l.died_at(secs(19.0));
+        let plan = l.plan(secs(1.0)).unwrap();
+        // The earliest typical death; margin max(10 % of it, spread 1.5 s).
+        assert_eq!(plan.dies_at, secs(19.0));
+        assert_eq!(plan.leave_by, secs(17.1));
+        l.died_at(secs(10.0)); // an early outlier (beyond a quarter of the median): ignored
+        assert_eq!(l.plan(secs(1.0)).unwrap().dies_at, secs(19.0));
+    }
+
+    #[test]
+    fn learned_deaths_refine_a_declared_lifetime_downwards_only() {
+        let mut l = Lifetime::new(Rotation::Expected(secs(600.0)));
+        l.died_at(secs(604.0));
+        l.died_at(secs(617.0));
+        assert_eq!(l.plan(secs(30.0)).unwrap().dies_at, secs(600.0));
+        l.died_at(secs(590.0));
+        let plan = l.plan(secs(30.0)).unwrap();
+        assert_eq!(plan.dies_at, secs(590.0));
+        // The spread (27 s) is below 10 % (59 s).
+        assert_eq!(plan.leave_by, secs(531.0));
+    }
+}
