@@ -79,6 +79,15 @@ impl Lifetime {
         Some((expected, expected.mul_f64(MARGIN_SHARE).max(spread)))
     }
 
+    /// The lifetime to keep a standby younger than half of: the expected one, or else the
+    /// earliest typical death seen (one is enough here: a standby about as old as the browser
+    /// it replaces would die right after it).
+    pub(crate) fn for_standby(&self) -> Option<Duration> {
+        self.expected()
+            .map(|(expected, _)| expected)
+            .or_else(|| self.typical().first().copied())
+    }
+
     /// When to launch the successor and leave, with `interval` between checkpoints (the
     /// successor should be ready an interval before the deadline, so a safe point comes).
     pub(crate) fn plan(&self, interval: Duration) -> Option<Plan> {
@@ -140,6 +149,26 @@ mod tests {
         assert_eq!(plan.leave_by, secs(17.1));
         l.died_at(secs(10.0)); // an early outlier (beyond a quarter of the median): ignored
         assert_eq!(l.plan(secs(1.0)).unwrap().dies_at, secs(19.0));
+    }
+
+    #[test]
+    fn solaris_early_death_does_not_shorten_the_learned_lifetime() {
+        let mut l = Lifetime::new(Rotation::Learned);
+        for age in [604.0, 319.0, 611.0, 617.0, 608.0] {
+            l.died_at(secs(age));
+        }
+        let plan = l.plan(secs(30.0)).unwrap();
+        assert_eq!(plan.dies_at, secs(604.0));
+        assert_eq!(plan.leave_by, secs(543.6));
+    }
+
+    #[test]
+    fn a_standby_learns_from_one_death_even_without_rotation() {
+        let mut l = Lifetime::new(Rotation::Off);
+        assert_eq!(l.for_standby(), None);
+        l.died_at(secs(5.0));
+        assert_eq!(l.for_standby(), Some(secs(5.0)));
+        assert_eq!(l.plan(secs(1.0)), None);
     }
 
     #[test]

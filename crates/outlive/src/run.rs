@@ -621,6 +621,12 @@ where
                 (None, true, _) => Some(retry_at),
                 (None, false, at) => at.map(|at| at.max(retry_at)),
             };
+            // A standby is kept younger than half the lifetime known, so that it outlives the
+            // browser it replaces by at least that much.
+            let stale_at = match (&succ, self.lifetime.for_standby()) {
+                (Some(s), Some(life)) if s.standby && s.is_ready() => Some(s.born + life / 2),
+                _ => None,
+            };
             // A ready successor is switched to once the rotation is due.
             let arm_at = match (&succ, rotate_from) {
                 (Some(s), Some(at)) if s.is_ready() && !ctx.is_switch_armed() => Some(at),
@@ -658,6 +664,12 @@ where
                 }
                 _ = sleep_until(launch_successor_at.unwrap_or(entry_started)), if launch_successor_at.is_some() => {
                     succ = Some(self.launch_successor());
+                }
+                _ = sleep_until(stale_at.unwrap_or(entry_started)), if stale_at.is_some() && !ctx.is_switch_armed() => {
+                    tracing::debug!("the standby is getting old; launching a fresh one");
+                    let s = succ.take().expect("checked");
+                    self.discard_successor(s);
+                    retry_at = Instant::now();
                 }
                 _ = sleep_until(arm_at.unwrap_or(entry_started)), if arm_at.is_some() => {
                     let s = succ.take().expect("checked");

@@ -1,0 +1,144 @@
+//! Rotation and standby end to end: real Chromium behind the gateway, the Aurora task through
+//! the Solari provider. Sessions die of old age at a fixed lifetime; with the lifetime
+//! declared, the task moves to a successor at a safe point before each death (no death, no
+//! lost work, signed in once); with a standby, an unplanned death is replaced by the browser
+//! already up.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outlive::{Milestone, Options, Rotation};
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::{TestBed, dying};
+use support::Tracked;
+
+/// Runs the bank task (`polls` polls, 100 ms apart) on `bed` with `options`; answers the
+/// result, the event and every milestone in order.
+async fn bank_run(
+    bed: &TestBed,
+    provider: &Tracked,
+    polls: u32,
+    options: Options,
+) -> (
+    Result<u32, String>,
+    outlive::WideEvent,
+    Vec<Milestone>,
+    BankProgress,
+) {
+    let task = bed.task(polls, Duration::from_millis(100));
+    let progress = BankProgress::default();
+    let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
+    let sink = seen.clone();
+    let (result, event) = outlive::outlive_with_event(
+        provider,
+        |page, ctx| {
+            let (task, progress) = (&task, &progress);
+            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
+        },
+        options.on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
+    )
+    .await;
+    let milestones = seen.lock().unwrap().clone();
+    (
+        result.map_err(|e| e.to_string()),
+        event,
+        milestones,
+        progress,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_lifetime_moves_the_task_before_each_death() {
+    // Sessions die at 12 s; leave by 10.8 s (10 % margin), so every launch has seconds of slack
+    // even on a loaded machine.
+    let lifetime = Duration::from_secs(12);
+    let bed = TestBed::start(dying(lifetime, Duration::ZERO, gateway::DeathMode::Close))
+        .await
+        .unwrap();
+    let provider = Tracked::new(bed.gateway(), 0);
+    let (result, event, milestones, progress) = bank_run(
+        &bed,
+        &provider,
+        100,
+        Options::new()
+            .checkpoint_every(Duration::from_millis(500))
+            .rotation(Rotation::Expected(lifetime)),
+    )
+    .await;
+    println!("{}", event.to_json());
+
+    assert_eq!(result, Ok(100), "{}", event.to_json());
+    assert!(event.rotations >= 1, "{}", event.to_json());
+    assert_eq!(event.relaunches, 0, "no browser died under the task");
+    assert_eq!(event.lost_work_ms, 0);
+    assert_eq!(
+        event.sessions,
+        event.rotations + 1,
+        "one successor per rotation"
+    );
+    assert_eq!(event.attempts, event.rotations + 1);
+    for m in &milestones {
+        if let Milestone::Rotated { age, .. } = m {
+            assert!(*age < lifetime, "left at {age:?}, before the death");
+        }
+        assert!(
+            !matches!(m, Milestone::Died { .. }),
+            "no death reached the task: {m:?}"
+        );
+    }
+    assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
+    assert_eq!(progress.sign_ins(), 1);
+    assert_eq!(event.release_failed, 0);
+    assert_eq!(
+        provider.ids.lock().unwrap().len() as u32,
+        event.sessions,
+        "the provider saw as many sessions as the event reports"
+    );
+    let status = bed.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_an_unplanned_death() {
+    // Nothing predicts this death: no rotation, only the standby.
+    let bed = TestBed::start(dying(
+        Duration::from_secs(5),
+        Duration::ZERO,
+        gateway::DeathMode::Close,
+    ))
+    .await
+    .unwrap();
+    let provider = Tracked::new(bed.gateway(), 0);
+    let (result, event, milestones, _progress) = bank_run(
+        &bed,
+        &provider,
+        40,
+        Options::new()
+            .checkpoint_every(Duration::from_millis(500))
+            .standby(true),
+    )
+    .await;
+    println!("{}", event.to_json());
+
+    assert_eq!(result, Ok(40), "{}", event.to_json());
+    assert!(event.relaunches >= 1, "{}", event.to_json());
+    assert!(event.standby_ms > 0);
+    // The first death found a standby ready: it took over, no launch started after the death.
+    let first_death = milestones
+        .iter()
+        .position(|m| matches!(m, Milestone::Died { .. }))
+        .expect("a death");
+    assert!(
+        milestones[..first_death]
+            .iter()
+            .any(|m| matches!(m, Milestone::SuccessorReady { standby: true, .. })),
+        "a standby was ready before the death: {milestones:?}"
+    );
+    assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
+    assert_eq!(event.release_failed, 0);
+    assert_eq!(provider.ids.lock().unwrap().len() as u32, event.sessions);
+    let status = bed.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+}
