@@ -64,6 +64,9 @@ enum Command {
         /// Only the storage figures (checkpoint and restore cost with big storage).
         #[arg(long, conflicts_with_all = ["micro_only", "survival_only"])]
         storage_only: bool,
+        /// Only the rotation benchmark (reactive, rotation, rotation + standby).
+        #[arg(long, conflicts_with_all = ["micro_only", "survival_only", "storage_only"])]
+        rotation_only: bool,
         /// Checkpoints per RTT setting.
         #[arg(long, default_value_t = 20)]
         samples: u32,
@@ -184,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
             micro_only,
             survival_only,
             storage_only,
+            rotation_only,
             samples,
             kills,
         } => {
@@ -194,11 +198,17 @@ async fn main() -> anyhow::Result<()> {
                 checkpoint_every: lifetime / 20,
                 ..Default::default()
             };
+            let only = micro_only || survival_only || storage_only || rotation_only;
+            // Two lifetimes of polling: each run meets two deaths of old age.
+            let rotation = bench::SurvivalConfig {
+                polls: 60,
+                ..survival.clone()
+            };
             let plan = bench::BenchPlan {
-                survival: (!micro_only && !storage_only).then_some(survival),
-                micro: (!survival_only && !storage_only)
-                    .then_some(bench::MicroConfig { samples, kills }),
-                storage: (!survival_only).then_some(samples),
+                survival: (!only || survival_only).then_some(survival),
+                rotation: (!only || rotation_only).then_some(rotation),
+                micro: (!only || micro_only).then_some(bench::MicroConfig { samples, kills }),
+                storage: (!only || storage_only || micro_only).then_some(samples),
                 out,
             };
             bench::run(&plan).await?;

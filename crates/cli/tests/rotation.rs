@@ -27,6 +27,10 @@ async fn bank_run(
     Vec<Milestone>,
     BankProgress,
 ) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let task = bed.task(polls, Duration::from_millis(100));
     let progress = BankProgress::default();
     let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();

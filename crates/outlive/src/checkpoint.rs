@@ -69,7 +69,7 @@ pub(crate) struct CaptureOptions {
 }
 
 /// One cookie, as much of it as `Storage.setCookies` can put back.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub(crate) struct StoredCookie {
     name: String,
     value: String,
@@ -678,12 +678,13 @@ pub(crate) async fn restore(
     prior: Option<&Checkpoint>,
 ) -> Result<u64, Error> {
     let started = Instant::now();
-    if prior.is_some_and(|p| !p.cookies.is_empty()) {
+    let cookies_known = prior.is_some_and(|p| p.cookies == checkpoint.cookies);
+    if prior.is_some_and(|p| !p.cookies.is_empty()) && !cookies_known {
         page.execute(ClearCookiesParams::default())
             .await
             .map_err(|e| cdp_error("Storage.clearCookies", e))?;
     }
-    if !checkpoint.cookies.is_empty() {
+    if !checkpoint.cookies.is_empty() && !cookies_known {
         let cookies = checkpoint
             .cookies
             .iter()

@@ -11,6 +11,11 @@ use crate::checkpoint::Checkpoint;
 use crate::error::Error;
 use crate::provider::BoxFuture;
 
+/// Tries of one capture before it counts as failed.
+const CAPTURE_TRIES: u32 = 3;
+/// Between two tries.
+const CAPTURE_RETRY: Duration = Duration::from_millis(50);
+
 /// Captures a checkpoint from the entry's page.
 pub(crate) type Capturer =
     Arc<dyn Fn() -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
@@ -244,8 +249,21 @@ impl Ctx {
     /// One capture, offered to the store.
     async fn capture(&self) -> bool {
         let started = Instant::now();
-        let captured =
-            tokio::time::timeout(self.inner.capture_timeout, (self.inner.capture)()).await;
+        let deadline = started + self.inner.capture_timeout;
+        let mut tries = 0;
+        // A capture that races a navigation fails (its document went away under it); the next
+        // document is there a moment later, so a failed capture is tried again soon rather
+        // than an interval later.
+        let captured = loop {
+            tries += 1;
+            match tokio::time::timeout_at(deadline, (self.inner.capture)()).await {
+                Ok(Err(e)) if tries < CAPTURE_TRIES && !self.is_retired() => {
+                    tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "checkpoint capture failed; trying again");
+                    tokio::time::sleep(CAPTURE_RETRY).await;
+                }
+                other => break other,
+            }
+        };
         match captured {
             Ok(Ok(cp)) if !self.is_retired() => {
                 let bytes = cp.bytes();

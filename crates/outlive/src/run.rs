@@ -674,8 +674,9 @@ where
                 _ = sleep_until(arm_at.unwrap_or(entry_started)), if arm_at.is_some() => {
                     let s = succ.take().expect("checked");
                     let dies_at = plan.expect("a rotation is planned").dies_at;
-                    if s.standby && s.born.elapsed() > dies_at / 2 {
-                        // A standby about as old as this browser would soon need leaving too.
+                    if s.standby && s.born.elapsed() > dies_at / 4 {
+                        // A standby about as old as this browser would soon need leaving too:
+                        // a fresh one takes its place, and is the successor.
                         tracing::debug!("the standby is too old to rotate to; launching a fresh one");
                         self.discard_successor(s);
                         retry_at = Instant::now();
@@ -957,9 +958,11 @@ where
                 lost_work: lost,
             });
         }
-        // A new browser: this one died, or could not give a fresh page.
+        // A new browser: this one died, or could not give a fresh page. Its release goes on
+        // in the background: the replacement (a standby, a launch already under way) need
+        // not wait for a provider's DELETE.
         browser.cut();
-        self.reporter.release(browser).await;
+        self.release_later(browser);
         self.reporter.tally.failures += 1;
         self.check_budget(Some(death)).await?;
         Ok(None)

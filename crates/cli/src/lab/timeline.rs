@@ -1,5 +1,6 @@
 //! An SVG timeline of benchmark runs: one lane per run on a shared time axis, showing each
-//! browser session, each death, each checkpoint and each successful poll.
+//! browser session, each death, each rotation, each successor or standby waiting beside the
+//! session, each checkpoint and each successful poll.
 //!
 //! [`render`] is a pure function: it returns a standalone SVG document (no external fonts,
 //! scripts or images) about 960 px wide, readable where GitHub shows a README.
@@ -50,6 +51,12 @@ pub struct TimelineRun {
     pub checkpoints: Vec<u64>,
     /// When each poll succeeded.
     pub polls: Vec<u64>,
+    /// When the task moved to a successor at a safe point.
+    #[serde(default)]
+    pub rotations: Vec<u64>,
+    /// Successors and standbys, from their launch to taking over (or being let go).
+    #[serde(default)]
+    pub standby: Vec<SessionSpan>,
 }
 
 /// [`Outcome`]'s serialised form, for reading runs back (outlive's own type only
@@ -94,6 +101,8 @@ const DEATH: &str = "#cf222e";
 const CHECKPOINT: &str = "#0969da";
 const POLL: &str = "#1a7f37";
 const GAVE_UP: &str = "#bc4c00";
+const ROTATION: &str = "#1b7c83";
+const STANDBY: &str = "#c4b0f0";
 
 /// Renders `runs` as a standalone SVG document, one lane per run, in the given order.
 ///
@@ -114,6 +123,8 @@ const GAVE_UP: &str = "#bc4c00";
 ///     deaths: vec![4_000],
 ///     checkpoints: vec![1_000, 3_000, 6_000],
 ///     polls: vec![500, 1_500, 2_500, 5_000, 8_000],
+///     rotations: vec![],
+///     standby: vec![],
 /// };
 /// let svg = render(&[run]);
 /// assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
@@ -170,7 +181,9 @@ impl Scale {
                     .iter()
                     .chain(&r.checkpoints)
                     .chain(&r.polls)
+                    .chain(&r.rotations)
                     .copied();
+                let spans = spans.chain(r.standby.iter().map(|s| s.start_ms.max(s.end_ms)));
                 spans.chain(marks).fold(r.total_ms, u64::max)
             })
             .max()
@@ -210,13 +223,15 @@ fn legend(svg: &mut String) {
         num(y - BAR_H / 2.0),
     );
     x += 52.0;
-    legend_text(svg, x, y, "browser session (baseline / outlive)");
-    x += 232.0;
+    legend_text(svg, x, y, "session (baseline / outlive)");
+    x += 180.0;
     // Each mark, where it and its label sit from `x`, and the room the pair takes.
     type Mark = fn(&mut String, f64, f64);
     let marks = [
-        (death_mark as Mark, 5.0, 16.0, "death", 68.0),
-        (checkpoint_mark, 4.0, 14.0, "checkpoint", 96.0),
+        (death_mark as Mark, 5.0, 16.0, "death", 58.0),
+        (rotation_mark, 5.0, 16.0, "rotation", 76.0),
+        (standby_mark, 0.0, 16.0, "standby", 70.0),
+        (checkpoint_mark, 4.0, 14.0, "checkpoint", 86.0),
         (poll_mark, 4.0, 14.0, "poll", 0.0),
     ];
     for (mark, mark_dx, text_dx, label, room) in marks {
@@ -318,8 +333,25 @@ fn lane(svg: &mut String, scale: &Scale, run: &TimelineRun, top: f64) {
             num(width),
         );
     }
+    for span in &run.standby {
+        let (start, end) = (
+            span.start_ms.min(span.end_ms),
+            span.start_ms.max(span.end_ms),
+        );
+        let x = scale.x(start);
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{}" y="{}" width="{}" height="4" rx="1" fill="{STANDBY}"/>"#,
+            num(x),
+            num(mid + BAR_H / 2.0 + 1.0),
+            num((scale.x(end) - x).max(1.5)),
+        );
+    }
     for &ms in &run.polls {
         poll_mark(svg, scale.x(ms), mid + BAR_H / 2.0 + 5.0);
+    }
+    for &ms in &run.rotations {
+        rotation_mark(svg, scale.x(ms), mid);
     }
     for &ms in &run.checkpoints {
         checkpoint_mark(svg, scale.x(ms), mid - BAR_H / 2.0 - 4.0);
@@ -362,6 +394,33 @@ fn death_mark(svg: &mut String, x: f64, y: f64) {
         num(y + r),
         num(x + r),
         num(y - r),
+    );
+}
+
+/// A diamond: the task moved to its successor here.
+fn rotation_mark(svg: &mut String, x: f64, y: f64) {
+    let r = 5.0;
+    let _ = writeln!(
+        svg,
+        r#"<path d="M{} {}L{} {}L{} {}L{} {}Z" fill="{ROTATION}"/>"#,
+        num(x),
+        num(y - r),
+        num(x + r),
+        num(y),
+        num(x),
+        num(y + r),
+        num(x - r),
+        num(y),
+    );
+}
+
+/// The legend's sample of a standby bar.
+fn standby_mark(svg: &mut String, x: f64, y: f64) {
+    let _ = writeln!(
+        svg,
+        r#"<rect x="{}" y="{}" width="12" height="4" rx="1" fill="{STANDBY}"/>"#,
+        num(x),
+        num(y - 2.0),
     );
 }
 
@@ -461,6 +520,8 @@ mod tests {
             deaths: vec![total_ms / 2],
             checkpoints: vec![total_ms / 4, total_ms * 3 / 4],
             polls: (0..10).map(|i| i * total_ms / 10).collect(),
+            rotations: vec![],
+            standby: vec![],
         }
     }
 
@@ -553,6 +614,11 @@ mod tests {
                 end_ms: 0,
             }],
             deaths: vec![0],
+            rotations: vec![0],
+            standby: vec![SessionSpan {
+                start_ms: 0,
+                end_ms: 0,
+            }],
             checkpoints: vec![],
             polls: vec![0],
         };

@@ -7,6 +7,7 @@
 //!
 //! * [`records`] — the serialisable settings, runs and reports;
 //! * `survival` — the two arms and [`survival()`];
+//! * [`rotation`] — reactive against rotation against rotation + standby;
 //! * `micro` — checkpoint cost, detection latency and page recovery: [`micro()`];
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
 
@@ -17,6 +18,7 @@ use crate::error::Error;
 
 mod micro;
 pub mod records;
+pub mod rotation;
 pub mod storage;
 mod summary;
 mod survival;
@@ -31,6 +33,9 @@ pub use survival::survival;
 pub struct BenchPlan {
     /// The survival benchmark's settings; `None` skips it.
     pub survival: Option<SurvivalConfig>,
+    /// The rotation benchmark's settings (reactive, rotation, rotation + standby); `None`
+    /// skips it.
+    pub rotation: Option<SurvivalConfig>,
     /// The micro-measurements' settings; `None` skips them.
     pub micro: Option<MicroConfig>,
     /// Samples of the storage figures (`storage.json`, `storage-summary.txt`); `None` skips
@@ -79,6 +84,22 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
         }
         None => None,
     };
+    if let Some(config) = &plan.rotation {
+        println!(
+            "rotation: {} tasks per arm (reactive, rotation, rotation + standby, and a plain session) in turn, lifetime {:?}; this takes about a minute per run",
+            config.tasks, config.lifetime
+        );
+        let report = rotation::rotation(config, |r| println!("  {r}")).await?;
+        write_json(out, "rotation.json", &report)?;
+        write_text(
+            out,
+            "rotation-timeline.svg",
+            &timeline::render(&rotation::rotation_timeline(&report)),
+        )?;
+        let text = rotation::rotation_summary(&report);
+        println!("\n{text}");
+        write_text(out, "rotation-summary.txt", &text)?;
+    }
     let micro_report = match plan.micro {
         Some(MicroConfig { samples, kills }) => {
             println!(

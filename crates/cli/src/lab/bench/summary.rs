@@ -40,6 +40,8 @@ pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::lab::timeline::Timel
             deaths: r.deaths.iter().map(|d| to_ms(d.at_ms)).collect(),
             checkpoints: r.checkpoints.iter().map(|c| to_ms(c.at_ms)).collect(),
             polls: r.polls_ms.iter().map(|&p| to_ms(p)).collect(),
+            rotations: vec![],
+            standby: vec![],
         })
         .collect()
 }

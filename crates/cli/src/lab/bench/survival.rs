@@ -143,7 +143,11 @@ fn failed_record(arm: ArmKind, index: u32, error: String) -> RunRecord {
     }
 }
 
-async fn run_baseline_arm(bed: &TestBed, config: &SurvivalConfig, index: u32) -> RunRecord {
+pub(super) async fn run_baseline_arm(
+    bed: &TestBed,
+    config: &SurvivalConfig,
+    index: u32,
+) -> RunRecord {
     let started = Instant::now();
     let client = bed.client();
     let session = match client.sessions().create(Default::default()).await {
