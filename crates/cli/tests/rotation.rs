@@ -104,45 +104,90 @@ async fn a_declared_lifetime_moves_the_task_before_each_death() {
     assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
 }
 
+/// The first session dies early (at 4 s, the gateway's chaos metadata); the others live 60 s.
+struct EarlyFirst {
+    early: outlive::Solari,
+    normal: outlive::Solari,
+    launches: std::sync::atomic::AtomicU32,
+}
+
+impl outlive::Provider for EarlyFirst {
+    fn name(&self) -> &str {
+        "early-first"
+    }
+
+    fn launch(&self) -> outlive::BoxFuture<'_, Result<Box<dyn outlive::Session>, outlive::Error>> {
+        if self
+            .launches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            self.early.launch()
+        } else {
+            self.normal.launch()
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_an_unplanned_death() {
     // Nothing predicts this death: no rotation, only the standby.
-    let bed = TestBed::start(dying(
-        Duration::from_secs(5),
-        Duration::ZERO,
-        gateway::DeathMode::Close,
-    ))
+    let bed = TestBed::start(
+        dying(
+            Duration::from_secs(60),
+            Duration::ZERO,
+            gateway::DeathMode::Close,
+        )
+        .max_sessions(4),
+    )
     .await
     .unwrap();
-    let provider = Tracked::new(bed.gateway(), 0);
-    let (result, event, milestones, _progress) = bank_run(
-        &bed,
+    let provider = EarlyFirst {
+        early: support::with_metadata(bed.gateway(), serde_json::json!({"chaos.lifetimeMs": 4000})),
+        normal: bed.provider(),
+        launches: Default::default(),
+    };
+    let task = bed.task(40, Duration::from_millis(100));
+    let progress = BankProgress::default();
+    let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
+    let sink = seen.clone();
+    let (result, event) = outlive::outlive_with_event(
         &provider,
-        40,
+        |page, ctx| {
+            let (task, progress) = (&task, &progress);
+            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
+        },
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
-            .standby(true),
+            .standby(true)
+            .on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
     )
     .await;
+    let milestones = seen.lock().unwrap().clone();
     println!("{}", event.to_json());
 
-    assert_eq!(result, Ok(40), "{}", event.to_json());
-    assert!(event.relaunches >= 1, "{}", event.to_json());
+    assert_eq!(
+        result.map_err(|e| e.to_string()),
+        Ok(40),
+        "{}",
+        event.to_json()
+    );
+    assert_eq!(event.relaunches, 1, "{}", event.to_json());
     assert!(event.standby_ms > 0);
-    // The first death found a standby ready: it took over, no launch started after the death.
-    let first_death = milestones
+    // The death found a standby ready: it took over, no launch started after the death.
+    let death = milestones
         .iter()
         .position(|m| matches!(m, Milestone::Died { .. }))
         .expect("a death");
     assert!(
-        milestones[..first_death]
+        milestones[..death]
             .iter()
             .any(|m| matches!(m, Milestone::SuccessorReady { standby: true, .. })),
         "a standby was ready before the death: {milestones:?}"
     );
     assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
+    assert_eq!(progress.sign_ins(), 1);
     assert_eq!(event.release_failed, 0);
-    assert_eq!(provider.ids.lock().unwrap().len() as u32, event.sessions);
     let status = bed.shutdown().await.unwrap();
     assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
 }

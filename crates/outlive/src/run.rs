@@ -269,6 +269,7 @@ where
         lifetime: Lifetime::new(options.rotation),
         born: Instant::now(),
         successor: None,
+        stale: None,
         releasing: FuturesUnordered::new(),
         prior: None,
     };
@@ -301,6 +302,9 @@ struct Run<'r, B: Backend, F> {
     born: Instant,
     /// A browser launched beside the current one: a rotation's successor or a standby.
     successor: Option<Successor<'r, B::Browser>>,
+    /// A standby past its age, kept until the fresh one replacing it is ready: a death in
+    /// between still finds a browser up.
+    stale: Option<Successor<'r, B::Browser>>,
     /// Releases going on in the background (old browsers left at a rotation, dead successors).
     releasing: FuturesUnordered<Release<'r>>,
     /// What was restored into the next browser before it was taken (a successor's
@@ -344,6 +348,31 @@ impl<'r, B: LiveBrowser + 'r> Successor<'r, B> {
 
     fn is_ready(&self) -> bool {
         matches!(self.state, Standing::Ready { .. })
+    }
+
+    /// Resolves when a ready browser dies; never while launching. Cancel-safe.
+    async fn standing_death(&mut self) -> Death {
+        match &self.state {
+            Standing::Ready { browser, .. } => browser.died().await,
+            Standing::Launching(_) => std::future::pending().await,
+        }
+    }
+
+    /// As a launch that also brings a ready browser's restore up to date with `latest`
+    /// (storage only, no request to a site): to replace a dead browser with, while the dead
+    /// entry has its grace.
+    fn into_update(self, latest: Option<Arc<Checkpoint>>) -> Launch<'r, B> {
+        match (self.state, latest) {
+            (Standing::Ready { browser, restored }, Some(cp)) => async move {
+                match browser.restore(&cp, restored.as_deref()).await {
+                    Ok(_) => Ok((browser, Some(cp))),
+                    // The restore before the entry tries again, from what was there.
+                    Err(_) => Ok((browser, restored)),
+                }
+            }
+            .boxed(),
+            (state, _) => Successor { state, ..self }.into_launch(),
+        }
     }
 
     /// As a launch: to replace a dead browser with.
@@ -456,11 +485,16 @@ where
                 self.successor = successor;
                 spare
             }
-            (None, Some(successor)) => {
-                self.reporter.tally.standby += successor.born.elapsed();
-                (successor.born, Spare::Launching(successor.into_launch()))
+            (None, successor) => {
+                self.successor = successor;
+                match self.take_standby() {
+                    Some(s) => {
+                        self.reporter.tally.standby += s.born.elapsed();
+                        (s.born, Spare::Launching(s.into_launch()))
+                    }
+                    None => (Instant::now(), Spare::Launching(self.launch())),
+                }
             }
-            (None, None) => (Instant::now(), Spare::Launching(self.launch())),
         };
         match launch.get().await {
             Ok((browser, restored)) => {
@@ -607,6 +641,7 @@ where
         let born = self.born;
         let rotate_from = plan.map(|p| born + p.launch_at);
         let mut succ = self.successor.take();
+        let mut stale = self.stale.take();
         let mut retry_at = entry_started;
         let ended = loop {
             let base = self
@@ -641,6 +676,9 @@ where
                     let s = succ.take().expect("checked");
                     match turn {
                         Turn::Launched(Ok((successor, restored))) => {
+                            if let Some(old) = stale.take() {
+                                self.discard_successor(old);
+                            }
                             options.note(Milestone::SuccessorReady { took: s.born.elapsed(), standby: s.standby });
                             self.lifetime.launched_in(s.born.elapsed());
                             tracing::debug!(took = ?s.born.elapsed(), standby = s.standby, "successor ready");
@@ -659,6 +697,11 @@ where
                         }
                     }
                 }
+                death = async { stale.as_mut().expect("checked").standing_death().await }, if stale.is_some() => {
+                    tracing::info!(cause = death.cause.as_str(), "the old standby died");
+                    let old = stale.take().expect("checked");
+                    self.discard_successor(old);
+                }
                 Some(released) = self.releasing.next(), if !self.releasing.is_empty() => {
                     self.reporter.note_release(released);
                 }
@@ -668,7 +711,10 @@ where
                 _ = sleep_until(stale_at.unwrap_or(entry_started)), if stale_at.is_some() && !ctx.is_switch_armed() => {
                     tracing::debug!("the standby is getting old; launching a fresh one");
                     let s = succ.take().expect("checked");
-                    self.discard_successor(s);
+                    // Kept until the fresh one is ready.
+                    if let Some(older) = stale.replace(s) {
+                        self.discard_successor(older);
+                    }
                     retry_at = Instant::now();
                 }
                 _ = sleep_until(arm_at.unwrap_or(entry_started)), if arm_at.is_some() => {
@@ -678,7 +724,9 @@ where
                         // A standby about as old as this browser would soon need leaving too:
                         // a fresh one takes its place, and is the successor.
                         tracing::debug!("the standby is too old to rotate to; launching a fresh one");
-                        self.discard_successor(s);
+                        if let Some(older) = stale.replace(s) {
+                            self.discard_successor(older);
+                        }
                         retry_at = Instant::now();
                     } else {
                         succ = Some(s);
@@ -723,6 +771,9 @@ where
                 else {
                     unreachable!("armed only when ready");
                 };
+                if let Some(old) = stale.take() {
+                    self.discard_successor(old);
+                }
                 self.reporter.tally.rotations += 1;
                 self.reporter.tally.standby += ended_at.saturating_duration_since(s.born);
                 let lost_work = self
@@ -745,6 +796,7 @@ where
         };
         ctx.disarm_switch();
         self.successor = succ;
+        self.stale = stale;
 
         let death = match ended {
             Ok(Ok(Ok(value))) => {
@@ -824,10 +876,10 @@ where
         browser.cut();
         // The replacement launches now (or is the successor already up), while the dead entry
         // has its grace; it is entered only after that entry is gone.
-        let (spare_started, mut launching) = match self.successor.take() {
+        let (spare_started, mut launching) = match self.take_standby() {
             Some(s) => {
                 self.reporter.tally.standby += s.born.elapsed();
-                (s.born, s.into_launch())
+                (s.born, s.into_update(self.store.latest()))
             }
             None => (Instant::now(), self.launch()),
         };
@@ -1033,9 +1085,37 @@ where
         );
     }
 
+    /// The browser to replace a dead one with, if one is up or coming: a ready successor, else
+    /// the old standby (the fresh one, still launching, stays for the next entry), else the
+    /// successor still launching.
+    fn take_standby(&mut self) -> Option<Successor<'r, B::Browser>> {
+        // An old standby close to its own death would only bring the next one: past three
+        // quarters of the lifetime known, it is let go.
+        if let (Some(old), Some(life)) = (&self.stale, self.lifetime.for_standby()) {
+            if old.born.elapsed() > life * 3 / 4 {
+                let old = self.stale.take().expect("checked");
+                self.discard_successor(old);
+            }
+        }
+        match (self.stale.take(), self.successor.take()) {
+            (Some(old), Some(new)) if new.is_ready() => {
+                self.discard_successor(old);
+                Some(new)
+            }
+            (Some(old), new) => {
+                self.successor = new;
+                Some(old)
+            }
+            (None, new) => new,
+        }
+    }
+
     /// Before the run returns: the successor discarded, every background release finished.
     async fn settle_background(&mut self) {
-        if let Some(s) = self.successor.take() {
+        for s in [self.successor.take(), self.stale.take()]
+            .into_iter()
+            .flatten()
+        {
             self.discard_successor(s);
         }
         if let Some((_, spare)) = self.spare.take() {
@@ -1186,6 +1266,7 @@ mod tests {
         releases: AtomicU32,
         capture_cost: Duration,
         restore_cost: Duration,
+        launch_cost: Duration,
     }
 
     impl Fake {
@@ -1200,7 +1281,16 @@ mod tests {
                 releases: AtomicU32::new(0),
                 capture_cost,
                 restore_cost,
+                launch_cost: Duration::ZERO,
             })
+        }
+
+        /// Launches that take `cost` before they answer.
+        fn with_launch_cost(plans: &[Plan], cost: Duration) -> Arc<Fake> {
+            let mut fake =
+                Fake::with_costs(plans, Duration::from_millis(10), Duration::from_millis(100));
+            Arc::get_mut(&mut fake).expect("fresh").launch_cost = cost;
+            fake
         }
     }
 
@@ -1231,6 +1321,7 @@ mod tests {
 
         async fn launch(&self, _options: &Options) -> Result<FakeBrowser, Error> {
             self.launches.lock().unwrap().push(Instant::now());
+            tokio::time::sleep(self.launch_cost).await;
             let plan = self.plans.lock().unwrap().pop_front().unwrap_or(Plan::Live);
             let browser = |dies_at, page: Option<(Duration, u32)>, fresh_pages_open| FakeBrowser {
                 dies_at,
@@ -1831,7 +1922,22 @@ mod tests {
     where
         Fut: Future<Output = Result<u32, String>>,
     {
-        let fake = Fake::with_costs(plans, Duration::from_millis(10), Duration::from_millis(100));
+        rotating_on(Fake::with_launch_cost(plans, Duration::ZERO), tweak, task).await
+    }
+
+    async fn rotating_on<Fut>(
+        fake: Arc<Fake>,
+        tweak: impl FnOnce(Options) -> Options,
+        task: impl FnMut((), Ctx) -> Fut,
+    ) -> (
+        Result<u32, RunError<String>>,
+        WideEvent,
+        Arc<Fake>,
+        Vec<(u32, Duration, Duration)>,
+    )
+    where
+        Fut: Future<Output = Result<u32, String>>,
+    {
         let rotated = Arc::default();
         let pick = collecting(&rotated, |m| match m {
             Milestone::Rotated {
@@ -2040,5 +2146,32 @@ mod tests {
         assert_eq!((e.relaunches, e.rotations), (2, 1));
         assert_eq!(rotated[0].0, 3, "the third browser is left before it dies");
         assert!(rotated[0].1 < Duration::from_secs(18));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_old_standby_serves_a_death_while_its_replacement_launches() {
+        let entered = Arc::default();
+        let pick = collecting(&entered, |m| match m {
+            Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
+            _ => None,
+        });
+        // Launches take 1 s. The primary is up at 1 s and its standby launched then (up at
+        // 2 s); the standby is renewed at 11 s (half the 20 s lifetime from its launch), the
+        // fresh one is up at 12.1 s (launch + restore), and the primary dies at 11.5 s, in
+        // between. Without the old standby the fresh one would be waited for (700 ms).
+        let fake = Fake::with_launch_cost(
+            &[Plan::DieAfter(Duration::from_millis(10_500)), Plan::Live],
+            Duration::from_secs(1),
+        );
+        let (v, e, fake, rotated) =
+            rotating_on(fake, |o| pick(o.standby(true)), first_entry_works_on).await;
+        assert_eq!(v.unwrap(), 2);
+        assert!(rotated.is_empty());
+        assert_eq!(e.relaunches, 1);
+        // Grace (250 ms) during which the old standby is brought up to date (100 ms), then its
+        // restore is checked (100 ms): no launch waited for.
+        assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
+        assert_eq!(e.sessions, 3, "primary, old standby, fresh standby");
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
     }
 }
