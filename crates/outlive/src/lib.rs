@@ -7,7 +7,10 @@
 //! checkpoint, and calls the task again with [`Ctx::attempt`] and [`Ctx::resumed_from`] so it
 //! can skip what it already did. When only the task's page fails (its renderer crashed,
 //! something closed it, its script hangs), the browser is kept and the task is re-entered on a
-//! fresh page in it, with the checkpoint restored.
+//! fresh page in it, with the checkpoint restored. With a session lifetime declared or learned
+//! ([`Options::rotation`], [`Rotation`]), the task moves to a successor browser at a safe point
+//! (right after a checkpoint) *before* the predicted death, losing nothing; a warm standby
+//! ([`Options::standby`]) shortens the replacement after the deaths nobody predicted.
 //!
 //! ```no_run
 //! use std::sync::Mutex;
@@ -81,7 +84,9 @@
 //! * `checkpoint` — capturing cookies, Web Storage, IndexedDB and the URL from every frame,
 //!   and restoring them (page script in `js/`).
 //! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
-//!   entry, after a failure (a fresh page or a relaunch); the accounting.
+//!   entry (and beside it the successor or standby), after a failure (a fresh page or a
+//!   relaunch), a rotation at a safe point; the accounting.
+//! * `lifetime` — the declared and learned session lifetime, and when to launch a successor.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.

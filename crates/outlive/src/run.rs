@@ -292,8 +292,9 @@ struct Run<'r, B: Backend, F> {
     reporter: Reporter<'r>,
     /// When the last failure was detected: what the next entry's `replaced_in` counts from.
     last_failure: Option<Instant>,
-    /// A browser launched during a dead entry's grace, taken by the next [`Run::next_browser`].
-    spare: Option<(Instant, Spare<'r, B::Browser>)>,
+    /// A browser launched during a dead entry's grace, taken by the next [`Run::next_browser`]:
+    /// since when, and whether it was launched then (rather than a standby already up).
+    spare: Option<(Instant, Spare<'r, B::Browser>, bool)>,
     /// Launches so far (the spare counts when it is used).
     launches: u32,
     /// The lifetime learned and declared, for rotations.
@@ -480,7 +481,8 @@ where
             self.reporter.tally.relaunches += 1;
         }
         self.launches += 1;
-        let (launch_started, launch) = match (self.spare.take(), self.successor.take()) {
+        // `fresh`: launched for this, so its time is a launch's (a standby's is its age).
+        let (launch_started, launch, fresh) = match (self.spare.take(), self.successor.take()) {
             (Some(spare), successor) => {
                 self.successor = successor;
                 spare
@@ -490,9 +492,9 @@ where
                 match self.take_standby() {
                     Some(s) => {
                         self.reporter.tally.standby += s.born.elapsed();
-                        (s.born, Spare::Launching(s.into_launch()))
+                        (s.born, Spare::Launching(s.into_launch()), false)
                     }
-                    None => (Instant::now(), Spare::Launching(self.launch())),
+                    None => (Instant::now(), Spare::Launching(self.launch()), true),
                 }
             }
         };
@@ -501,7 +503,9 @@ where
                 self.options.note(Milestone::Launched {
                     took: launch_started.elapsed(),
                 });
-                self.lifetime.launched_in(launch_started.elapsed());
+                if fresh {
+                    self.lifetime.launched_in(launch_started.elapsed());
+                }
                 self.born = launch_started;
                 self.prior = restored;
                 Ok(Some(browser))
@@ -876,12 +880,12 @@ where
         browser.cut();
         // The replacement launches now (or is the successor already up), while the dead entry
         // has its grace; it is entered only after that entry is gone.
-        let (spare_started, mut launching) = match self.take_standby() {
+        let (spare_started, mut launching, fresh) = match self.take_standby() {
             Some(s) => {
                 self.reporter.tally.standby += s.born.elapsed();
-                (s.born, s.into_update(self.store.latest()))
+                (s.born, s.into_update(self.store.latest()), false)
             }
-            None => (Instant::now(), self.launch()),
+            None => (Instant::now(), self.launch(), true),
         };
         let (finished, launched) = grace(&mut entry, &mut launching, options.grace).await;
         let spare = match launched {
@@ -901,7 +905,7 @@ where
             Some(Ok(Err(_))) | None => {}
         }
         drop(entry);
-        self.spare = Some((spare_started, spare));
+        self.spare = Some((spare_started, spare, fresh));
         Ended::Failed {
             browser,
             death,
@@ -1118,7 +1122,7 @@ where
         {
             self.discard_successor(s);
         }
-        if let Some((_, spare)) = self.spare.take() {
+        if let Some((_, spare, _)) = self.spare.take() {
             spare.discard(&mut self.reporter).await;
         }
         while let Some(released) = self.releasing.next().await {
@@ -2173,5 +2177,35 @@ mod tests {
         assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
         assert_eq!(e.sessions, 3, "primary, old standby, fresh standby");
         assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_that_takes_over_does_not_count_its_age_as_a_launch() {
+        // The standby is up from 0 s; the browser dies at 9 s and the standby (9 s old) takes
+        // over. Its age is not a launch time: the lead stays 1 s, so the new browser is left
+        // once, at 15 s of age (18 s − 2 s − 1 s), not again and again.
+        let plans = [Plan::DieAfter(Duration::from_secs(9)), Plan::Live];
+        let run = rotating(
+            &plans,
+            |o| o.standby(true),
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                Ok(ctx.attempt())
+            },
+        );
+        let (v, e, _fake, rotated) = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("the run ends");
+        assert_eq!(v.unwrap(), 3);
+        assert_eq!((e.relaunches, e.rotations), (1, 1));
+        assert_eq!(rotated[0].0, 2);
+        assert!(
+            rotated[0].1 >= Duration::from_secs(15),
+            "{:?}",
+            rotated[0].1
+        );
     }
 }
