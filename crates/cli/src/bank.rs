@@ -10,7 +10,7 @@ use std::time::Duration;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{Ctx, Page};
+use outlive::{Ctx, Options, Page, Provider, RunError, WideEvent};
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -216,6 +216,22 @@ impl BankTask {
         }
         self.goto(page, "/account?welcome=1").await?;
         Ok(())
+    }
+
+    /// Runs the task through outlive on `provider` with `options`, without a progress
+    /// display: its result and the run's wide event.
+    pub async fn outlive<P: Provider + ?Sized>(
+        &self,
+        provider: &P,
+        progress: &BankProgress,
+        options: Options,
+    ) -> (Result<u32, RunError<BankError>>, WideEvent) {
+        outlive::outlive_with_event(
+            provider,
+            |page, ctx| async move { self.run(&page, Some(&ctx), progress, &|_| {}).await },
+            options,
+        )
+        .await
     }
 
     /// One entry of the task. `ctx` is `None` for the baseline (plain chromiumoxide).

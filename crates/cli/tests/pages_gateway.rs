@@ -82,8 +82,7 @@ async fn page_fails_mid_task(fault: PageFault) {
     assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
     assert_eq!(progress.sign_ins(), 1);
     assert_eq!(event.release_failed, 0);
-    let status = bed.shutdown().await.unwrap();
-    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+    support::shutdown_clean(bed).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,15 +35,13 @@ async fn bank_run(
     let progress = BankProgress::default();
     let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
     let sink = seen.clone();
-    let (result, event) = outlive::outlive_with_event(
-        provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        options.on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
-    )
-    .await;
+    let (result, event) = task
+        .outlive(
+            provider,
+            &progress,
+            options.on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
+        )
+        .await;
     let milestones = seen.lock().unwrap().clone();
     (
         result.map_err(|e| e.to_string()),
@@ -100,8 +98,7 @@ async fn a_declared_lifetime_moves_the_task_before_each_death() {
         event.sessions,
         "the provider saw as many sessions as the event reports"
     );
-    let status = bed.shutdown().await.unwrap();
-    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+    support::shutdown_clean(bed).await;
 }
 
 /// The first session dies early (at 4 s, the gateway's chaos metadata); the others live 60 s.
@@ -151,18 +148,16 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
     let progress = BankProgress::default();
     let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
     let sink = seen.clone();
-    let (result, event) = outlive::outlive_with_event(
-        &provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        Options::new()
-            .checkpoint_every(Duration::from_millis(500))
-            .standby(true)
-            .on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
-    )
-    .await;
+    let (result, event) = task
+        .outlive(
+            &provider,
+            &progress,
+            Options::new()
+                .checkpoint_every(Duration::from_millis(500))
+                .standby(true)
+                .on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
+        )
+        .await;
     let milestones = seen.lock().unwrap().clone();
     println!("{}", event.to_json());
 
@@ -188,6 +183,5 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
     assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
     assert_eq!(progress.sign_ins(), 1);
     assert_eq!(event.release_failed, 0);
-    let status = bed.shutdown().await.unwrap();
-    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+    support::shutdown_clean(bed).await;
 }

@@ -391,15 +391,10 @@ impl<'r, B: LiveBrowser + 'r> Successor<'r, B> {
 enum Ended<T, E, Br> {
     /// The run is over: completed, failed with the task's error, or given up. Reported.
     Over(Result<T, RunError<E>>),
-    /// The entry's browser or page failed; the entry is gone.
-    Failed {
-        browser: Br,
-        death: Death,
-        entry_started: Instant,
-        attempt: u32,
-        /// For a page failure: the fresh page opened during the grace, or why none could be.
-        replaced: Option<Result<(), Error>>,
-    },
+    /// The entry's browser or page failed; the entry is gone: the browser, the failure, the
+    /// entry's (start, attempt), and for a page failure the fresh page opened during the
+    /// grace (or why none could be).
+    Failed(Br, Death, (Instant, u32), Option<Result<(), Error>>),
     /// The entry ended at a safe point; the task moves to the successor.
     Rotated {
         old: Br,
@@ -453,20 +448,9 @@ where
                     self.last_failure = Some(Instant::now());
                     reuse = Some(successor);
                 }
-                Ended::Failed {
-                    browser,
-                    death,
-                    entry_started,
-                    attempt,
-                    replaced,
-                } => {
+                Ended::Failed(browser, death, entry, replaced) => {
                     reuse = self
-                        .after_failure(
-                            browser,
-                            Some(death),
-                            Some((entry_started, attempt)),
-                            replaced,
-                        )
+                        .after_failure(browser, Some(death), Some(entry), replaced)
                         .await?;
                 }
             }
@@ -868,13 +852,7 @@ where
                 }
                 None => replacing.await,
             };
-            return Ended::Failed {
-                browser,
-                death,
-                entry_started,
-                attempt,
-                replaced: Some(replaced),
-            };
+            return Ended::Failed(browser, death, (entry_started, attempt), Some(replaced));
         }
 
         browser.cut();
@@ -906,13 +884,7 @@ where
         }
         drop(entry);
         self.spare = Some((spare_started, spare, fresh));
-        Ended::Failed {
-            browser,
-            death,
-            entry_started,
-            attempt,
-            replaced: None,
-        }
+        Ended::Failed(browser, death, (entry_started, attempt), None)
     }
 
     /// An entry failed with nothing left to wait for (its error was the failure's).
@@ -929,13 +901,7 @@ where
             browser.cut();
             None
         };
-        Ended::Failed {
-            browser,
-            death,
-            entry_started,
-            attempt,
-            replaced,
-        }
+        Ended::Failed(browser, death, (entry_started, attempt), replaced)
     }
 
     /// Accounts for a failure (lost work, milestones, budgets) and decides what comes next:
@@ -1308,14 +1274,15 @@ mod tests {
         fake: Arc<Fake>,
     }
 
+    /// A death by `cause` at `at`, once `at` has passed.
+    fn passed(at: Option<Instant>, cause: DeathCause) -> Option<Death> {
+        at.filter(|at| Instant::now() >= *at)
+            .map(|at| Death { cause, at })
+    }
+
     impl FakeBrowser {
         fn page_death(&self) -> Option<Death> {
-            self.page_fails_at
-                .filter(|at| Instant::now() >= *at)
-                .map(|at| Death {
-                    cause: DeathCause::PageCrashed,
-                    at,
-                })
+            passed(self.page_fails_at, DeathCause::PageCrashed)
         }
     }
 
@@ -1398,12 +1365,7 @@ mod tests {
         }
 
         fn browser_death(&self) -> Option<Death> {
-            self.dies_at
-                .filter(|at| Instant::now() >= *at)
-                .map(|at| Death {
-                    cause: DeathCause::Closed,
-                    at,
-                })
+            passed(self.dies_at, DeathCause::Closed)
         }
 
         async fn confirm_alive(&self, _timeout: Duration) -> bool {
@@ -1910,6 +1872,15 @@ mod tests {
         assert_eq!(e.checkpoint_count, 2);
     }
 
+    /// A rotation test's result, its event, the fake, and each rotation's (attempt, age, lost
+    /// work).
+    type Rotated = (
+        Result<u32, RunError<String>>,
+        WideEvent,
+        Arc<Fake>,
+        Vec<(u32, Duration, Duration)>,
+    );
+
     /// Rotation tests: a browser with a declared 20 s lifetime, checkpoints every second,
     /// captures of 10 ms. Answers the result, the event, the fake, and each rotation's
     /// (attempt, age, lost work).
@@ -1917,12 +1888,7 @@ mod tests {
         plans: &[Plan],
         tweak: impl FnOnce(Options) -> Options,
         task: impl FnMut((), Ctx) -> Fut,
-    ) -> (
-        Result<u32, RunError<String>>,
-        WideEvent,
-        Arc<Fake>,
-        Vec<(u32, Duration, Duration)>,
-    )
+    ) -> Rotated
     where
         Fut: Future<Output = Result<u32, String>>,
     {
@@ -1933,12 +1899,7 @@ mod tests {
         fake: Arc<Fake>,
         tweak: impl FnOnce(Options) -> Options,
         task: impl FnMut((), Ctx) -> Fut,
-    ) -> (
-        Result<u32, RunError<String>>,
-        WideEvent,
-        Arc<Fake>,
-        Vec<(u32, Duration, Duration)>,
-    )
+    ) -> Rotated
     where
         Fut: Future<Output = Result<u32, String>>,
     {
@@ -1971,14 +1932,28 @@ mod tests {
         work_forever_then_finish(ctx.attempt()).await
     }
 
+    /// A browser that dies `ms` after its launch.
+    fn dies(ms: u64) -> Plan {
+        Plan::DieAfter(Duration::from_millis(ms))
+    }
+
+    /// Entries before attempt `n` work until they are dropped; attempt `n` finishes.
+    fn until_attempt(n: u32) -> impl FnMut((), Ctx) -> BoxFuture<'static, Result<u32, String>> {
+        move |(), ctx| {
+            async move {
+                if ctx.attempt() < n {
+                    std::future::pending::<()>().await;
+                }
+                Ok(ctx.attempt())
+            }
+            .boxed()
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_rotation_switches_at_a_checkpoint_before_the_predicted_death() {
-        let (v, e, fake, rotated) = rotating(
-            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
-            |o| o,
-            first_entry_works_on,
-        )
-        .await;
+        let (v, e, fake, rotated) =
+            rotating(&[dies(20_000), Plan::Live], |o| o, first_entry_works_on).await;
         assert_eq!(v.unwrap(), 2);
         assert_eq!((e.rotations, e.relaunches, e.attempts), (1, 0, 2));
         assert_eq!(e.lost_work_ms, 0, "a rotation is not a death");
@@ -1996,7 +1971,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_hold_defers_the_rotation_to_the_checkpoint_that_ends_it() {
         let (v, e, _fake, rotated) = rotating(
-            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
+            &[dies(20_000), Plan::Live],
             |o| o,
             |(), ctx| async move {
                 if ctx.attempt() > 1 {
@@ -2025,19 +2000,16 @@ mod tests {
             Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
             _ => None,
         });
-        let (v, e, fake, rotated) = rotating(
-            &[Plan::DieAfter(Duration::from_secs(20)), Plan::Live],
-            pick,
-            |(), ctx| async move {
+        let (v, e, fake, rotated) =
+            rotating(&[dies(20_000), Plan::Live], pick, |(), ctx| async move {
                 if ctx.attempt() > 1 {
                     return Ok(ctx.attempt());
                 }
                 ctx.checkpoint().await;
                 let _hold = ctx.hold_checkpoints();
                 std::future::pending().await
-            },
-        )
-        .await;
+            })
+            .await;
         assert_eq!(v.unwrap(), 2);
         assert!(rotated.is_empty());
         assert_eq!((e.rotations, e.relaunches), (0, 1));
@@ -2050,11 +2022,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_successor_that_dies_before_the_switch_is_replaced() {
         let (v, e, fake, rotated) = rotating(
-            &[
-                Plan::DieAfter(Duration::from_secs(20)),
-                Plan::DieAfter(Duration::from_millis(105)),
-                Plan::Live,
-            ],
+            &[dies(20_000), dies(105), Plan::Live],
             |o| o,
             first_entry_works_on,
         )
@@ -2071,9 +2039,9 @@ mod tests {
     async fn a_successor_that_dies_during_the_switch_is_a_death_after_a_rotation() {
         let (v, e, fake, rotated) = rotating(
             &[
-                Plan::DieAfter(Duration::from_secs(20)),
+                dies(20_000),
                 // Restored by 16.1 s; switched to at 16.11 s; dies during the final restore.
-                Plan::DieAfter(Duration::from_millis(150)),
+                dies(150),
                 Plan::Live,
             ],
             |o| o,
@@ -2102,7 +2070,7 @@ mod tests {
             _ => None,
         });
         let (v, e, fake, rotated) = rotating(
-            &[Plan::DieAfter(Duration::from_secs(5)), Plan::Live],
+            &[dies(5_000), Plan::Live],
             |o| pick(o.standby(true)),
             |(), ctx| async move {
                 if ctx.attempt() == 1 {
@@ -2131,19 +2099,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_learned_lifetime_rotates_after_two_deaths_of_old_age() {
         let (v, e, _fake, rotated) = rotating(
-            &[
-                Plan::DieAfter(Duration::from_secs(20)),
-                Plan::DieAfter(Duration::from_secs(20)),
-                Plan::DieAfter(Duration::from_secs(20)),
-                Plan::Live,
-            ],
+            &[dies(20_000), dies(20_000), dies(20_000), Plan::Live],
             |o| o.rotation(crate::Rotation::Learned),
-            |(), ctx| async move {
-                if ctx.attempt() == 4 {
-                    return Ok(4);
-                }
-                std::future::pending().await
-            },
+            until_attempt(4),
         )
         .await;
         assert_eq!(v.unwrap(), 4);
@@ -2163,10 +2121,7 @@ mod tests {
         // 2 s); the standby is renewed at 11 s (half the 20 s lifetime from its launch), the
         // fresh one is up at 12.1 s (launch + restore), and the primary dies at 11.5 s, in
         // between. Without the old standby the fresh one would be waited for (700 ms).
-        let fake = Fake::with_launch_cost(
-            &[Plan::DieAfter(Duration::from_millis(10_500)), Plan::Live],
-            Duration::from_secs(1),
-        );
+        let fake = Fake::with_launch_cost(&[dies(10_500), Plan::Live], Duration::from_secs(1));
         let (v, e, fake, rotated) =
             rotating_on(fake, |o| pick(o.standby(true)), first_entry_works_on).await;
         assert_eq!(v.unwrap(), 2);
@@ -2184,7 +2139,7 @@ mod tests {
         // The standby is up from 0 s; the browser dies at 9 s and the standby (9 s old) takes
         // over. Its age is not a launch time: the lead stays 1 s, so the new browser is left
         // once, at 15 s of age (18 s − 2 s − 1 s), not again and again.
-        let plans = [Plan::DieAfter(Duration::from_secs(9)), Plan::Live];
+        let plans = [dies(9_000), Plan::Live];
         let run = rotating(
             &plans,
             |o| o.standby(true),

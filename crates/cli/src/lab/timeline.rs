@@ -318,34 +318,10 @@ fn lane(svg: &mut String, scale: &Scale, run: &TimelineRun, top: f64) {
         num(mid),
     );
     for span in &run.sessions {
-        let (start, end) = (
-            span.start_ms.min(span.end_ms),
-            span.start_ms.max(span.end_ms),
-        );
-        let x = scale.x(start);
-        // A zero-length session is still a session: give it a sliver.
-        let width = (scale.x(end) - x).max(1.5);
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{}" y="{}" width="{}" height="{BAR_H}" rx="3" fill="{bar_fill}"/>"#,
-            num(x),
-            num(mid - BAR_H / 2.0),
-            num(width),
-        );
+        bar(svg, scale, span, mid - BAR_H / 2.0, BAR_H, 3.0, bar_fill);
     }
     for span in &run.standby {
-        let (start, end) = (
-            span.start_ms.min(span.end_ms),
-            span.start_ms.max(span.end_ms),
-        );
-        let x = scale.x(start);
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{}" y="{}" width="{}" height="4" rx="1" fill="{STANDBY}"/>"#,
-            num(x),
-            num(mid + BAR_H / 2.0 + 1.0),
-            num((scale.x(end) - x).max(1.5)),
-        );
+        bar(svg, scale, span, mid + BAR_H / 2.0 + 1.0, 4.0, 1.0, STANDBY);
     }
     for &ms in &run.polls {
         poll_mark(svg, scale.x(ms), mid + BAR_H / 2.0 + 5.0);
@@ -394,6 +370,24 @@ fn death_mark(svg: &mut String, x: f64, y: f64) {
         num(y + r),
         num(x + r),
         num(y - r),
+    );
+}
+
+/// One span as a bar at `y`; a zero-length span still gets a sliver.
+fn bar(svg: &mut String, scale: &Scale, span: &SessionSpan, y: f64, h: f64, rx: f64, fill: &str) {
+    let (start, end) = (
+        span.start_ms.min(span.end_ms),
+        span.start_ms.max(span.end_ms),
+    );
+    let x = scale.x(start);
+    let _ = writeln!(
+        svg,
+        r#"<rect x="{}" y="{}" width="{}" height="{}" rx="{}" fill="{fill}"/>"#,
+        num(x),
+        num(y),
+        num((scale.x(end) - x).max(1.5)),
+        num(h),
+        num(rx),
     );
 }
 

@@ -162,6 +162,12 @@ pub fn milestones() -> (
     (move |m: &Milestone| drop(tx.send(m.clone())), rx)
 }
 
+/// Shuts `bed` down and asserts it left no session and no Chromium process.
+pub async fn shutdown_clean(bed: outlive_cli::bed::TestBed) {
+    let status = bed.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+}
+
 /// Waits (bounded) until the gateway holds no live session and no Chromium process.
 pub async fn assert_gateway_clean(gw: &gateway::Gateway) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

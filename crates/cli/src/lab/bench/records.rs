@@ -37,6 +37,14 @@ pub struct SurvivalConfig {
     pub checkpoint_every: Duration,
 }
 
+impl SurvivalConfig {
+    /// `base` with this benchmark's checkpoint interval and a relaunch budget no run meets.
+    pub fn options(&self, base: outlive::Options) -> outlive::Options {
+        base.checkpoint_every(self.checkpoint_every)
+            .max_relaunches(10)
+    }
+}
+
 impl Default for SurvivalConfig {
     fn default() -> Self {
         let lifetime = Duration::from_secs(20);
@@ -151,16 +159,32 @@ pub struct RunRecord {
 /// One line for people: `Outlive #2: completed after 31.4 s, 36 polls`.
 impl std::fmt::Display for RunRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
+        run_line(
             f,
-            "{:?} #{}: {} after {:.1} s, {} polls",
-            self.arm,
+            &self.arm,
             self.index,
-            self.outcome.as_str(),
-            self.total_ms / 1000.0,
-            self.polls_done
+            self.outcome,
+            self.total_ms,
+            self.polls_done,
         )
     }
+}
+
+/// `{arm:?} #{index}: {outcome} after {s} s, {polls} polls`, the start of every run's line.
+pub(crate) fn run_line(
+    f: &mut std::fmt::Formatter<'_>,
+    arm: &dyn std::fmt::Debug,
+    index: u32,
+    outcome: Outcome,
+    total_ms: f64,
+    polls: u32,
+) -> std::fmt::Result {
+    write!(
+        f,
+        "{arm:?} #{index}: {} after {:.1} s, {polls} polls",
+        outcome.as_str(),
+        total_ms / 1000.0
+    )
 }
 
 /// The whole survival benchmark.

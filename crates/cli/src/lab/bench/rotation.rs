@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::records::{ArmKind, SurvivalConfig, ms};
 use crate::bank::BankProgress;
-use crate::bed::{TestBed, dying};
+use crate::bed::TestBed;
 use crate::error::Error;
 use crate::stats::median;
 
@@ -324,18 +324,15 @@ async fn run_arm(
     let tape = Arc::new(Mutex::new(Tape::new()));
     let sink = tape.clone();
     let started = Instant::now();
-    let (_, event) = outlive::outlive_with_event(
-        &provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        arm.options(config.lifetime)
-            .checkpoint_every(config.checkpoint_every)
-            .max_relaunches(10)
-            .on_milestone(move |m| sink.lock().expect("tape").note(m)),
-    )
-    .await;
+    let (_, event) = task
+        .outlive(
+            &provider,
+            &progress,
+            config
+                .options(arm.options(config.lifetime))
+                .on_milestone(move |m| sink.lock().expect("tape").note(m)),
+        )
+        .await;
     let mut tape = std::mem::replace(&mut *tape.lock().expect("tape"), Tape::new());
     tape.finish();
     tape.marks.polls = progress
@@ -364,8 +361,7 @@ pub async fn rotation(
     config: &SurvivalConfig,
     on_run: impl Fn(&RotationRun),
 ) -> Result<RotationReport, Error> {
-    let gateway = dying(config.lifetime, config.jitter, config.death).max_sessions(4);
-    let bed = TestBed::start(gateway).await?;
+    let bed = super::survival::dying_bed(config).await?;
     let mut runs = Vec::new();
     let mut baseline_polls_ms = Vec::new();
     for i in 0..config.tasks {
@@ -431,16 +427,18 @@ pub fn rotation_timeline(report: &RotationReport) -> Vec<crate::lab::timeline::T
 /// One line for people.
 impl std::fmt::Display for RotationRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        super::records::run_line(
+            f,
+            &self.arm,
+            self.index,
+            self.outcome,
+            self.total_ms,
+            self.polls_done,
+        )?;
+        let (rotations, deaths) = (self.rotations.len(), self.deaths.len());
         write!(
             f,
-            "{:?} #{}: {} after {:.1} s, {} polls, {} rotations, {} deaths, {} sessions",
-            self.arm,
-            self.index,
-            self.outcome.as_str(),
-            self.total_ms / 1000.0,
-            self.polls_done,
-            self.rotations.len(),
-            self.deaths.len(),
+            ", {rotations} rotations, {deaths} deaths, {} sessions",
             self.event.sessions
         )
     }

@@ -89,18 +89,15 @@ async fn run_outlive_arm(bed: &TestBed, config: &SurvivalConfig, index: u32) -> 
     }));
     let rec = recorder.clone();
     let started = Instant::now();
-    let (result, event) = outlive::outlive_with_event(
-        &provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        Options::new()
-            .checkpoint_every(config.checkpoint_every)
-            .max_relaunches(10)
-            .on_milestone(move |m| rec.lock().expect("recorder").note(m)),
-    )
-    .await;
+    let (result, event) = task
+        .outlive(
+            &provider,
+            &progress,
+            config
+                .options(Options::new())
+                .on_milestone(move |m| rec.lock().expect("recorder").note(m)),
+        )
+        .await;
     let total = started.elapsed();
     let mut rec = std::mem::take(&mut *recorder.lock().expect("recorder"));
     if let Some(start) = rec.open_session.take() {
@@ -206,14 +203,18 @@ pub(super) async fn run_baseline_arm(
     }
 }
 
+/// The bench's test bed: sessions die as `config` says; room for four at once.
+pub(super) async fn dying_bed(config: &SurvivalConfig) -> Result<TestBed, Error> {
+    TestBed::start(dying(config.lifetime, config.jitter, config.death).max_sessions(4)).await
+}
+
 /// Runs both arms, `config.tasks` each, one baseline and one outlive task at a time side by
 /// side, alternating which starts first. `on_run` sees each run as it finishes.
 pub async fn survival(
     config: &SurvivalConfig,
     on_run: impl Fn(&RunRecord),
 ) -> Result<SurvivalReport, Error> {
-    let gateway = dying(config.lifetime, config.jitter, config.death).max_sessions(4);
-    let bed = TestBed::start(gateway).await?;
+    let bed = dying_bed(config).await?;
     let mut runs = Vec::new();
     for i in 0..config.tasks {
         let baseline = run_baseline_arm(&bed, config, i);
