@@ -96,7 +96,11 @@ impl Lifetime {
         // Twice the slowest launch seen, and at least a second: a successor slow to get
         // ready only brings the launch forward.
         let lead = (self.lead * 2).max(Duration::from_secs(1));
-        let launch_at = leave_by.saturating_sub(lead + interval);
+        // Never before half the time to leave: a checkpoint interval or a launch as long as the
+        // lifetime itself would otherwise have every browser left as soon as it is entered.
+        let launch_at = leave_by
+            .saturating_sub(lead + interval.min(leave_by / 4))
+            .max(leave_by / 2);
         Some(Plan {
             dies_at,
             leave_by,
@@ -160,6 +164,17 @@ mod tests {
         let plan = l.plan(secs(30.0)).unwrap();
         assert_eq!(plan.dies_at, secs(604.0));
         assert_eq!(plan.leave_by, secs(543.6));
+    }
+
+    #[test]
+    fn a_long_interval_or_launch_never_brings_the_launch_before_half_the_time() {
+        let mut l = Lifetime::new(Rotation::Expected(secs(8.0)));
+        l.launched_in(secs(0.4));
+        // Leave by 7.2 s; the 30 s default interval counts as a quarter of that (1.8 s), the
+        // lead as 1 s.
+        assert_eq!(l.plan(secs(30.0)).unwrap().launch_at, secs(4.4));
+        l.launched_in(secs(5.0));
+        assert_eq!(l.plan(secs(30.0)).unwrap().launch_at, secs(3.6));
     }
 
     #[test]

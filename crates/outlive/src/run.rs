@@ -482,7 +482,7 @@ where
                 }
             }
         };
-        match launch.get().await {
+        match background(&mut self.releasing, &mut self.reporter, launch.get()).await {
             Ok((browser, restored)) => {
                 self.options.note(Milestone::Launched {
                     took: launch_started.elapsed(),
@@ -558,14 +558,17 @@ where
                 }
             }
         };
-        let prepared = tokio::select! {
-            biased;
-            death = browser.died() => Err(Some(death)),
-            r = restore => r.map_err(|e| {
-                tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed");
-                None
-            }),
-        };
+        let prepared = background(&mut self.releasing, &mut self.reporter, async {
+            tokio::select! {
+                biased;
+                death = browser.died() => Err(Some(death)),
+                r = restore => r.map_err(|e| {
+                    tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed");
+                    None
+                }),
+            }
+        })
+        .await;
         // A restore that failed because the browser or page failed is that failure.
         match prepared {
             Ok((resumed, failed)) => {
@@ -980,11 +983,16 @@ where
                 lost_work: lost,
             });
         }
-        // A new browser: this one died, or could not give a fresh page. Its release goes on
-        // in the background: the replacement (a standby, a launch already under way) need
-        // not wait for a provider's DELETE.
+        // A new browser: this one died, or could not give a fresh page. When a standby takes
+        // over, the release goes on in the background (the standby need not wait for a
+        // provider's DELETE); before a launch it is awaited, so the launch does not meet the
+        // provider's concurrency limit with the dead session still counted.
         browser.cut();
-        self.release_later(browser);
+        if matches!(self.spare, Some((_, _, false))) {
+            self.release_later(browser);
+        } else {
+            self.reporter.release(browser).await;
+        }
         self.reporter.tally.failures += 1;
         self.check_budget(Some(death)).await?;
         Ok(None)
@@ -1132,6 +1140,24 @@ where
             Some(("Panic".to_owned(), "panic", message)),
         );
         std::panic::resume_unwind(panic)
+    }
+}
+
+/// Awaits `fut` while the background releases go on.
+async fn background<T>(
+    releasing: &mut FuturesUnordered<Release<'_>>,
+    reporter: &mut Reporter<'_>,
+    fut: impl Future<Output = T>,
+) -> T {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut fut => return out,
+            Some(released) = releasing.next(), if !releasing.is_empty() => {
+                reporter.note_release(released);
+            }
+        }
     }
 }
 
