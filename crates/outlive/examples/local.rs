@@ -14,6 +14,9 @@ use futures::TryFutureExt;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::{BoxFuture, LocalChromium, Options, Provider, Session};
 
+#[path = "common/steps.rs"]
+mod steps;
+
 /// LocalChromium, remembering the newest browser's pid so the example can kill it.
 #[derive(Default)]
 struct Remembering {
@@ -38,17 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter("outlive=info")
         .init();
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = axum::Router::new().route(
-        "/step/{n}",
-        axum::routing::get(
-            |axum::extract::Path(n): axum::extract::Path<u32>| async move {
-                axum::response::Html(format!("<title>step {n}</title>"))
-            },
-        ),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = steps::serve().await?;
 
     let provider = Remembering::default();
     let visited = Mutex::new(Vec::new());

@@ -16,23 +16,16 @@ use std::time::Duration;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::{LocalChromium, Options, Rotation};
 
+#[path = "common/steps.rs"]
+mod steps;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter("outlive=info")
         .init();
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = axum::Router::new().route(
-        "/step/{n}",
-        axum::routing::get(
-            |axum::extract::Path(n): axum::extract::Path<u32>| async move {
-                axum::response::Html(format!("<title>step {n}</title>"))
-            },
-        ),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = steps::serve().await?;
 
     let visited = Mutex::new(Vec::new());
     let (result, event) = outlive::outlive_with_event(
