@@ -294,7 +294,7 @@ struct Run<'r, B: Backend, F> {
     last_failure: Option<Instant>,
     /// A browser launched during a dead entry's grace, taken by the next [`Run::next_browser`]:
     /// since when, and whether it was launched then (rather than a standby already up).
-    spare: Option<(Instant, Spare<'r, B::Browser>, bool)>,
+    spare: Option<(Instant, Launch<'r, B::Browser>, bool)>,
     /// Launches so far (the spare counts when it is used).
     launches: u32,
     /// The lifetime learned and declared, for rotations.
@@ -476,13 +476,13 @@ where
                 match self.take_standby() {
                     Some(s) => {
                         self.reporter.tally.standby += s.born.elapsed();
-                        (s.born, Spare::Launching(s.into_launch()), false)
+                        (s.born, s.into_launch(), false)
                     }
-                    None => (Instant::now(), Spare::Launching(self.launch()), true),
+                    None => (Instant::now(), self.launch(), true),
                 }
             }
         };
-        match background(&mut self.releasing, &mut self.reporter, launch.get()).await {
+        match background(&mut self.releasing, &mut self.reporter, launch).await {
             Ok((browser, restored)) => {
                 self.options.note(Milestone::Launched {
                     took: launch_started.elapsed(),
@@ -870,17 +870,17 @@ where
         };
         let (finished, launched) = grace(&mut entry, &mut launching, options.grace).await;
         let spare = match launched {
-            Some(r) => Spare::Ready(r),
-            None => Spare::Launching(launching),
+            Some(r) => futures::future::ready(r).boxed(),
+            None => launching,
         };
         match finished {
             Some(Ok(Ok(value))) => {
                 tracing::info!("the task finished within the grace period");
-                spare.discard(&mut self.reporter).await;
+                discard(spare, &mut self.reporter).await;
                 return Ended::Over(self.complete(browser, value).await);
             }
             Some(Err(panic)) => {
-                spare.discard(&mut self.reporter).await;
+                discard(spare, &mut self.reporter).await;
                 self.panicked(browser, panic).await
             }
             Some(Ok(Err(_))) | None => {}
@@ -1097,7 +1097,7 @@ where
             self.discard_successor(s);
         }
         if let Some((_, spare, _)) = self.spare.take() {
-            spare.discard(&mut self.reporter).await;
+            discard(spare, &mut self.reporter).await;
         }
         while let Some(released) = self.releasing.next().await {
             self.reporter.note_release(released);
@@ -1181,28 +1181,11 @@ async fn grace<O, R>(
     (finished, replaced)
 }
 
-/// A browser launched ahead of need (during a dead entry's grace period).
-enum Spare<'r, B> {
-    /// Still launching.
-    Launching(Launch<'r, B>),
-    /// Launched (or failed to).
-    Ready(Result<(B, Option<Arc<Checkpoint>>), Error>),
-}
-
-impl<B: LiveBrowser> Spare<'_, B> {
-    async fn get(self) -> Result<(B, Option<Arc<Checkpoint>>), Error> {
-        match self {
-            Spare::Launching(f) => f.await,
-            Spare::Ready(r) => r,
-        }
-    }
-
-    /// Not needed after all: finish the launch (so no session is left half-created) and
-    /// release it.
-    async fn discard(self, reporter: &mut Reporter<'_>) {
-        if let Ok((browser, _)) = self.get().await {
-            reporter.release(browser).await;
-        }
+/// A launch no longer needed (the spare launched during a dead entry's grace): finished (so
+/// no session is left half-created), then released.
+async fn discard<B: LiveBrowser>(launch: Launch<'_, B>, reporter: &mut Reporter<'_>) {
+    if let Ok((browser, _)) = launch.await {
+        reporter.release(browser).await;
     }
 }
 
