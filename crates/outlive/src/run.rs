@@ -271,6 +271,7 @@ where
         successor: None,
         stale: None,
         releasing: FuturesUnordered::new(),
+        deferred: Vec::new(),
         prior: None,
     };
     run.drive().instrument(span).await
@@ -308,6 +309,10 @@ struct Run<'r, B: Backend, F> {
     stale: Option<Successor<'r, B::Browser>>,
     /// Releases going on in the background (old browsers left at a rotation, dead successors).
     releasing: FuturesUnordered<Release<'r>>,
+    /// Releases not started yet: those due while the next entry is prepared wait for it to be
+    /// entered (or for a fresh launch), so that a provider tearing a browser down on the same
+    /// machine does not slow the restore and navigation the task is waiting for.
+    deferred: Vec<Release<'r>>,
     /// What was restored into the next browser before it was taken (a successor's
     /// checkpoint): its restore writes only what changed since.
     prior: Option<Arc<Checkpoint>>,
@@ -482,6 +487,9 @@ where
                 }
             }
         };
+        if fresh {
+            self.start_deferred();
+        }
         match background(&mut self.releasing, &mut self.reporter, launch).await {
             Ok((browser, restored)) => {
                 self.options.note(Milestone::Launched {
@@ -605,6 +613,7 @@ where
             options.on_milestone.clone(),
         );
         let entry_started = Instant::now();
+        self.start_deferred();
         options.note(Milestone::Entered {
             attempt,
             resumed: ctx.resumed_from().is_some(),
@@ -635,6 +644,8 @@ where
         let mut stale = self.stale.take();
         let mut retry_at = entry_started;
         let ended = loop {
+            // While the entry runs, nothing waits: releases start as they come.
+            self.start_deferred();
             let base = self
                 .store
                 .latest_taken()
@@ -647,10 +658,16 @@ where
                 (None, true, _) => Some(retry_at),
                 (None, false, at) => at.map(|at| at.max(retry_at)),
             };
-            // A standby is kept younger than half the lifetime known, so that it outlives the
-            // browser it replaces by at least that much.
+            // A standby must outlive the browser it stands by for. With rotations, one younger
+            // than that browser does (it leaves first); one older is replaced now. Without, it
+            // is kept younger than half the lifetime known, so that it outlives the browser it
+            // replaces by at least that much.
             let stale_at = match (&succ, self.lifetime.for_standby()) {
-                (Some(s), Some(life)) if s.standby && s.is_ready() => Some(s.born + life / 2),
+                (Some(s), Some(life)) if s.standby && s.is_ready() => match plan {
+                    Some(_) if s.born >= born => None,
+                    Some(_) => Some(s.born),
+                    None => Some(s.born + life / 2),
+                },
                 _ => None,
             };
             // A ready successor is switched to once the rotation is due.
@@ -1040,8 +1057,13 @@ where
     /// Releases `browser` in the background: the task goes on meanwhile.
     fn release_later(&mut self, browser: B::Browser) {
         let limit = self.options.release_timeout;
-        self.releasing
+        self.deferred
             .push(tokio::time::timeout(limit, browser.release()).boxed());
+    }
+
+    /// Starts the releases deferred so far.
+    fn start_deferred(&mut self) {
+        self.releasing.extend(self.deferred.drain(..));
     }
 
     /// A successor no longer wanted: released in the background once its launch is over.
@@ -1049,7 +1071,7 @@ where
         self.reporter.tally.standby += successor.born.elapsed();
         let limit = self.options.release_timeout;
         let launch = successor.into_launch();
-        self.releasing.push(
+        self.deferred.push(
             async move {
                 match launch.await {
                     Ok((mut browser, _)) => {
@@ -1099,6 +1121,7 @@ where
         if let Some((_, spare, _)) = self.spare.take() {
             discard(spare, &mut self.reporter).await;
         }
+        self.start_deferred();
         while let Some(released) = self.releasing.next().await {
             self.reporter.note_release(released);
         }
@@ -2126,21 +2149,59 @@ mod tests {
             Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
             _ => None,
         });
-        // Launches take 1 s. The primary is up at 1 s and its standby launched then (up at
-        // 2 s); the standby is renewed at 11 s (half the 20 s lifetime from its launch), the
-        // fresh one is up at 12.1 s (launch + restore), and the primary dies at 11.5 s, in
-        // between. Without the old standby the fresh one would be waited for (700 ms).
-        let fake = Fake::with_launch_cost(&[dies(10_500), Plan::Live], Duration::from_secs(1));
-        let (v, e, fake, rotated) =
-            rotating_on(fake, |o| pick(o.standby(true)), first_entry_works_on).await;
-        assert_eq!(v.unwrap(), 2);
+        // No rotation; launches take 1 s. The first browser (launched 0–1 s) dies at 11 s: the
+        // lifetime learned is 11 s. Its standby (launched at 1 s) takes over; the next standby
+        // is launched at 11.35 s, up at 12.45 s, and renewed at 16.85 s (half the lifetime
+        // from its launch); the fresh one is up at 17.95 s. The second browser dies at 17.2 s,
+        // in between: the old standby serves. Without it the fresh one would be waited for.
+        let fake = Fake::with_launch_cost(
+            &[dies(10_000), dies(15_200), Plan::Live, Plan::Live],
+            Duration::from_secs(1),
+        );
+        let (v, e, fake, rotated) = rotating_on(
+            fake,
+            |o| pick(o.rotation(crate::Rotation::Off).standby(true)),
+            until_attempt(3),
+        )
+        .await;
+        assert_eq!(v.unwrap(), 3);
         assert!(rotated.is_empty());
-        assert_eq!(e.relaunches, 1);
-        // Grace (250 ms) during which the old standby is brought up to date (100 ms), then its
-        // restore is checked (100 ms): no launch waited for.
-        assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
-        assert_eq!(e.sessions, 3, "primary, old standby, fresh standby");
-        assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
+        assert_eq!(e.relaunches, 2);
+        // Grace (250 ms) during which the standby is brought up to date (100 ms), then its
+        // restore is checked (100 ms): no launch waited for, either time.
+        let entered = entered.lock().unwrap().clone();
+        assert_eq!(entered[1], Some(Duration::from_millis(350)));
+        assert_eq!(entered[2], Some(Duration::from_millis(350)));
+        assert_eq!(e.sessions, 4, "two primaries, the old standby, the fresh one");
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_rotations_a_standby_younger_than_its_browser_is_not_renewed() {
+        // The standby, launched at the first entry, outlives the browser's rotation at 16 s:
+        // it is not renewed at half the lifetime. At the rotation it is too old to be the
+        // successor (16 s > a quarter of the lifetime); a fresh one is, and another standby
+        // follows the switch.
+        let (v, e, fake, rotated) = rotating(
+            &[dies(20_000), Plan::Live, Plan::Live, Plan::Live],
+            |o| o.standby(true),
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(ctx.attempt())
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!(rotated.len(), 1);
+        assert_eq!(e.relaunches, 0);
+        assert_eq!(
+            e.sessions, 4,
+            "the browser, its standby, the successor, the next standby"
+        );
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 4);
     }
 
     #[tokio::test(start_paused = true)]
