@@ -14,13 +14,14 @@ use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{TestBed, dying};
 use support::Tracked;
 
-/// Runs the bank task (`polls` polls, 100 ms apart) on `bed` with `options`; answers the
-/// result, the event and every milestone in order.
+/// Runs the bank task (`polls` polls, 100 ms apart) on `bed` with `options`, showing each
+/// milestone to `hook` as it comes; answers the result, the event and every milestone in order.
 async fn bank_run(
     bed: &TestBed,
     provider: &Tracked,
     polls: u32,
     options: Options,
+    hook: impl Fn(&Milestone) + Send + Sync + 'static,
 ) -> (
     Result<u32, String>,
     outlive::WideEvent,
@@ -39,7 +40,10 @@ async fn bank_run(
         .outlive(
             provider,
             &progress,
-            options.on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
+            options.on_milestone(move |m| {
+                hook(m);
+                sink.lock().unwrap().push(m.clone());
+            }),
         )
         .await;
     let milestones = seen.lock().unwrap().clone();
@@ -69,6 +73,7 @@ async fn a_declared_lifetime_moves_the_task_before_each_death() {
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
             .rotation(Rotation::Expected(lifetime)),
+        |_| {},
     )
     .await;
     println!("{}", event.to_json());
@@ -104,37 +109,13 @@ async fn a_declared_lifetime_moves_the_task_before_each_death() {
     support::shutdown_clean(bed).await;
 }
 
-/// The first session dies early (at 4 s, the gateway's chaos metadata); the others live 60 s.
-struct EarlyFirst {
-    early: outlive::Solari,
-    normal: outlive::Solari,
-    launches: std::sync::atomic::AtomicU32,
-}
-
-impl outlive::Provider for EarlyFirst {
-    fn name(&self) -> &str {
-        "early-first"
-    }
-
-    fn launch(&self) -> outlive::BoxFuture<'_, Result<Box<dyn outlive::Session>, outlive::Error>> {
-        if self
-            .launches
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            == 0
-        {
-            self.early.launch()
-        } else {
-            self.normal.launch()
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_an_unplanned_death() {
-    // Nothing predicts this death: no rotation, only the standby.
+    // Nothing predicts this death: no rotation, only the standby. The task's first browser is
+    // killed by the gateway the moment the standby is ready.
     let bed = TestBed::start(
         dying(
-            Duration::from_secs(60),
+            Duration::from_secs(120),
             Duration::ZERO,
             gateway::DeathMode::Close,
         )
@@ -142,37 +123,36 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
     )
     .await
     .unwrap();
-    let provider = EarlyFirst {
-        early: support::with_metadata(bed.gateway(), serde_json::json!({"chaos.lifetimeMs": 4000})),
-        normal: bed.provider(),
-        launches: Default::default(),
+    let provider = Tracked::new(bed.gateway(), 0);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+    let ready_tx = Mutex::new(Some(ready_tx));
+    let options = Options::new()
+        .checkpoint_every(Duration::from_millis(500))
+        .standby(true);
+    let hook = move |m: &Milestone| {
+        if matches!(m, Milestone::SuccessorReady { standby: true, .. }) {
+            if let Some(tx) = ready_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        }
     };
-    let task = bed.task(40, Duration::from_millis(100));
-    let progress = BankProgress::default();
-    let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
-    let sink = seen.clone();
-    let (result, event) = task
-        .outlive(
-            &provider,
-            &progress,
-            Options::new()
-                .checkpoint_every(Duration::from_millis(500))
-                .standby(true)
-                .on_milestone(move |m| sink.lock().unwrap().push(m.clone())),
-        )
-        .await;
-    let milestones = seen.lock().unwrap().clone();
+    let killer = async {
+        if ready_rx.await.is_ok() {
+            let first = provider.ids.lock().unwrap()[0].clone();
+            bed.gateway()
+                .kill(&first, gateway::DeathMode::Close)
+                .await
+                .expect("the first session is alive when its standby is ready");
+        }
+    };
+    let ((result, event, milestones, progress), ()) =
+        tokio::join!(bank_run(&bed, &provider, 60, options, hook), killer);
     println!("{}", event.to_json());
 
-    assert_eq!(
-        result.map_err(|e| e.to_string()),
-        Ok(40),
-        "{}",
-        event.to_json()
-    );
+    assert_eq!(result, Ok(60), "{}", event.to_json());
     assert_eq!(event.relaunches, 1, "{}", event.to_json());
     assert!(event.standby_ms > 0);
-    // The death found a standby ready: it took over, no launch started after the death.
+    // The death found the standby ready: it took over, no launch started after the death.
     let death = milestones
         .iter()
         .position(|m| matches!(m, Milestone::Died { .. }))
@@ -183,6 +163,8 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
             .any(|m| matches!(m, Milestone::SuccessorReady { standby: true, .. })),
         "a standby was ready before the death: {milestones:?}"
     );
+    // The first browser, its standby (taken), the next standby: no launch for the death.
+    assert_eq!(event.sessions, 3, "{}", event.to_json());
     assert_eq!(bed.bank().counters().totps_accepted, 1, "signed in once");
     assert_eq!(progress.sign_ins(), 1);
     assert_eq!(event.release_failed, 0);

@@ -79,13 +79,15 @@ impl Lifetime {
         Some((expected, expected.mul_f64(MARGIN_SHARE).max(spread)))
     }
 
-    /// The lifetime to keep a standby younger than half of: the expected one, or else the
-    /// earliest typical death seen (one is enough here: a standby about as old as the browser
-    /// it replaces would die right after it).
+    /// The lifetime to keep a standby younger than half of: the expected one, or else (without
+    /// rotations) the earliest of the typical deaths seen, once there are as many as learning
+    /// needs. One death is not enough: a browser dead on arrival or early would have the
+    /// standby renewed every few moments.
     pub(crate) fn for_standby(&self) -> Option<Duration> {
-        self.expected()
-            .map(|(expected, _)| expected)
-            .or_else(|| self.typical().first().copied())
+        self.expected().map(|(expected, _)| expected).or_else(|| {
+            let typical = self.typical();
+            (typical.len() >= LEARN_AFTER).then(|| typical[0])
+        })
     }
 
     /// When to launch the successor and leave, with `interval` between checkpoints (the
@@ -178,11 +180,16 @@ mod tests {
     }
 
     #[test]
-    fn a_standby_learns_from_one_death_even_without_rotation() {
+    fn a_standby_learns_from_two_deaths_even_without_rotation() {
         let mut l = Lifetime::new(Rotation::Off);
         assert_eq!(l.for_standby(), None);
-        l.died_at(secs(5.0));
-        assert_eq!(l.for_standby(), Some(secs(5.0)));
+        // Dead on arrival: says nothing.
+        l.died_at(secs(0.4));
+        assert_eq!(l.for_standby(), None);
+        l.died_at(secs(20.0));
+        assert_eq!(l.for_standby(), None, "one typical death");
+        l.died_at(secs(19.0));
+        assert_eq!(l.for_standby(), Some(secs(19.0)));
         assert_eq!(l.plan(secs(1.0)), None);
     }
 

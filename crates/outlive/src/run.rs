@@ -652,10 +652,18 @@ where
                 .map_or(entry_started, |t| t.max(entry_started))
                 .max(last_periodic);
             let due = base + options.checkpoint_every;
-            // A successor is launched for a rotation when it is due, and at once for a standby.
+            // A successor is launched for a rotation when it is due; a standby once this entry
+            // has taken its first checkpoint (so its launch does not slow the entry's start,
+            // and it has something current to restore).
+            let checkpointed = self
+                .store
+                .latest_taken()
+                .is_some_and(|t| t >= entry_started);
             let launch_successor_at = match (&succ, options.standby, rotate_from) {
                 (Some(_), _, _) => None,
-                (None, true, _) => Some(retry_at),
+                (None, true, _) if checkpointed => Some(retry_at),
+                (None, true, None) => None,
+                (None, true, Some(at)) => Some(at.max(retry_at)),
                 (None, false, at) => at.map(|at| at.max(retry_at)),
             };
             // A standby must outlive the browser it stands by for. With rotations, one younger
@@ -684,7 +692,11 @@ where
                     let s = succ.take().expect("checked");
                     match turn {
                         Turn::Launched(Ok((successor, restored))) => {
-                            if let Some(old) = stale.take() {
+                            // The old standby goes now, unless this is the rotation's successor:
+                            // then at the switch, so its teardown does not slow the safe
+                            // point's checkpoint.
+                            let rotating = rotate_from.is_some_and(|at| Instant::now() >= at);
+                            if let Some(old) = stale.take_if(|_| !rotating) {
                                 self.discard_successor(old);
                             }
                             options.note(Milestone::SuccessorReady { took: s.born.elapsed(), standby: s.standby });
@@ -2108,8 +2120,9 @@ mod tests {
                 if ctx.attempt() == 1 {
                     std::future::pending::<()>().await;
                 }
-                // Long enough for the next standby to be launched.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Long enough for the next standby to be launched (after the entry's first
+                // checkpoint, 1 s in).
+                tokio::time::sleep(Duration::from_secs(2)).await;
                 Ok(ctx.attempt())
             },
         )
@@ -2123,8 +2136,9 @@ mod tests {
         );
         // Grace + the update of the standby's restore, no launch.
         assert_eq!(entered.lock().unwrap()[1], Some(Duration::from_millis(350)));
-        // Standby up from 0 to 5 s, and the next one from 5.35 s to the end.
-        assert!(e.standby_ms >= 5_000, "{}", e.standby_ms);
+        // Standby up from 1 s (the first checkpoint) to 5 s, and the next one from 6.35 s
+        // to the end.
+        assert!(e.standby_ms >= 4_000, "{}", e.standby_ms);
         assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
     }
 
@@ -2149,31 +2163,42 @@ mod tests {
             Milestone::Entered { replaced_in, .. } => Some(*replaced_in),
             _ => None,
         });
-        // No rotation; launches take 1 s. The first browser (launched 0–1 s) dies at 11 s: the
-        // lifetime learned is 11 s. Its standby (launched at 1 s) takes over; the next standby
-        // is launched at 11.35 s, up at 12.45 s, and renewed at 16.85 s (half the lifetime
-        // from its launch); the fresh one is up at 17.95 s. The second browser dies at 17.2 s,
-        // in between: the old standby serves. Without it the fresh one would be waited for.
+        // No rotation; launches take 1 s, restores 100 ms; checkpoints every second, and a
+        // standby is launched at each entry's first. The first two browsers die at 11 s and
+        // 13 s of age (0–11 s, then its standby, launched at 2 s, to 15 s): two typical
+        // deaths, the lifetime for a standby is 11 s. The standby then up (launched at
+        // 12.35 s) takes over at 15 s; the next is launched at 16.35 s and renewed at 21.85 s
+        // (half the lifetime from its launch), the fresh one up at 22.95 s. The third browser
+        // dies at 22.4 s, in between: the old standby serves. Without it the fresh one would
+        // be waited for.
         let fake = Fake::with_launch_cost(
-            &[dies(10_000), dies(15_200), Plan::Live, Plan::Live],
+            &[
+                dies(10_000),
+                dies(12_000),
+                dies(9_050),
+                Plan::Live,
+                Plan::Live,
+            ],
             Duration::from_secs(1),
         );
         let (v, e, fake, rotated) = rotating_on(
             fake,
             |o| pick(o.rotation(crate::Rotation::Off).standby(true)),
-            until_attempt(3),
+            until_attempt(4),
         )
         .await;
-        assert_eq!(v.unwrap(), 3);
+        assert_eq!(v.unwrap(), 4);
         assert!(rotated.is_empty());
-        assert_eq!(e.relaunches, 2);
+        assert_eq!(e.relaunches, 3);
         // Grace (250 ms) during which the standby is brought up to date (100 ms), then its
-        // restore is checked (100 ms): no launch waited for, either time.
+        // restore is checked (100 ms): no launch waited for, each time.
         let entered = entered.lock().unwrap().clone();
-        assert_eq!(entered[1], Some(Duration::from_millis(350)));
-        assert_eq!(entered[2], Some(Duration::from_millis(350)));
-        assert_eq!(e.sessions, 4, "two primaries, the old standby, the fresh one");
-        assert_eq!(fake.releases.load(Ordering::SeqCst), 4);
+        assert_eq!(entered[1..], [Some(Duration::from_millis(350)); 3]);
+        assert_eq!(
+            e.sessions, 5,
+            "three primaries, the old standby, the fresh one"
+        );
+        assert_eq!(fake.releases.load(Ordering::SeqCst), 5);
     }
 
     #[tokio::test(start_paused = true)]
@@ -2189,7 +2214,7 @@ mod tests {
                 if ctx.attempt() == 1 {
                     std::future::pending::<()>().await;
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
                 Ok(ctx.attempt())
             },
         )
