@@ -192,10 +192,10 @@ async fn on_local(mode: DeathMode) {
     let event = run(provider.as_ref(), &site, kill).await;
     assert_eq!(event.release_failed, 0);
     for pid in provider.pids() {
-        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ");
+        // Gone, or a zombie waiting for its parent: not running.
+        let alive = procfs::process::Process::new(pid as i32)
+            .and_then(|p| p.stat())
+            .is_ok_and(|stat| stat.state != 'Z');
         assert!(!alive, "browser {pid} was left running");
     }
 }

@@ -69,7 +69,8 @@ pub(crate) struct CaptureOptions {
 }
 
 /// One cookie, as much of it as `Storage.setCookies` can put back.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct StoredCookie {
     name: String,
     value: String,
@@ -138,7 +139,7 @@ impl Drop for StoredCookie {
 /// Where a frame's storage lives: its origin, under the top-level origin of the page it was
 /// captured in. Chromium partitions a cross-site frame's storage by the top-level *site*;
 /// restoring under the same top origin reproduces whatever key Chromium gave it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, Deserialize)]
 pub(crate) struct StorageKey {
     pub(crate) top: String,
     pub(crate) origin: String,
@@ -228,7 +229,12 @@ pub(crate) struct Checkpoint {
     pub(crate) at: SystemTime,
     /// Monotonic time the capture started (what lost-work accounting uses).
     pub(crate) taken: Instant,
+    /// The task's own progress (JSON) as of the capture's start: `Ctx::checkpoint_with`.
+    pub(crate) progress: Option<Progress>,
 }
+
+/// The task's progress, serialised (JSON); zeroed when the last holder drops it.
+pub(crate) type Progress = Arc<zeroize::Zeroizing<String>>;
 
 impl Checkpoint {
     /// An empty checkpoint at `url`; the fake backends in tests use it.
@@ -241,12 +247,14 @@ impl Checkpoint {
             frames_unread: 0,
             at: SystemTime::now(),
             taken,
+            progress: None,
         }
     }
 
     /// Approximate size of the secret material, in bytes.
     pub(crate) fn bytes(&self) -> usize {
         self.url.len()
+            + self.progress.as_ref().map_or(0, |p| p.len())
             + self.cookies.iter().map(StoredCookie::bytes).sum::<usize>()
             + self
                 .storage
@@ -276,6 +284,153 @@ impl Checkpoint {
                 .entry(key.clone())
                 .or_insert_with(|| state.clone());
         }
+    }
+}
+
+/// A checkpoint as bytes (JSON), for a store outside this process; version 1.
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Persisted {
+    v: u32,
+    url: String,
+    cookies: Vec<StoredCookie>,
+    storage: Vec<PersistedFrame>,
+    frames_unread: u64,
+    /// Wall-clock time of the capture, milliseconds since the Unix epoch.
+    at_ms: u64,
+    progress: Option<String>,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PersistedFrame {
+    key: StorageKey,
+    local: Option<PersistedPart>,
+    session: Option<PersistedPart>,
+    idb: Option<PersistedPart>,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PersistedPart {
+    hash: String,
+    json: String,
+    left_out: u64,
+}
+
+impl Drop for Persisted {
+    fn drop(&mut self) {
+        self.url.zeroize();
+        if let Some(p) = &mut self.progress {
+            p.zeroize();
+        }
+    }
+}
+
+impl Drop for PersistedPart {
+    fn drop(&mut self) {
+        self.json.zeroize();
+    }
+}
+
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the durable run store (issue 11) is their user; tested here"
+    )
+)]
+impl Checkpoint {
+    /// The checkpoint as bytes, for a store outside this process (seal them first: they are
+    /// a credential).
+    pub(crate) fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
+        let part = |p: &Option<Arc<Part>>| {
+            p.as_ref().map(|p| PersistedPart {
+                hash: p.hash.clone(),
+                json: p.json.clone(),
+                left_out: p.left_out,
+            })
+        };
+        let persisted = Persisted {
+            v: 1,
+            url: self.url.clone(),
+            cookies: self.cookies.clone(),
+            storage: self
+                .storage
+                .iter()
+                .map(|(key, state)| PersistedFrame {
+                    key: key.clone(),
+                    local: part(&state.local),
+                    session: part(&state.session),
+                    idb: part(&state.idb),
+                })
+                .collect(),
+            frames_unread: self.frames_unread,
+            at_ms: self
+                .at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            progress: self.progress.as_ref().map(|p| p.as_str().to_owned()),
+        };
+        Zeroizing::new(serde_json::to_vec(&persisted).expect("a checkpoint serialises to JSON"))
+    }
+
+    /// A checkpoint read back from [`Checkpoint::to_bytes`]; `taken` is when it counts as
+    /// taken on this process's clock (its capture happened elsewhere).
+    pub(crate) fn from_bytes(bytes: &[u8], taken: Instant) -> Result<Checkpoint, Error> {
+        let p: Persisted = serde_json::from_slice(bytes).map_err(|e| {
+            Error::new(
+                ErrorKind::Sealed,
+                format!(
+                    "a stored checkpoint opened but does not read as one ({:?} error at column {})",
+                    e.classify(),
+                    e.column()
+                ),
+            )
+        })?;
+        if p.v != 1 {
+            return Err(Error::new(
+                ErrorKind::Sealed,
+                format!(
+                    "a stored checkpoint has format version {}; this outlive reads version 1",
+                    p.v
+                ),
+            ));
+        }
+        let part = |p: &Option<PersistedPart>| {
+            p.as_ref().map(|p| {
+                Arc::new(Part {
+                    hash: p.hash.clone(),
+                    json: p.json.clone(),
+                    left_out: p.left_out,
+                })
+            })
+        };
+        Ok(Checkpoint {
+            url: p.url.clone(),
+            cookies: p.cookies.clone(),
+            storage: p
+                .storage
+                .iter()
+                .map(|f| {
+                    (
+                        f.key.clone(),
+                        FrameState {
+                            local: part(&f.local),
+                            session: part(&f.session),
+                            idb: part(&f.idb),
+                        },
+                    )
+                })
+                .collect(),
+            frames_unread: p.frames_unread,
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
+            taken,
+            progress: p
+                .progress
+                .as_ref()
+                .map(|s| Arc::new(Zeroizing::new(s.clone()))),
+        })
     }
 }
 
@@ -561,6 +716,7 @@ pub(crate) async fn capture(
         frames_unread,
         at,
         taken,
+        progress: None,
     };
     cache.remember(&checkpoint);
     Ok(checkpoint)
@@ -805,6 +961,63 @@ mod tests {
         let doc = restore_document(&data, &[]);
         assert_eq!(doc.matches("</script>").count(), 1, "{}", doc.as_str());
         assert!(!doc.contains("<!--"), "{}", doc.as_str());
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_from_its_bytes() {
+        let mut cp = Checkpoint::at_url("https://bank.example/account", Instant::now());
+        cp.cookies.push(StoredCookie {
+            name: "aurora_session".into(),
+            value: "s3cr3t".into(),
+            domain: "bank.example".into(),
+            path: "/".into(),
+            expires: Some(1_900_000_000.0),
+            http_only: true,
+            secure: true,
+            same_site: Some(CookieSameSite::Strict),
+            priority: CookiePriority::Medium,
+            source_scheme: CookieSourceScheme::Secure,
+            source_port: 443,
+            partition_key: Some(CookiePartitionKey::new("https://top.example", false)),
+        });
+        cp.storage.insert(
+            key("https://bank.example", "https://widget.example"),
+            FrameState {
+                local: part(r#"[["k","v"]]"#),
+                session: part(r#"[["s","1"]]"#),
+                idb: None,
+            },
+        );
+        cp.frames_unread = 1;
+        cp.progress = Some(Arc::new(Zeroizing::new(r#"{"pages":7}"#.to_owned())));
+        let taken = Instant::now();
+        let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
+        assert_eq!(back.url, cp.url);
+        assert!(
+            back.cookies == cp.cookies,
+            "cookies, partition key included"
+        );
+        let frame = &back.storage[&key("https://bank.example", "https://widget.example")];
+        assert!(frame.same_as(&cp.storage[&key("https://bank.example", "https://widget.example")]));
+        assert_eq!(frame.session.as_ref().unwrap().json, r#"[["s","1"]]"#);
+        assert_eq!(back.frames_unread, 1);
+        assert_eq!(
+            back.progress.as_deref().map(|p| p.as_str()),
+            Some(r#"{"pages":7}"#)
+        );
+        assert_eq!(back.taken, taken);
+        assert_eq!(
+            back.at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+            cp.at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let bad = Checkpoint::from_bytes(b"{\"v\":2}", taken).unwrap_err();
+        assert_eq!(bad.kind(), ErrorKind::Sealed);
     }
 
     #[test]

@@ -7,7 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::checkpoint::Checkpoint;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::checkpoint::{Checkpoint, Progress};
 use crate::error::Error;
 use crate::provider::BoxFuture;
 
@@ -120,6 +123,10 @@ struct Inner {
     store: Arc<Store>,
     capture_timeout: Duration,
     on_milestone: Option<crate::options::OnMilestone>,
+    /// The progress this entry resumed with (from the restored checkpoint).
+    restored_progress: Option<Progress>,
+    /// The newest progress the task gave: every capture from now on carries it.
+    progress: Mutex<Option<Progress>>,
 }
 
 /// The task's handle on its entry: which attempt this is, what was restored, and
@@ -147,6 +154,7 @@ impl Ctx {
         store: Arc<Store>,
         capture_timeout: Duration,
         on_milestone: Option<crate::options::OnMilestone>,
+        restored_progress: Option<Progress>,
     ) -> Self {
         Ctx {
             inner: Arc::new(Inner {
@@ -160,6 +168,8 @@ impl Ctx {
                 store,
                 capture_timeout,
                 on_milestone,
+                progress: Mutex::new(restored_progress.clone()),
+                restored_progress,
             }),
         }
     }
@@ -207,6 +217,72 @@ impl Ctx {
         wrote
     }
 
+    /// Like [`Ctx::checkpoint`], with the task's own progress saved in the same checkpoint:
+    /// a re-entered task reads it back with [`Ctx::progress`], so it keeps no state outside
+    /// itself. The progress and the browser state are kept together or not at all: when this
+    /// answers `true`, the checkpoint written holds `progress` and the browser as it was after
+    /// the call. Later checkpoints (periodic ones too) carry the same progress until the next
+    /// call.
+    ///
+    /// Answers `false` without a capture if `progress` cannot be serialised to JSON (a map
+    /// with non-string keys, a failing `Serialize` impl): the error is logged (its kind, never
+    /// the value) and the progress kept is the one before.
+    ///
+    /// ```no_run
+    /// # async fn demo(ctx: outlive::Ctx) {
+    /// #[derive(serde::Serialize, serde::Deserialize, Default)]
+    /// struct Done { pages: u32 }
+    ///
+    /// let mut done: Done = ctx.progress().ok().flatten().unwrap_or_default();
+    /// while done.pages < 100 {
+    ///     // … scrape page `done.pages` …
+    ///     done.pages += 1;
+    ///     ctx.checkpoint_with(&done).await;
+    /// }
+    /// # }
+    /// ```
+    pub async fn checkpoint_with<P: Serialize + ?Sized>(&self, progress: &P) -> bool {
+        let json = match serde_json::to_string(progress) {
+            Ok(json) => zeroize::Zeroizing::new(json),
+            Err(e) => {
+                tracing::warn!(
+                    attempt = self.inner.attempt,
+                    error = ?e.classify(),
+                    "the task's progress could not be serialised to JSON; no checkpoint taken"
+                );
+                return false;
+            }
+        };
+        *self.inner.progress.lock().expect("progress poisoned") = Some(Arc::new(json));
+        self.checkpoint().await
+    }
+
+    /// The progress this entry resumed with: what the task gave [`Ctx::checkpoint_with`] for
+    /// the checkpoint restored into this browser. `Ok(None)` on the first entry, or when that
+    /// checkpoint holds no progress.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::ErrorKind::Progress`] when the stored progress does not deserialise as `P`
+    /// (the task's progress type changed between the run's entries).
+    pub fn progress<P: DeserializeOwned>(&self) -> Result<Option<P>, Error> {
+        let Some(json) = &self.inner.restored_progress else {
+            return Ok(None);
+        };
+        serde_json::from_str(json).map(Some).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Progress,
+                format!(
+                    "the progress saved with the checkpoint does not read as {} ({:?} error at line {}, column {}); did the task's progress type change?",
+                    std::any::type_name::<P>(),
+                    e.classify(),
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })
+    }
+
     /// At a safe point with a switch armed: waits here until the loop ends the entry (this
     /// future is then dropped) or calls the switch off.
     async fn park_if_switching(&self) {
@@ -250,6 +326,13 @@ impl Ctx {
     async fn capture(&self) -> bool {
         let started = Instant::now();
         let deadline = started + self.inner.capture_timeout;
+        // The progress as of the capture's start: the browser state captured is after it.
+        let progress = self
+            .inner
+            .progress
+            .lock()
+            .expect("progress poisoned")
+            .clone();
         let mut tries = 0;
         // A capture that races a navigation fails (its document went away under it); the next
         // document is there a moment later, so a failed capture is tried again soon rather
@@ -265,7 +348,8 @@ impl Ctx {
             }
         };
         match captured {
-            Ok(Ok(cp)) if !self.is_retired() => {
+            Ok(Ok(mut cp)) if !self.is_retired() => {
+                cp.progress = progress;
                 let bytes = cp.bytes();
                 let kept = self.inner.store.offer(cp);
                 if let (true, Some(f)) = (kept, &self.inner.on_milestone) {

@@ -21,6 +21,11 @@ pub enum ErrorKind {
     Cdp,
     /// The local machine refused something outlive needed (a socket, a temp dir, a process).
     Io,
+    /// The task's saved progress (`Ctx::checkpoint_with`) does not read as the type asked for.
+    Progress,
+    /// A sealed checkpoint was refused: not sealed by outlive, sealed under a key not held, or
+    /// altered / belonging to another run. Never restored.
+    Sealed,
 }
 
 impl ErrorKind {
@@ -34,6 +39,8 @@ impl ErrorKind {
             ErrorKind::Release => "release_failed",
             ErrorKind::Cdp => "cdp_failed",
             ErrorKind::Io => "io",
+            ErrorKind::Progress => "progress_unreadable",
+            ErrorKind::Sealed => "sealed_refused",
         }
     }
 }

@@ -111,6 +111,7 @@ pub mod redact;
 mod relay;
 mod report;
 mod run;
+mod seal;
 mod setters;
 mod task;
 
@@ -134,6 +135,7 @@ pub use provider::{
 pub use quiet::{Quiet, quietly};
 pub use relay::{Death, DeathCause};
 pub use report::{Milestone, Outcome, WideEvent};
+pub use seal::{SealKey, Sealer};
 pub use solari_browser;
 
 /// [`outlive()`], also returning the run's [`WideEvent`] (the one `on_event` receives).

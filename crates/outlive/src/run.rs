@@ -604,6 +604,12 @@ where
         let options = self.options;
         self.reporter.tally.attempts += 1;
         let attempt = self.reporter.tally.attempts;
+        // The progress saved with the checkpoint this entry resumes from (the newest: no
+        // capture can land between the restore and the entry).
+        let progress = resumed_from
+            .as_ref()
+            .and_then(|_| self.store.latest())
+            .and_then(|cp| cp.progress.clone());
         let ctx = Ctx::new(
             attempt,
             resumed_from,
@@ -611,6 +617,7 @@ where
             self.store.clone(),
             options.capture_timeout,
             options.on_milestone.clone(),
+            progress,
         );
         let entry_started = Instant::now();
         self.start_deferred();
@@ -840,7 +847,8 @@ where
                     }
                     _ => {
                         ctx.retire();
-                        self.reporter.release(browser).await;
+                        // Released with everything else still up, at once.
+                        self.release_later(browser);
                         self.settle_background().await;
                         self.reporter.emit(
                             Outcome::Failed,
@@ -977,7 +985,7 @@ where
             });
             self.reporter.tally.page_failures += 1;
             if self.reporter.tally.page_failures > options.max_page_recoveries {
-                self.reporter.release(browser).await;
+                self.release_later(browser);
                 self.settle_background().await;
                 return Err(self.give_up(format!(
                     "gave up after {} page failures (max_page_recoveries is {}); the last was: {}",
@@ -1122,7 +1130,8 @@ where
         }
     }
 
-    /// Before the run returns: the successor discarded, every background release finished.
+    /// Before the run returns: the successor discarded, every release (the task's browser's
+    /// among them) finished — side by side, so the run does not wait for one after another.
     async fn settle_background(&mut self) {
         for s in [self.successor.take(), self.stale.take()]
             .into_iter()
@@ -1159,7 +1168,7 @@ where
 
     /// The task returned `Ok`: release, report, return.
     async fn complete(&mut self, browser: B::Browser, value: T) -> Result<T, RunError<E>> {
-        self.reporter.release(browser).await;
+        self.release_later(browser);
         self.settle_background().await;
         self.reporter.emit(Outcome::Completed, None);
         Ok(value)
@@ -1167,7 +1176,7 @@ where
 
     /// The task panicked: release, report, and resume unwinding.
     async fn panicked(&mut self, browser: B::Browser, panic: Box<dyn std::any::Any + Send>) -> ! {
-        self.reporter.release(browser).await;
+        self.release_later(browser);
         self.settle_background().await;
         let message = panic_message(&*panic);
         self.reporter.emit(
@@ -2257,5 +2266,105 @@ mod tests {
             "{:?}",
             rotated[0].1
         );
+    }
+
+    /// A task that counts steps (one a second), saving its count with each checkpoint; records
+    /// what each entry resumed with, and the last count each entry saved; entry `last` returns
+    /// its count.
+    fn counting(
+        seen: &Arc<Mutex<Vec<u32>>>,
+        saved: &Arc<Mutex<Vec<u32>>>,
+        last: u32,
+    ) -> impl FnMut((), Ctx) -> BoxFuture<'static, Result<u32, String>> {
+        let (seen, saved) = (seen.clone(), saved.clone());
+        move |(), ctx| {
+            let (seen, saved) = (seen.clone(), saved.clone());
+            async move {
+                let mut done: u32 = ctx.progress().map_err(|e| e.to_string())?.unwrap_or(0);
+                seen.lock().unwrap().push(done);
+                saved.lock().unwrap().push(done);
+                if ctx.attempt() == last {
+                    return Ok(done);
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    done += 1;
+                    if ctx.checkpoint_with(&done).await {
+                        *saved.lock().unwrap().last_mut().expect("pushed") = done;
+                    }
+                }
+            }
+            .boxed()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_comes_back_with_the_checkpoint_it_was_saved_with() {
+        let fake = Fake::new(&[dies(5_500), dies(5_500), Plan::Live]);
+        let (seen, saved) = (Arc::default(), Arc::default());
+        let (v, e) = run_fake(&fake, |o| o, counting(&seen, &saved, 3)).await;
+        assert_eq!(e.relaunches, 2);
+        let (seen, saved) = (seen.lock().unwrap().clone(), saved.lock().unwrap().clone());
+        // Each entry resumed with the last count its predecessor saved, and steps were done
+        // in each: nothing counted twice, nothing lost.
+        assert_eq!(seen[0], 0);
+        assert_eq!(seen[1..], saved[..2], "seen {seen:?}, saved {saved:?}");
+        assert!(seen[1] >= 3 && seen[2] >= seen[1] + 3, "{seen:?}");
+        assert_eq!(v.unwrap(), seen[2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn periodic_checkpoints_carry_the_newest_progress() {
+        // Progress saved once at 1 s; the periodic checkpoints at 11 s and 21 s carry it; the
+        // death at 25 s resumes from the one at 21 s.
+        let fake = Fake::new(&[dies(25_000), Plan::Live]);
+        let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+        let record = seen.clone();
+        let (v, e) = run_fake(
+            &fake,
+            |o| o,
+            move |(), ctx| {
+                let record = record.clone();
+                async move {
+                    record
+                        .lock()
+                        .unwrap()
+                        .push(ctx.progress::<String>().map_err(|e| e.to_string())?);
+                    if ctx.attempt() == 2 {
+                        return Ok(ctx.attempt());
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    assert!(ctx.checkpoint_with("signed in").await);
+                    std::future::pending().await
+                }
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
+        assert_eq!(e.checkpoint_count, 3);
+        assert_eq!(*seen.lock().unwrap(), [None, Some("signed in".to_owned())]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_of_another_type_is_an_error_that_names_the_type_not_the_value() {
+        let fake = Fake::new(&[dies(5_000), Plan::Live]);
+        let (v, _e) = run_fake(
+            &fake,
+            |o| o,
+            |(), ctx| async move {
+                if ctx.attempt() == 1 {
+                    ctx.checkpoint_with(&"a secret-ish string").await;
+                    std::future::pending::<()>().await;
+                }
+                let err = ctx.progress::<u32>().expect_err("a string is not a u32");
+                assert_eq!(err.kind(), crate::ErrorKind::Progress);
+                let message = err.to_string();
+                assert!(message.contains("u32"), "{message}");
+                assert!(!message.contains("secret"), "{message}");
+                Ok::<_, String>(ctx.attempt())
+            },
+        )
+        .await;
+        assert_eq!(v.unwrap(), 2);
     }
 }
