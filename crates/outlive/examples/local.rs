@@ -37,11 +37,7 @@ impl Provider for Remembering {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter("outlive=info")
-        .init();
-
-    let base = steps::serve().await?;
+    let base = steps::start().await?;
 
     let provider = Remembering::default();
     let visited = Mutex::new(Vec::new());

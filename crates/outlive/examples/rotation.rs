@@ -3,14 +3,15 @@
 //!
 //! Local Chromium does not die of old age, so the example declares an 8 s lifetime: every
 //! browser is left at about 5 s of age. The task visits 24 pages on 127.0.0.1, one every
-//! 500 ms, checkpointing after each; it prints each entry and, at the end, the wide event
-//! (`rotations`, `sessions`, `lostWorkMs`). Run with:
+//! 500 ms, checkpointing after each with the list of pages visited as its progress
+//! (`Ctx::checkpoint_with`), which a re-entered task reads back (`Ctx::progress`); it prints
+//! each entry and, at the end, the wide event (`rotations`, `sessions`,
+//! `lostWorkMs`). Run with:
 //!
 //! ```text
 //! cargo run -p outlive --example rotation
 //! ```
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
@@ -21,34 +22,31 @@ mod steps;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter("outlive=info")
-        .init();
+    let base = steps::start().await?;
 
-    let base = steps::serve().await?;
-
-    let visited = Mutex::new(Vec::new());
     let (result, event) = outlive::outlive_with_event(
         &LocalChromium::new(),
         |page, ctx| {
-            let (visited, base) = (&visited, &base);
+            let base = &base;
             async move {
+                // The pages visited so far, saved with each checkpoint: the task keeps no
+                // state outside itself.
+                let mut visited: Vec<String> = ctx.progress()?.unwrap_or_default();
                 println!(
-                    "entry {} (resumed: {:?})",
+                    "entry {}: resumed at {:?} with {} pages visited",
                     ctx.attempt(),
-                    ctx.resumed_from().map(|r| &r.url)
+                    ctx.resumed_from().map(|r| &r.url),
+                    visited.len()
                 );
-                while visited.lock().unwrap().len() < 24 {
-                    let n = visited.lock().unwrap().len();
-                    page.goto(NavigateParams::new(format!("{base}/step/{n}")))
-                        .await?;
-                    let title: String = page.evaluate("document.title").await?.into_value()?;
-                    visited.lock().unwrap().push(title);
+                while visited.len() < 24 {
+                    let url = format!("{base}/step/{}", visited.len());
+                    page.goto(NavigateParams::new(url)).await?;
+                    visited.push(page.evaluate("document.title").await?.into_value()?);
                     // The safe point: a rotation that is due ends this entry here.
-                    ctx.checkpoint().await;
+                    ctx.checkpoint_with(&visited).await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                Ok::<_, outlive::chromiumoxide::error::CdpError>(visited.lock().unwrap().len())
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(visited.len())
             }
         },
         Options::new()
@@ -56,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .rotation(Rotation::Expected(Duration::from_secs(8))),
     )
     .await;
-    println!("visited {} pages", result?);
+    println!("visited {} pages", result.map_err(|e| e.to_string())?);
     println!("{}", event.to_json());
     Ok(())
 }

@@ -1992,11 +1992,21 @@ mod tests {
 
     /// Entries before attempt `n` work until they are dropped; attempt `n` finishes.
     fn until_attempt(n: u32) -> impl FnMut((), Ctx) -> BoxFuture<'static, Result<u32, String>> {
+        until_attempt_after(n, Duration::ZERO)
+    }
+
+    /// Entries before attempt `n` work until they are dropped; attempt `n` (or any later)
+    /// works for `work`, then finishes.
+    fn until_attempt_after(
+        n: u32,
+        work: Duration,
+    ) -> impl FnMut((), Ctx) -> BoxFuture<'static, Result<u32, String>> {
         move |(), ctx| {
             async move {
                 if ctx.attempt() < n {
                     std::future::pending::<()>().await;
                 }
+                tokio::time::sleep(work).await;
                 Ok(ctx.attempt())
             }
             .boxed()
@@ -2125,15 +2135,9 @@ mod tests {
         let (v, e, fake, rotated) = rotating(
             &[dies(5_000), Plan::Live],
             |o| pick(o.standby(true)),
-            |(), ctx| async move {
-                if ctx.attempt() == 1 {
-                    std::future::pending::<()>().await;
-                }
-                // Long enough for the next standby to be launched (after the entry's first
-                // checkpoint, 1 s in).
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                Ok(ctx.attempt())
-            },
+            // Long enough for the next standby to be launched (after the entry's first
+            // checkpoint, 1 s in).
+            until_attempt_after(2, Duration::from_secs(2)),
         )
         .await;
         assert_eq!(v.unwrap(), 2);
@@ -2219,13 +2223,7 @@ mod tests {
         let (v, e, fake, rotated) = rotating(
             &[dies(20_000), Plan::Live, Plan::Live, Plan::Live],
             |o| o.standby(true),
-            |(), ctx| async move {
-                if ctx.attempt() == 1 {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                Ok(ctx.attempt())
-            },
+            until_attempt_after(2, Duration::from_secs(2)),
         )
         .await;
         assert_eq!(v.unwrap(), 2);
@@ -2247,13 +2245,7 @@ mod tests {
         let run = rotating(
             &plans,
             |o| o.standby(true),
-            |(), ctx| async move {
-                if ctx.attempt() == 1 {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(Duration::from_secs(8)).await;
-                Ok(ctx.attempt())
-            },
+            until_attempt_after(2, Duration::from_secs(8)),
         );
         let (v, e, _fake, rotated) = tokio::time::timeout(Duration::from_secs(120), run)
             .await

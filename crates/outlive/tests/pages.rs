@@ -204,10 +204,20 @@ async fn a_renderer_crash_mid_task_is_recovered_on_a_fresh_page_without_a_relaun
     assert_failed_in(&out, Duration::ZERO, Duration::from_secs(5));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_page_closed_by_another_client_is_recovered() {
-    let out = run_task(&[Break::CloseBySecondClient], true).await;
-    assert_recovered_once_from(&out, DeathCause::PageClosed);
+/// Tests where one break is recovered once, in the same browser, with nothing more to check.
+macro_rules! recovered_once {
+    ($($name:ident: $break:ident => $cause:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let out = run_task(&[Break::$break], true).await;
+            assert_recovered_once_from(&out, DeathCause::$cause);
+        }
+    )*};
+}
+
+recovered_once! {
+    a_page_closed_by_another_client_is_recovered: CloseBySecondClient => PageClosed;
+    a_crash_during_a_checkpoint_capture_is_recovered: CrashDuringCapture => PageCrashed;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,12 +227,6 @@ async fn a_hung_page_is_noticed_by_its_stalled_command_and_recovered() {
     // Noticed half a heartbeat interval + the timeout (1.25 s here) after the call was sent:
     // never before the probe's timeout; within interval + timeout on an idle machine.
     assert_failed_in(&out, Duration::from_millis(1_000), Duration::from_secs(10));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_during_a_checkpoint_capture_is_recovered() {
-    let out = run_task(&[Break::CrashDuringCapture], true).await;
-    assert_recovered_once_from(&out, DeathCause::PageCrashed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

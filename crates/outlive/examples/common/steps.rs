@@ -1,5 +1,14 @@
 //! Shared by the examples: a site on 127.0.0.1 whose `/step/{n}` pages are titled `step {n}`.
 
+/// The examples' start: outlive's `info` logs on stderr, and the site served; answers its
+/// base URL.
+pub async fn start() -> std::io::Result<String> {
+    tracing_subscriber::fmt()
+        .with_env_filter("outlive=info")
+        .init();
+    serve().await
+}
+
 /// Serves the site in the background; answers its base URL.
 pub async fn serve() -> std::io::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -81,6 +81,42 @@ fn cause_names<S: serde::Serializer>(cs: &[DeathCause], s: S) -> Result<S::Ok, S
     s.collect_seq(cs.iter().map(|c| c.as_str()))
 }
 
+/// What turns a run's milestones into a record.
+pub(crate) trait Notes: Send + 'static {
+    fn note(&mut self, m: &outlive::Milestone);
+}
+
+/// The bank task, once, through outlive on `provider` with `options` (over the config's),
+/// every milestone noted into `notes`: answers the result, the event, the task's progress and
+/// when the run started.
+pub(crate) async fn bank_outlive<P: outlive::Provider + ?Sized, N: Notes>(
+    bed: &crate::bed::TestBed,
+    config: &SurvivalConfig,
+    provider: &P,
+    options: outlive::Options,
+    notes: &std::sync::Arc<std::sync::Mutex<N>>,
+) -> (
+    Result<u32, outlive::RunError<crate::bank::BankError>>,
+    WideEvent,
+    crate::bank::BankProgress,
+    tokio::time::Instant,
+) {
+    let task = bed.task(config.polls, config.lifetime / 30);
+    let progress = crate::bank::BankProgress::default();
+    let sink = notes.clone();
+    let started = tokio::time::Instant::now();
+    let (result, event) = task
+        .outlive(
+            provider,
+            &progress,
+            config
+                .options(options)
+                .on_milestone(move |m| sink.lock().expect("notes").note(m)),
+        )
+        .await;
+    (result, event, progress, started)
+}
+
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -23,7 +23,6 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::records::{ArmKind, SurvivalConfig, ms};
-use crate::bank::BankProgress;
 use crate::bed::TestBed;
 use crate::error::Error;
 use crate::stats::median;
@@ -253,7 +252,9 @@ impl Tape {
         self.close_primary(now);
         self.close_standby(now);
     }
+}
 
+impl super::records::Notes for Tape {
     fn note(&mut self, m: &Milestone) {
         let now = self.at(Duration::ZERO);
         match m {
@@ -329,20 +330,10 @@ async fn run_arm(
     index: u32,
 ) -> RotationRun {
     let provider = Chaotic::new(bed, index, config.lifetime);
-    let task = bed.task(config.polls, config.lifetime / 30);
-    let progress = BankProgress::default();
     let tape = Arc::new(Mutex::new(Tape::new()));
-    let sink = tape.clone();
-    let started = Instant::now();
-    let (_, event) = task
-        .outlive(
-            &provider,
-            &progress,
-            config
-                .options(arm.options(config.lifetime))
-                .on_milestone(move |m| sink.lock().expect("tape").note(m)),
-        )
-        .await;
+    let (_, event, progress, started) =
+        super::records::bank_outlive(bed, config, &provider, arm.options(config.lifetime), &tape)
+            .await;
     let mut tape = std::mem::replace(&mut *tape.lock().expect("tape"), Tape::new());
     tape.finish();
     tape.marks.polls = progress

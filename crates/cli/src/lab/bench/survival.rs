@@ -31,7 +31,9 @@ impl Recorder {
     fn since(&self, t: Instant) -> f64 {
         ms(t.saturating_duration_since(self.started.expect("started")))
     }
+}
 
+impl Notes for Recorder {
     fn note(&mut self, m: &Milestone) {
         let now = Instant::now();
         match m {
@@ -80,24 +82,12 @@ impl Recorder {
 }
 
 async fn run_outlive_arm(bed: &TestBed, config: &SurvivalConfig, index: u32) -> RunRecord {
-    let provider = bed.provider();
-    let task = bed.task(config.polls, config.lifetime / 30);
-    let progress = BankProgress::default();
     let recorder = Arc::new(Mutex::new(Recorder {
         started: Some(Instant::now()),
         ..Recorder::default()
     }));
-    let rec = recorder.clone();
-    let started = Instant::now();
-    let (result, event) = task
-        .outlive(
-            &provider,
-            &progress,
-            config
-                .options(Options::new())
-                .on_milestone(move |m| rec.lock().expect("recorder").note(m)),
-        )
-        .await;
+    let (result, event, progress, started) =
+        bank_outlive(bed, config, &bed.provider(), Options::new(), &recorder).await;
     let total = started.elapsed();
     let mut rec = std::mem::take(&mut *recorder.lock().expect("recorder"));
     if let Some(start) = rec.open_session.take() {
