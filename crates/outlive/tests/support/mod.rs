@@ -460,34 +460,20 @@ impl Profiles {
 
     fn live_processes(&self) -> Vec<String> {
         let needle = self.dir.path().to_string_lossy().into_owned();
-        let me = std::process::id().to_string();
-        let mut alive = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.chars().all(|c| c.is_ascii_digit()) || name == me {
-                continue;
-            }
-            if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-                let cmd = String::from_utf8_lossy(&cmd);
-                if cmd.contains(&needle) && !is_zombie(&entry.path()) {
-                    alive.push(name);
-                }
-            }
-        }
-        alive
+        let me = std::process::id() as i32;
+        procfs::process::all_processes()
+            .expect("/proc")
+            .flatten()
+            .filter(|p| p.pid() != me)
+            .filter(|p| {
+                p.cmdline()
+                    .is_ok_and(|args| args.iter().any(|a| a.contains(&needle)))
+            })
+            // A zombie (or a process gone meanwhile) is not running.
+            .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
+            .map(|p| p.pid().to_string())
+            .collect()
     }
-}
-
-fn is_zombie(proc_dir: &Path) -> bool {
-    std::fs::read_to_string(proc_dir.join("stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
 }
 
 /// Reads the text of the first element matching `selector`.
