@@ -333,13 +333,6 @@ impl Drop for PersistedPart {
     }
 }
 
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the durable run store (issue 11) is their user; tested here"
-    )
-)]
 impl Checkpoint {
     /// The checkpoint as bytes, for a store outside this process (seal them first: they are
     /// a credential).

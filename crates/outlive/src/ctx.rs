@@ -68,6 +68,11 @@ impl Store {
         true
     }
 
+    /// Makes `checkpoint` the newest without counting it (one taken by another process).
+    pub(crate) fn seed(&self, checkpoint: Checkpoint) {
+        *self.latest.lock().expect("checkpoint store poisoned") = Some(Arc::new(checkpoint));
+    }
+
     pub(crate) fn latest(&self) -> Option<Arc<Checkpoint>> {
         self.latest
             .lock()
@@ -123,6 +128,8 @@ struct Inner {
     store: Arc<Store>,
     capture_timeout: Duration,
     on_milestone: Option<crate::options::OnMilestone>,
+    /// Where checkpoints are saved, sealed, for a durable run.
+    durable: Option<crate::Durable>,
     /// The progress this entry resumed with (from the restored checkpoint).
     restored_progress: Option<Progress>,
     /// The newest progress the task gave: every capture from now on carries it.
@@ -152,8 +159,7 @@ impl Ctx {
         resumed_from: Option<ResumedFrom>,
         capture: Capturer,
         store: Arc<Store>,
-        capture_timeout: Duration,
-        on_milestone: Option<crate::options::OnMilestone>,
+        options: &crate::Options,
         restored_progress: Option<Progress>,
     ) -> Self {
         Ctx {
@@ -166,8 +172,9 @@ impl Ctx {
                 holds: AtomicU32::new(0),
                 capture,
                 store,
-                capture_timeout,
-                on_milestone,
+                capture_timeout: options.capture_timeout,
+                on_milestone: options.on_milestone.clone(),
+                durable: options.durable.clone(),
                 progress: Mutex::new(restored_progress.clone()),
                 restored_progress,
             }),
@@ -351,7 +358,15 @@ impl Ctx {
             Ok(Ok(mut cp)) if !self.is_retired() => {
                 cp.progress = progress;
                 let bytes = cp.bytes();
+                let plain = self.inner.durable.as_ref().map(|_| cp.to_bytes());
                 let kept = self.inner.store.offer(cp);
+                // A durable run's checkpoint counts once its store has it.
+                let kept = match (kept, plain, &self.inner.durable) {
+                    (true, Some(plain), Some(durable)) => {
+                        self.persist(durable, &plain, deadline).await
+                    }
+                    (kept, ..) => kept,
+                };
                 if let (true, Some(f)) = (kept, &self.inner.on_milestone) {
                     f(&crate::report::Milestone::Checkpointed {
                         took: started.elapsed(),
@@ -373,6 +388,27 @@ impl Ctx {
             }
             Err(_) => {
                 tracing::debug!(attempt = self.inner.attempt, "checkpoint capture timed out");
+                false
+            }
+        }
+    }
+
+    /// Seals `plain` and saves it in the durable run's store, by `deadline`.
+    async fn persist(&self, durable: &crate::Durable, plain: &[u8], deadline: Instant) -> bool {
+        let sealed = durable.sealer.seal(&durable.run_id, plain);
+        let attempt = self.inner.attempt;
+        let save = durable.store.save(&durable.run_id, attempt, sealed);
+        match tokio::time::timeout_at(deadline, save).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "the checkpoint could not be saved: it serves a relaunch here, not a takeover");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    attempt,
+                    "saving the checkpoint did not finish within capture_timeout"
+                );
                 false
             }
         }

@@ -101,6 +101,7 @@
 mod browser;
 pub(crate) mod checkpoint;
 mod ctx;
+mod durable;
 mod endpoint;
 mod error;
 mod lifetime;
@@ -126,6 +127,7 @@ use std::future::Future;
 pub use chromiumoxide;
 pub use chromiumoxide::Page;
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
+pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
 pub use options::{Diagnostics, Options, Rotation, Viewport};

@@ -91,6 +91,7 @@ pub struct Options {
     pub(crate) indexed_db_max_bytes: usize,
     pub(crate) rotation: Rotation,
     pub(crate) standby: bool,
+    pub(crate) durable: Option<crate::durable::Durable>,
 }
 
 impl Default for Options {
@@ -124,6 +125,7 @@ impl fmt::Debug for Options {
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
+            .field("durable", &self.durable)
             .finish()
     }
 }
@@ -154,7 +156,20 @@ impl Options {
             indexed_db_max_bytes: 16 << 20,
             rotation: Rotation::Off,
             standby: false,
+            durable: None,
         }
+    }
+
+    /// Makes the run durable: every checkpoint sealed and saved outside this process, and —
+    /// with [`Durable::resume`](crate::Durable::resume) — the run taken over from the
+    /// checkpoint another process saved. See [`Durable`](crate::Durable).
+    ///
+    /// # Default
+    ///
+    /// None: checkpoints live in this process's memory only.
+    pub fn durable(mut self, durable: crate::Durable) -> Self {
+        self.durable = Some(durable);
+        self
     }
 
     setters! {
