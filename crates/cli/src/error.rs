@@ -53,6 +53,11 @@ pub enum ErrorKind {
         /// The HTTP status of the refusal, if there was a response.
         status: Option<u16>,
     },
+    /// The durable mode's database refused or could not be reached; `what` says which step.
+    Database {
+        /// The step: "connecting", "creating the checkpoint table", "loading a checkpoint", …
+        what: &'static str,
+    },
     /// A result file, or the directory it goes in, could not be written.
     Write {
         /// The file or directory.
@@ -127,6 +132,10 @@ impl fmt::Display for Error {
                 }
             }
             ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
+            ErrorKind::Database { what } => write!(
+                f,
+                "PostgreSQL failed while {what} (is it running? `scripts/postgres` starts a local one)"
+            ),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
+//! * [`durable`] — a PostgreSQL [`CheckpointStore`](outlive::CheckpointStore) for durable runs.
 //! * [`error`] — the one [`Error`] type.
 //! * [`stats`] — the median the probe and the lab share.
 //!
@@ -21,6 +22,7 @@
 pub mod bank;
 pub mod bed;
 pub mod demo;
+pub mod durable;
 pub mod error;
 pub mod lab;
 pub mod probe;
