@@ -51,11 +51,6 @@ impl PgStore {
         Ok(PgStore { pool })
     }
 
-    /// A store on an existing pool.
-    pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { pool }
-    }
-
     /// The pool, for queries of the caller's own.
     pub fn pool(&self) -> &PgPool {
         &self.pool

@@ -63,14 +63,17 @@ impl Lifetime {
         ages
     }
 
+    /// The lifetime learned from this run's deaths (the earliest typical one) and their
+    /// spread, once there are as many as learning needs.
+    fn learned(&self) -> Option<(Duration, Duration)> {
+        let typical = self.typical();
+        (typical.len() >= LEARN_AFTER)
+            .then(|| (typical[0], typical[typical.len() - 1] - typical[0]))
+    }
+
     /// The expected lifetime and the margin below it, if one is known.
     fn expected(&self) -> Option<(Duration, Duration)> {
-        let typical = self.typical();
-        let learned = (typical.len() >= LEARN_AFTER).then(|| {
-            let spread = typical[typical.len() - 1] - typical[0];
-            (typical[0], spread)
-        });
-        let (expected, spread) = match (self.rotation, learned) {
+        let (expected, spread) = match (self.rotation, self.learned()) {
             (Rotation::Off, _) | (Rotation::Learned, None) => return None,
             (Rotation::Learned, Some(l)) => l,
             (Rotation::Expected(declared), None) => (declared, Duration::ZERO),
@@ -84,10 +87,9 @@ impl Lifetime {
     /// needs. One death is not enough: a browser dead on arrival or early would have the
     /// standby renewed every few moments.
     pub(crate) fn for_standby(&self) -> Option<Duration> {
-        self.expected().map(|(expected, _)| expected).or_else(|| {
-            let typical = self.typical();
-            (typical.len() >= LEARN_AFTER).then(|| typical[0])
-        })
+        self.expected()
+            .or_else(|| self.learned())
+            .map(|(lifetime, _)| lifetime)
     }
 
     /// When to launch the successor and leave, with `interval` between checkpoints (the

@@ -13,7 +13,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use crate::error::{Error, ErrorKind};
 
@@ -201,7 +201,7 @@ impl Sealer {
                 ),
             ));
         };
-        let mut plaintext = key
+        let plaintext = key
             .cipher()
             .decrypt(
                 XNonce::from_slice(nonce),
@@ -219,9 +219,7 @@ impl Sealer {
                     ),
                 )
             })?;
-        let out = Zeroizing::new(plaintext.clone());
-        plaintext.zeroize();
-        Ok(out)
+        Ok(Zeroizing::new(plaintext))
     }
 }
 
