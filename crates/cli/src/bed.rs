@@ -146,6 +146,24 @@ impl<P: Provider> Recording<P> {
             .map(str::to_owned)
     }
 
+    /// Sends `signal` to every browser on this machine that is still running, but the
+    /// newest: with a standby up, the task's browser (and an old standby, if one is kept).
+    pub fn signal_all_but_newest(&self, signal: nix::sys::signal::Signal) {
+        let launched = self.launched.lock().expect("launched");
+        let older = launched.len().saturating_sub(1);
+        let me = std::process::id() as i32;
+        for pid in launched[..older].iter().filter_map(|l| l.1) {
+            // Only ones still up and still this process's children: a released browser's pid
+            // was reaped by its provider and may belong to someone else by now.
+            let ours = procfs::process::Process::new(pid as i32)
+                .and_then(|p| p.stat())
+                .is_ok_and(|stat| stat.ppid == me);
+            if ours {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+            }
+        }
+    }
+
     /// Sends `signal` to the newest browser, if it runs on this machine.
     pub fn signal_newest(&self, signal: nix::sys::signal::Signal) {
         let newest = self.launched.lock().expect("launched").last().map(|l| l.1);

@@ -170,3 +170,103 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
     assert_eq!(event.release_failed, 0);
     support::shutdown_clean(bed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_brought_up_to_date_with_what_changed_after_its_restore() {
+    // The standby is restored from the entry's first checkpoint; then the page changes one
+    // item, removes one, adds one and checkpoints again; the death makes the standby write only
+    // those changes over its earlier restore. The page after the switch must see exactly the
+    // newest checkpoint's storage.
+    let bed = TestBed::start(
+        dying(
+            Duration::from_secs(120),
+            Duration::ZERO,
+            gateway::DeathMode::Close,
+        )
+        .max_sessions(4),
+    )
+    .await
+    .unwrap();
+    let provider = Tracked::new(bed.gateway(), 0);
+    let ready = Arc::new(tokio::sync::Notify::new());
+    let on_ready = ready.clone();
+    let options = Options::new()
+        .checkpoint_every(Duration::from_secs(3600))
+        .standby(true)
+        .on_milestone(move |m| {
+            if matches!(m, Milestone::SuccessorReady { standby: true, .. }) {
+                on_ready.notify_one();
+            }
+        });
+    let url = bed.bank().url("/login");
+    let big = "b".repeat(64 * 1024);
+    let (result, event) = outlive::outlive_with_event(
+        &provider,
+        |page, ctx| {
+            let (url, big, ready, bed, provider) =
+                (url.clone(), big.clone(), ready.clone(), &bed, &provider);
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(url).await?;
+                    page.evaluate(format!(
+                        "localStorage.setItem('big', '{big}'); localStorage.setItem('step', '1'); \
+                         localStorage.setItem('gone', 'x'); sessionStorage.setItem('tab', '1')"
+                    ))
+                    .await?;
+                    assert!(ctx.checkpoint().await);
+                    ready.notified().await;
+                    page.evaluate(
+                        "localStorage.setItem('step', '2'); localStorage.removeItem('gone'); \
+                         localStorage.setItem('new', 'n\"ew'); sessionStorage.setItem('tab', '2')",
+                    )
+                    .await?;
+                    assert!(ctx.checkpoint().await);
+                    let first = provider.ids.lock().unwrap()[0].clone();
+                    bed.gateway()
+                        .kill(&first, gateway::DeathMode::Close)
+                        .await
+                        .expect("the first session is alive");
+                    loop {
+                        page.evaluate("1").await?;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                let seen: serde_json::Value = page
+                    .evaluate(
+                        "({ local: Object.fromEntries(Object.entries(localStorage)), \
+                            tab: sessionStorage.getItem('tab') })",
+                    )
+                    .await?
+                    .into_value()
+                    .expect("json");
+                Ok::<_, outlive::chromiumoxide::error::CdpError>(seen)
+            }
+        },
+        options,
+    )
+    .await;
+    println!("{}", event.to_json());
+    let seen = result.expect("the run completes");
+    assert_eq!(event.relaunches, 1, "{}", event.to_json());
+    // The first browser and its standby, which took over (the second entry takes no
+    // checkpoint, so no new standby follows).
+    assert_eq!(event.sessions, 2, "{}", event.to_json());
+    assert!(
+        event.standby_ms > 0,
+        "a standby took over: {}",
+        event.to_json()
+    );
+    let local = seen["local"].as_object().expect("items");
+    let mut keys: Vec<&str> = local.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["big", "new", "step"],
+        "exactly the newest checkpoint's items"
+    );
+    assert!(local["big"] == big.as_str(), "the unchanged item kept");
+    assert_eq!(local["step"], "2");
+    assert_eq!(local["new"], "n\"ew");
+    assert_eq!(seen["tab"], "2");
+    support::shutdown_clean(bed).await;
+}

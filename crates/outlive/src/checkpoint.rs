@@ -146,6 +146,14 @@ pub(crate) struct StorageKey {
 }
 
 impl StorageKey {
+    /// The key of a top-level document of `origin`.
+    fn first_party(origin: &str) -> Self {
+        StorageKey {
+            top: origin.to_owned(),
+            origin: origin.to_owned(),
+        }
+    }
+
     fn is_first_party(&self) -> bool {
         self.top == self.origin
     }
@@ -201,19 +209,76 @@ impl FrameState {
             && hash(&self.idb) == hash(&other.idb)
     }
 
-    /// The restore script's input for this frame.
-    fn restore_data(&self, children: usize) -> Zeroizing<String> {
-        fn json(p: &Option<Arc<Part>>) -> &str {
-            p.as_ref().map_or("null", |p| p.json.as_str())
+    /// The restore script's input for this frame. With `prior` (what an earlier restore put
+    /// in this browser for the same storage key), a part with the same content is left out
+    /// (`null`) and a Web Storage area that changed is sent as the items to set and remove.
+    fn restore_data(&self, children: usize, prior: Option<&FrameState>) -> Zeroizing<String> {
+        fn same(a: &Option<Arc<Part>>, b: &Option<Arc<Part>>) -> bool {
+            matches!((a, b), (Some(a), Some(b)) if a.hash == b.hash)
         }
+        let part = |now: &Option<Arc<Part>>, before: Option<&Option<Arc<Part>>>, area: bool| match (
+            now, before,
+        ) {
+            (_, Some(b)) if same(now, b) => Zeroizing::new("null".to_owned()),
+            (Some(n), Some(Some(b))) if area => {
+                area_delta(&b.json, &n.json).unwrap_or_else(|| Zeroizing::new(n.json.clone()))
+            }
+            (Some(n), _) => Zeroizing::new(n.json.clone()),
+            (None, _) => Zeroizing::new("null".to_owned()),
+        };
+        let local = part(&self.local, prior.map(|p| &p.local), true);
+        let session = part(&self.session, prior.map(|p| &p.session), true);
+        let idb = part(&self.idb, prior.map(|p| &p.idb), false);
         Zeroizing::new(format!(
             r#"{{"local":{},"session":{},"idb":{},"children":{children},"childTimeoutMs":{}}}"#,
-            json(&self.local),
-            json(&self.session),
-            json(&self.idb),
+            local.as_str(),
+            session.as_str(),
+            idb.as_str(),
             CHILD_TIMEOUT.as_millis(),
         ))
     }
+}
+
+/// What turns a Web Storage area holding `before` (`[[key, value], …]`, as the capture
+/// script serialises it) into `after`: `{"set": [[key, value], …], "remove": [key, …]}`,
+/// built from slices of the two texts (no decoded copy of a value is made). `None` if either
+/// does not parse.
+fn area_delta(before: &str, after: &str) -> Option<Zeroizing<String>> {
+    use serde_json::value::RawValue;
+    type Items<'a> = Vec<(&'a RawValue, &'a RawValue)>;
+    let before: Items = serde_json::from_str(before).ok()?;
+    let after: Items = serde_json::from_str(after).ok()?;
+    // Keys compare by their JSON text: the same serialiser wrote both.
+    let old: HashMap<&str, &str> = before.iter().map(|(k, v)| (k.get(), v.get())).collect();
+    let new: std::collections::HashSet<&str> = after.iter().map(|(k, _)| k.get()).collect();
+    let mut out = Zeroizing::new(String::from(r#"{"set":["#));
+    let mut first = true;
+    for (k, v) in &after {
+        if old.get(k.get()) != Some(&v.get()) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push('[');
+            out.push_str(k.get());
+            out.push(',');
+            out.push_str(v.get());
+            out.push(']');
+        }
+    }
+    out.push_str(r#"],"remove":["#);
+    first = true;
+    for (k, _) in &before {
+        if !new.contains(k.get()) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(k.get());
+        }
+    }
+    out.push_str("]}");
+    Some(out)
 }
 
 /// The part of a page's state that survives a relaunch.
@@ -797,14 +862,16 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Do
         let mut child_urls = Vec::new();
         for key in children {
             let url = url_of(&key.origin);
-            let data = checkpoint.storage[key].restore_data(0);
+            let before = prior.and_then(|p| p.storage.get(key));
+            let data = checkpoint.storage[key].restore_data(0, before);
             documents.insert(url.clone(), restore_document(&data, &[]));
             child_urls.push(url);
         }
+        let before = prior.and_then(|p| p.storage.get(&StorageKey::first_party(top)));
         let data = own
             .cloned()
             .unwrap_or_default()
-            .restore_data(child_urls.len());
+            .restore_data(child_urls.len(), before);
         let url = url_of(top);
         documents.insert(url.clone(), restore_document(&data, &child_urls));
         loads.push(url);
@@ -950,7 +1017,8 @@ mod tests {
 
     #[test]
     fn restore_document_cannot_be_broken_out_of() {
-        let data = local(r#"[["k","</script><script>alert(1)</script><!--"]]"#).restore_data(0);
+        let data =
+            local(r#"[["k","</script><script>alert(1)</script><!--"]]"#).restore_data(0, None);
         let doc = restore_document(&data, &[]);
         assert_eq!(doc.matches("</script>").count(), 1, "{}", doc.as_str());
         assert!(!doc.contains("<!--"), "{}", doc.as_str());
@@ -1083,6 +1151,49 @@ mod tests {
         assert!(top.contains(&format!("<iframe src=\"{child}\">")));
         assert!(top.contains(r#"\"children\":1"#));
         assert!(documents[child].contains(r#"[[\"w\",\"2\"]]"#));
+    }
+
+    #[test]
+    fn over_an_earlier_restore_only_what_changed_is_written() {
+        let idb = part(r#"[{"name":"db","version":1,"stores":[]}]"#);
+        let app = key("https://app.example", "https://app.example");
+        let mut prior = Checkpoint::at_url("https://app.example/", Instant::now());
+        prior.storage.insert(
+            app.clone(),
+            FrameState {
+                local: part(r#"[["big","xxxx"],["step","1"],["gone","x"]]"#),
+                session: part(r#"[["s","1"]]"#),
+                idb: idb.clone(),
+            },
+        );
+        let mut now = Checkpoint::at_url("https://app.example/", Instant::now());
+        now.storage.insert(
+            app.clone(),
+            FrameState {
+                // Same length, so the test's hash differs only by content: give it its own.
+                local: Some(Arc::new(Part {
+                    hash: "changed".into(),
+                    json: r#"[["big","xxxx"],["step","2"],["new","\"q\""]]"#.into(),
+                    left_out: 0,
+                })),
+                session: part(r#"[["s","1"]]"#),
+                idb,
+            },
+        );
+        let (loads, documents) = plan(&now, Some(&prior));
+        assert_eq!(loads.len(), 1);
+        let doc = documents[&loads[0]].as_str();
+        assert!(
+            doc.contains(r#"\"local\":{\"set\":[[\"step\",\"2\"],[\"new\",\"\\\"q\\\"\"]],\"remove\":[\"gone\"]}"#),
+            "{doc}"
+        );
+        assert!(doc.contains(r#"\"session\":null,\"idb\":null"#), "{doc}");
+        assert!(
+            !doc.contains("xxxx"),
+            "the unchanged item is not sent again"
+        );
+        let (loads, _) = plan(&prior, Some(&prior));
+        assert!(loads.is_empty(), "nothing changed, nothing loaded");
     }
 
     #[test]

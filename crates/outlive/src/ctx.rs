@@ -48,6 +48,8 @@ pub(crate) struct Store {
     count: AtomicU32,
     /// The most state any kept checkpoint could not hold.
     max_left_out: AtomicU64,
+    /// Bumped whenever a checkpoint is kept, so the run loop wakes for it.
+    kept: tokio::sync::watch::Sender<u32>,
 }
 
 impl Store {
@@ -65,6 +67,7 @@ impl Store {
             .fetch_max(fresh.left_out(), Ordering::Relaxed);
         *latest = Some(Arc::new(fresh));
         self.count.fetch_add(1, Ordering::Relaxed);
+        self.kept.send_modify(|n| *n = n.wrapping_add(1));
         true
     }
 
@@ -78,6 +81,11 @@ impl Store {
             .lock()
             .expect("checkpoint store poisoned")
             .clone()
+    }
+
+    /// Wakes when a checkpoint is kept after the receiver last looked.
+    pub(crate) fn watch_kept(&self) -> tokio::sync::watch::Receiver<u32> {
+        self.kept.subscribe()
     }
 
     pub(crate) fn latest_taken(&self) -> Option<Instant> {

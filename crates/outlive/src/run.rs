@@ -675,6 +675,8 @@ where
         let mut succ = self.successor.take();
         let mut stale = self.stale.take();
         let mut retry_at = entry_started;
+        // The entry's first checkpoint is what a standby waits for.
+        let mut kept = self.store.watch_kept();
         let ended = loop {
             // While the entry runs, nothing waits: releases start as they come.
             self.start_deferred();
@@ -719,6 +721,7 @@ where
                 biased;
                 () = ctx.at_safe_point(), if ctx.is_switch_armed() => break Err(None),
                 out = &mut entry => break Ok(out),
+                _ = kept.changed(), if options.standby && succ.is_none() && !checkpointed => {}
                 death = browser.died() => break Err(Some(death)),
                 turn = async { succ.as_mut().expect("checked").turn().await }, if succ.is_some() => {
                     let s = succ.take().expect("checked");

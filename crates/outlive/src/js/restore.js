@@ -1,6 +1,6 @@
 // Writes one storage key's state in a restore document (served by outlive through Fetch
 // interception, so no request reaches the real site). Called as `restore(data)` with
-// data = { local, session, idb, children, childTimeoutMs }: the items and databases a checkpoint holds for
+// data = { local, session, idb, children, childTimeoutMs } (a part that is null is left as it is): the items and databases a checkpoint holds for
 // this document's origin under this top-level site, and how many child restore documents
 // (cross-site iframes) it embeds. Resolves when this document and every child are done, with
 // { errors, written }; a child reports to its parent with postMessage.
@@ -20,13 +20,20 @@
     written += m.written;
     if (--waiting === 0) childrenDone();
   });
+  // items: every item ([[key, value], …], replacing what is there), or, when the area holds
+  // an earlier restore's items, what changed since ({ set: [[key, value], …], remove: [key, …] }).
   const area = (name, items) => {
     if (!items) return;
     try {
       const s = window[name];
-      s.clear();
-      for (const [k, v] of items) s.setItem(k, v);
-      written += items.length;
+      let set = items;
+      if (Array.isArray(items)) s.clear();
+      else {
+        for (const k of items.remove) s.removeItem(k);
+        set = items.set;
+      }
+      for (const [k, v] of set) s.setItem(k, v);
+      written += set.length;
     } catch (e) { errors.push(name + ': ' + e.name); }
   };
   const req = (r) => new Promise((resolve, reject) => {

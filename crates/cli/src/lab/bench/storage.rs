@@ -1,7 +1,8 @@
 //! What client-side state costs a checkpoint and a restore: a checkpoint with 1 MiB of
 //! unchanged localStorage (alone, and beside a 1 000-record IndexedDB store) against a small
 //! one, at several RTTs through the gateway; and the restore of 1 MiB localStorage plus the
-//! 1 000 IndexedDB records into a fresh local Chromium.
+//! 1 000 IndexedDB records after a death, into a fresh local Chromium and into a standby
+//! restored before the death (where only what changed since is written).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -79,10 +80,14 @@ pub struct CaptureCase {
     pub unchanged_ms: Vec<f64>,
 }
 
-/// Restores of 1 MiB localStorage + 1 000 IndexedDB records into a fresh local Chromium.
+/// Restores of 1 MiB localStorage + 1 000 IndexedDB records after a death on local Chromium.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreCase {
+    /// With a standby (`Options::standby`): the restore after the death only brings the
+    /// standby's earlier restore up to date (one item changed since); without, a fresh browser
+    /// gets everything.
+    pub standby: bool,
     /// Cookies and storage put in place (`Milestone::Restored::restore`), median.
     pub restore_median_ms: f64,
     /// The navigation to the checkpoint URL after it, median.
@@ -99,8 +104,10 @@ pub struct RestoreCase {
 pub struct StorageReport {
     /// Checkpoint cost per RTT and seed.
     pub captures: Vec<CaptureCase>,
-    /// Restore cost.
+    /// Restore cost into a fresh browser.
     pub restore: RestoreCase,
+    /// Restore cost on the critical path with a standby.
+    pub restore_standby: RestoreCase,
 }
 
 async fn seed(page: &Page, seed: Seed) -> Result<(), CdpError> {
@@ -170,31 +177,45 @@ pub async fn capture_case(
     })
 }
 
-/// `samples` restores of [`Seed::Local1MiBIdb1000`] into a fresh local Chromium.
-pub async fn restore_case(samples: u32) -> Result<RestoreCase, Error> {
+/// `samples` restores of [`Seed::Local1MiBIdb1000`] after a death on local Chromium. Each
+/// entry changes one small item and checkpoints; with `standby`, it waits for the standby to
+/// be ready (restored from that checkpoint), changes the item again and checkpoints, so the
+/// restore after the death has something, but little, to write.
+pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Error> {
     let bank = aurora::spawn(aurora::Config::new())
         .await
         .map_err(bank_error)?;
     let provider = Arc::new(Recording::new(LocalChromium::new()));
     let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
     let bytes = Arc::new(Mutex::new(0usize));
-    let (sink, size) = (restores.clone(), bytes.clone());
+    let ready = Arc::new(tokio::sync::Notify::new());
+    let (sink, size, on_ready) = (restores.clone(), bytes.clone(), ready.clone());
     let url = bank.url("/login");
     let killer = provider.clone();
     let result = outlive::outlive(
         provider.as_ref(),
         |page, ctx| {
-            let (url, killer) = (url.clone(), killer.clone());
+            let (url, killer, ready) = (url.clone(), killer.clone(), ready.clone());
             async move {
                 if ctx.attempt() == 1 {
                     page.goto(url).await?;
                     seed(&page, Seed::Local1MiBIdb1000).await?;
-                    ctx.checkpoint().await;
                 }
                 if ctx.attempt() > samples {
                     return Ok::<_, CdpError>(());
                 }
-                killer.signal_newest(nix::sys::signal::Signal::SIGKILL);
+                let step = format!("localStorage.setItem('step', '{}')", ctx.attempt());
+                page.evaluate_expression(step.clone()).await?;
+                ctx.checkpoint().await;
+                if standby {
+                    ready.notified().await;
+                    page.evaluate_expression(format!("{step} + '.1'")).await?;
+                    ctx.checkpoint().await;
+                    // The task's browser: every one up but the newest (the standby).
+                    killer.signal_all_but_newest(nix::sys::signal::Signal::SIGKILL);
+                } else {
+                    killer.signal_newest(nix::sys::signal::Signal::SIGKILL);
+                }
                 loop {
                     page.evaluate_expression("1").await?;
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -205,7 +226,9 @@ pub async fn restore_case(samples: u32) -> Result<RestoreCase, Error> {
             .checkpoint_every(Duration::from_secs(3600))
             .max_relaunches(samples + 2)
             .relaunch_backoff(Duration::from_millis(100))
+            .standby(standby)
             .on_milestone(move |m| match m {
+                Milestone::SuccessorReady { standby: true, .. } => on_ready.notify_one(),
                 Milestone::Restored { restore, navigate } => {
                     sink.lock()
                         .expect("restores")
@@ -223,6 +246,7 @@ pub async fn restore_case(samples: u32) -> Result<RestoreCase, Error> {
     let navigate: Vec<f64> = restores.iter().map(|r| r.1).collect();
     let bytes = *bytes.lock().expect("bytes");
     Ok(RestoreCase {
+        standby,
         restore_median_ms: median(&restore_ms),
         navigate_median_ms: median(&navigate),
         bytes,
@@ -244,8 +268,13 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
             captures.push(capture_case(rtt, what, samples).await?);
         }
     }
-    let restore = restore_case(samples).await?;
-    Ok(StorageReport { captures, restore })
+    let restore = restore_case(samples, false).await?;
+    let restore_standby = restore_case(samples, true).await?;
+    Ok(StorageReport {
+        captures,
+        restore,
+        restore_standby,
+    })
 }
 
 /// The storage figures as text.
@@ -265,12 +294,20 @@ pub fn storage_summary(r: &StorageReport) -> String {
             c.bytes
         );
     }
-    s += &format!(
-        "restore of 1 MiB localStorage + 1000 IndexedDB records (local Chromium): median {:.1} ms (navigate after it {:.1} ms), {} samples, {} bytes\n",
-        r.restore.restore_median_ms,
-        r.restore.navigate_median_ms,
-        r.restore.restore_ms.len(),
-        r.restore.bytes
-    );
+    for (what, c) in [
+        ("into a fresh browser", &r.restore),
+        (
+            "into the standby (one item changed since its restore)",
+            &r.restore_standby,
+        ),
+    ] {
+        s += &format!(
+            "restore of 1 MiB localStorage + 1000 IndexedDB records after a death (local Chromium), {what}: median {:.1} ms (navigate after it {:.1} ms), {} samples, {} bytes\n",
+            c.restore_median_ms,
+            c.navigate_median_ms,
+            c.restore_ms.len(),
+            c.bytes
+        );
+    }
     s
 }
