@@ -31,6 +31,9 @@ pub struct BankTask {
     pub poll_every: Duration,
     /// Cap on any one page step; a step that takes longer fails the entry.
     pub step_timeout: Duration,
+    /// Keep the poll count in the checkpoints too (`ctx.checkpoint_with` after each poll),
+    /// so a run taken over by another process knows how far it got.
+    pub durable_progress: bool,
 }
 
 impl BankTask {
@@ -49,6 +52,7 @@ impl BankTask {
             polls,
             poll_every,
             step_timeout: Duration::from_secs(15),
+            durable_progress: false,
         }
     }
 }
@@ -243,6 +247,16 @@ impl BankTask {
         on_event: &(dyn Fn(BankEvent) + Send + Sync),
     ) -> Result<u32, BankError> {
         let attempt = ctx.map_or(1, Ctx::attempt);
+        if let (true, Some(ctx)) = (self.durable_progress, ctx) {
+            // The polls the checkpoint this entry resumes from had done (another process's,
+            // after a takeover).
+            let saved = ctx
+                .progress::<u32>()
+                .map_err(|e| BankError::Unexpected(e.to_string()))?;
+            progress
+                .polls_done
+                .fetch_max(saved.unwrap_or(0), Ordering::SeqCst);
+        }
         on_event(BankEvent::Entered {
             attempt,
             resumed: ctx.is_some_and(|c| c.resumed_from().is_some()),
@@ -288,10 +302,80 @@ impl BankTask {
                 done,
                 of: self.polls,
             });
+            if let (true, Some(ctx)) = (self.durable_progress, ctx) {
+                ctx.checkpoint_with(&done).await;
+            }
             if done < self.polls {
                 tokio::time::sleep(self.poll_every).await;
             }
         }
         Ok(progress.polls_done())
     }
+}
+
+/// The input of the `bank` task (`outlive submit bank --input '{"polls": 30}'`).
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankInput {
+    /// Aurora Bank's base URL; the worker's own bank when absent.
+    #[serde(default)]
+    pub bank_url: Option<String>,
+    /// Polls that finish the task.
+    #[serde(default = "BankInput::default_polls")]
+    pub polls: u32,
+    /// Pause between polls, in milliseconds.
+    #[serde(default = "BankInput::default_every")]
+    pub poll_every_ms: u64,
+}
+
+impl BankInput {
+    fn default_polls() -> u32 {
+        30
+    }
+
+    fn default_every() -> u64 {
+        500
+    }
+}
+
+/// What the `bank` task answers.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BankResult {
+    /// Polls done (all of them).
+    pub polls: u32,
+    /// Sign-ins this entry made (0 when it resumed signed in).
+    pub sign_ins_last_entry: u32,
+}
+
+/// The tasks the `outlive` command's workers run: `bank`, the Aurora Bank task (sign-in with
+/// the default Aurora credentials, then `polls` polls; its poll count kept in the
+/// checkpoints). `bank` is the Aurora Bank used when a run's input names none.
+pub fn tasks(bank: Option<String>) -> crate::jobs::Tasks {
+    crate::jobs::Tasks::new().register(
+        "bank",
+        move |input: std::sync::Arc<BankInput>, page, ctx| {
+            let bank = bank.clone();
+            async move {
+                let url = input.bank_url.clone().or(bank).ok_or_else(|| {
+                    BankError::Unexpected(
+                        "no bank_url in the input, and the worker has no bank of its own".into(),
+                    )
+                })?;
+                let mut task = BankTask::new(
+                    url,
+                    &aurora::Config::new(),
+                    input.polls,
+                    Duration::from_millis(input.poll_every_ms),
+                );
+                task.durable_progress = true;
+                let progress = BankProgress::default();
+                let polls = task.run(&page, Some(&ctx), &progress, &|_| {}).await?;
+                Ok::<_, BankError>(BankResult {
+                    polls,
+                    sign_ins_last_entry: progress.sign_ins(),
+                })
+            }
+        },
+    )
 }

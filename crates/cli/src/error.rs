@@ -38,7 +38,7 @@ pub enum ErrorKind {
     NoChromium,
     /// Installing Chromium with `apt-get` failed.
     ChromiumInstall,
-    /// A probe option was out of range; nothing was started.
+    /// An option was out of range; nothing was started.
     InvalidOption {
         /// The option's field name.
         option: &'static str,
@@ -57,6 +57,18 @@ pub enum ErrorKind {
     Database {
         /// The step: "connecting", "creating the checkpoint table", "loading a checkpoint", …
         what: &'static str,
+    },
+    /// A run was submitted for a task no worker registers.
+    UnknownTask {
+        /// The name asked for.
+        name: String,
+        /// The names registered.
+        known: Vec<String>,
+    },
+    /// A run's input does not fit its task's input type; the source says where.
+    Input {
+        /// The task.
+        task: String,
     },
     /// A result file, or the directory it goes in, could not be written.
     Write {
@@ -122,7 +134,7 @@ impl fmt::Display for Error {
                 "`apt-get install -y chromium` failed; install Chromium by hand or set $CHROME",
             ),
             ErrorKind::InvalidOption { option, message } => {
-                write!(f, "invalid probe option `{option}`: {message}")
+                write!(f, "invalid option `{option}`: {message}")
             }
             ErrorKind::Create { session, status } => {
                 write!(f, "the control plane did not create session {session}")?;
@@ -132,6 +144,12 @@ impl fmt::Display for Error {
                 }
             }
             ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
+            ErrorKind::UnknownTask { name, known } => write!(
+                f,
+                "no task named {name:?}; the tasks are: {}",
+                known.join(", ")
+            ),
+            ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
             ErrorKind::Database { what } => write!(
                 f,
                 "PostgreSQL failed while {what} (is it running? `scripts/postgres` starts a local one)"

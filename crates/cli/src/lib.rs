@@ -12,6 +12,8 @@
 //! * [`setup`] — finding (or installing) Chromium for the demo.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
 //! * [`durable`] — a PostgreSQL [`CheckpointStore`](outlive::CheckpointStore) for durable runs.
+//! * [`jobs`] — durable runs as apalis jobs: tasks by name, `submit`, `runs`, workers, and a
+//!   session limit across workers; [`worker`] — `outlive worker`.
 //! * [`error`] — the one [`Error`] type.
 //! * [`stats`] — the median the probe and the lab share.
 //!
@@ -24,9 +26,11 @@ pub mod bed;
 pub mod demo;
 pub mod durable;
 pub mod error;
+pub mod jobs;
 pub mod lab;
 pub mod probe;
 pub mod setup;
 pub mod stats;
+pub mod worker;
 
 pub use error::{Error, ErrorKind};

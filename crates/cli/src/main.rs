@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use outlive_cli::demo::{self, DemoConfig};
 use outlive_cli::lab::{bench, soak};
 use outlive_cli::probe;
+use outlive_cli::worker as durable_cli;
 
 #[derive(Parser)]
 #[command(
@@ -111,6 +112,65 @@ enum Command {
         /// Where soak.json goes.
         #[arg(long, default_value = "docs/measurements")]
         out: std::path::PathBuf,
+    },
+    /// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
+    /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
+    /// saved; a run whose worker died is taken over from its newest checkpoint. Without
+    /// --solari-url, the worker runs its own Aurora Bank and a gateway whose sessions die.
+    Worker {
+        /// PostgreSQL (`scripts/postgres` starts a local one and prints its URL).
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        /// A file holding the sealing key (64 hex digits); else $OUTLIVE_SEAL_KEY.
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
+        /// A Solari-compatible API base URL to launch browsers from.
+        #[arg(long, requires = "api_key")]
+        solari_url: Option<String>,
+        /// Its API key (or set SOLARI_API_KEY).
+        #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// The Aurora Bank for `bank` runs whose input names none.
+        #[arg(long)]
+        bank_url: Option<String>,
+        /// Live browser sessions at most, across every worker on this database.
+        #[arg(long)]
+        max_sessions: Option<u32>,
+        /// Runs at once in this worker.
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
+        /// Heartbeat interval (the same on every worker).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        heartbeat: Duration,
+        /// Heartbeats missed before a worker's runs go to another (the same on every worker).
+        #[arg(long, default_value_t = 3)]
+        missed_heartbeats: usize,
+        /// Interval of the automatic checkpoint.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        checkpoint_every: Duration,
+        /// Lifetime of the embedded gateway's sessions (without --solari-url).
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        lifetime: Duration,
+    },
+    /// Enqueue a durable run of a task by name; prints its run id.
+    Submit {
+        /// The task: `bank`.
+        task: String,
+        /// Its input, as JSON (`bank`: {"polls": 30, "poll_every_ms": 500, "bank_url": …}).
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// PostgreSQL.
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
+    /// List durable runs: status, worker pickups, entries, result or error.
+    Runs {
+        /// Print every run as JSON, wide event included, one per line.
+        #[arg(long)]
+        json: bool,
+        /// PostgreSQL.
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
     },
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway {
@@ -241,6 +301,108 @@ async fn main() -> anyhow::Result<()> {
                 (Some(_), None) => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
             };
             probe::run(target, sessions, max_hold, heartbeat).await?;
+        }
+        Command::Worker {
+            database_url,
+            key_file,
+            solari_url,
+            api_key,
+            bank_url,
+            max_sessions,
+            concurrency,
+            heartbeat,
+            missed_heartbeats,
+            checkpoint_every,
+            lifetime,
+        } => {
+            let key = match key_file {
+                Some(path) => outlive::SealKey::from_file(&path),
+                None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
+            }
+            .context("no sealing key")?;
+            let config = durable_cli::WorkerArgs {
+                database_url,
+                key,
+                solari: solari_url.zip(api_key),
+                bank_url,
+                max_sessions,
+                config: outlive_cli::jobs::WorkerConfig {
+                    heartbeat,
+                    missed_heartbeats,
+                    concurrency,
+                },
+                checkpoint_every,
+                lifetime,
+            };
+            let prepared = durable_cli::prepare(config).await?;
+            println!(
+                "worker {} taking runs (Ctrl-C to stop){}",
+                prepared.worker.name(),
+                prepared
+                    .bed
+                    .as_ref()
+                    .map(|b| format!("; its Aurora Bank: {}", b.bank().base_url()))
+                    .unwrap_or_default()
+            );
+            prepared
+                .worker
+                .run(async {
+                    let mut term =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                            .expect("SIGTERM handler");
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                })
+                .await?;
+            if let Some(bed) = prepared.bed {
+                bed.shutdown().await?;
+            }
+        }
+        Command::Submit {
+            task,
+            input,
+            database_url,
+        } => {
+            let input: serde_json::Value =
+                serde_json::from_str(&input).context("--input is not JSON")?;
+            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
+            outlive_cli::jobs::setup(&store).await?;
+            let run_id =
+                outlive_cli::jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input)
+                    .await?;
+            println!("{run_id}");
+        }
+        Command::Runs { json, database_url } => {
+            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
+            outlive_cli::jobs::setup(&store).await?;
+            let runs = outlive_cli::jobs::runs(&store).await?;
+            if json {
+                for run in &runs {
+                    println!("{}", serde_json::to_string(run)?);
+                }
+            } else {
+                println!(
+                    "{:<38} {:<6} {:<10} {:>7} {:>7}  result / error",
+                    "run", "task", "status", "pickups", "entries"
+                );
+                for r in &runs {
+                    let outcome = match (&r.result, &r.error) {
+                        (Some(v), _) => v.to_string(),
+                        (None, Some(e)) => e.clone(),
+                        (None, None) => String::new(),
+                    };
+                    println!(
+                        "{:<38} {:<6} {:<10} {:>7} {:>7}  {outcome}",
+                        r.run_id,
+                        r.task,
+                        r.status,
+                        r.pickups,
+                        r.entries.map_or("-".to_owned(), |e| e.to_string()),
+                    );
+                }
+            }
         }
         Command::Gateway {
             listen,

@@ -15,46 +15,7 @@ use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::durable::PgStore;
 use support::Tracked;
-
-/// A database of the test's own, dropped by [`Scratch::drop_now`].
-struct Scratch {
-    admin: sqlx::PgPool,
-    name: String,
-    url: String,
-}
-
-impl Scratch {
-    async fn create() -> Scratch {
-        let base = std::env::var("OUTLIVE_TEST_DATABASE_URL").expect(
-            "OUTLIVE_TEST_DATABASE_URL: run the tests through scripts/test (it starts a local \
-             PostgreSQL with scripts/postgres), or point it at a database you may create \
-             databases in",
-        );
-        let admin = sqlx::PgPool::connect(&base)
-            .await
-            .expect("PostgreSQL reachable at OUTLIVE_TEST_DATABASE_URL");
-        let name = format!("outlive_test_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let mut url = url::Url::parse(&base).unwrap();
-        url.set_path(&name);
-        Scratch {
-            admin,
-            name,
-            url: url.to_string(),
-        }
-    }
-
-    async fn drop_now(self, store: PgStore) {
-        store.pool().close().await;
-        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
-            .execute(&self.admin)
-            .await
-            .unwrap();
-    }
-}
+use support::pg::Scratch;
 
 fn sealer(byte: u8) -> Sealer {
     Sealer::new(SealKey::from_bytes([byte; 32]))

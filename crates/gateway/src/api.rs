@@ -543,6 +543,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         "liveSessions": s.live_sessions,
         "deadSessions": s.dead_sessions,
         "chromiumProcesses": s.chromium_processes,
+        "peakSessions": s.peak_sessions,
     }))
     .into_response()
 }

@@ -56,7 +56,7 @@
 //!   once Chromium is gone; without `mode` the session dies the death it was created with
 //!   (`404 InvalidSessionId`; `409 SessionEnded` if already dead). In process:
 //!   [`Gateway::kill`];
-//! - `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses}`.
+//! - `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses, peakSessions}` (`peakSessions`: the most sessions held at once since the start).
 //!
 //! ## Control-plane faults
 //!

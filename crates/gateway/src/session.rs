@@ -52,6 +52,9 @@ pub struct Status {
     pub chromium_processes: usize,
     /// Unreleased sessions whose CDP relay has a client connected right now.
     pub relay_clients: usize,
+    /// The most sessions held at once since the gateway started: unreleased ones, live or
+    /// dead, and creates in flight — what its concurrency limit counts.
+    pub peak_sessions: usize,
 }
 
 /// Where a session is in its life.
@@ -162,6 +165,8 @@ struct Registry {
     order: Vec<Uuid>,
     /// Creates in flight; each holds a concurrency slot.
     creating: usize,
+    /// The most slots held at once.
+    peak: usize,
     /// Released sessions no longer kept in `sessions`.
     forgotten: HashSet<Uuid>,
     keyed: HashMap<String, Keyed>,
@@ -263,22 +268,24 @@ impl Shared {
 
     /// Counts sessions and processes.
     pub(crate) fn status(&self) -> Status {
-        let (live, dead, clients) = {
+        let (live, dead, clients, peak) = {
             let reg = self.registry();
-            reg.sessions.values().fold((0, 0, 0), |(l, d, c), e| {
+            let (live, dead, clients) = reg.sessions.values().fold((0, 0, 0), |(l, d, c), e| {
                 let attached = usize::from(e.relay_attached);
                 match *e.phase.borrow() {
                     Phase::Live => (l + 1, d, c + attached),
                     Phase::Dead(_) => (l, d + 1, c + attached),
                     Phase::Released => (l, d, c),
                 }
-            })
+            });
+            (live, dead, clients, reg.peak)
         };
         Status {
             live_sessions: live,
             dead_sessions: dead,
             chromium_processes: self.processes.alive(),
             relay_clients: clients,
+            peak_sessions: peak,
         }
     }
 
@@ -385,6 +392,7 @@ impl Shared {
             return Err(CreateError::Concurrency { max });
         }
         reg.creating += 1;
+        reg.peak = reg.peak.max(reg.unreleased() + reg.creating);
         Ok(Slot {
             shared: Some(self.clone()),
         })

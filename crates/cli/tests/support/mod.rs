@@ -2,6 +2,8 @@
 //! remembers the session ids it launched, milestone plumbing and quick runs.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -22,6 +22,7 @@ pub struct SolariLaunch {
     retries: u32,
     probe: bool,
     probe_timeout: Duration,
+    busy_wait: Duration,
 }
 
 impl Default for SolariLaunch {
@@ -38,6 +39,7 @@ impl SolariLaunch {
             retries: 0,
             probe: false,
             probe_timeout: Duration::from_secs(2),
+            busy_wait: Duration::from_secs(600),
         }
     }
 
@@ -53,7 +55,7 @@ impl SolariLaunch {
         /// exponential backoff (200 ms doubling, at most 5 s, jittered). Each failed attempt's
         /// session is released first. What is transient follows the official `solari-browser`
         /// crate's own rule: transport, connect and protocol failures and 5xx answers — but not
-        /// 429 (`ConcurrencyLimitExceeded`: outlive's relaunch backoff deals with it) and not a
+        /// 429 (`ConcurrencyLimitExceeded`: see [`busy_wait`](Self::busy_wait)) and not a
         /// 502 `PoolResponseUnparseable`, after which the session may exist and a fresh create
         /// would make a second one.
         ///
@@ -76,6 +78,16 @@ impl SolariLaunch {
         ///
         /// 2 s.
         fn probe_timeout(timeout: Duration);
+
+        /// How long a launch waits while Solari answers `429 ConcurrencyLimitExceeded` (the
+        /// account's sessions are all in use): it asks again with a backoff (500 ms doubling,
+        /// at most 10 s, jittered) for up to this long, and only then fails. A busy provider
+        /// slows a run down; it does not end it. Zero fails at once.
+        ///
+        /// # Default
+        ///
+        /// 10 minutes.
+        fn busy_wait(wait: Duration);
     }
 }
 
@@ -128,7 +140,7 @@ impl Solari {
         self
     }
 
-    async fn create_once(&self) -> Result<SolariSession, (Error, bool)> {
+    async fn create_once(&self) -> Result<SolariSession, (Error, Retry)> {
         let session = self
             .client
             .sessions()
@@ -137,10 +149,11 @@ impl Solari {
             .map_err(|e| {
                 (
                     solari_error("creating a Solari session failed", &e),
-                    is_transient(&e),
+                    retry(&e),
                 )
             })?;
-        let endpoint = CdpEndpoint::new(session.cdp_endpoint.clone()).map_err(|e| (e, false))?;
+        let endpoint =
+            CdpEndpoint::new(session.cdp_endpoint.clone()).map_err(|e| (e, Retry::No))?;
         let session = SolariSession {
             client: self.client.clone(),
             id: session.id.clone(),
@@ -150,10 +163,29 @@ impl Solari {
         if self.launch.probe {
             if let Err(e) = probe(&session.endpoint, self.launch.probe_timeout).await {
                 let _ = Box::new(session).release().await;
-                return Err((e, true));
+                return Err((e, Retry::Transient));
             }
         }
         Ok(session)
+    }
+}
+
+/// What to do after a failed create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Give up.
+    No,
+    /// Try again soon ([`SolariLaunch::retries`]).
+    Transient,
+    /// All sessions in use: wait and ask again ([`SolariLaunch::busy_wait`]).
+    Busy,
+}
+
+fn retry(e: &SolariError) -> Retry {
+    match e {
+        SolariError::Api { status: 429, .. } => Retry::Busy,
+        e if is_transient(e) => Retry::Transient,
+        _ => Retry::No,
     }
 }
 
@@ -231,12 +263,26 @@ impl Provider for Solari {
                 .with_max_delay(Duration::from_secs(5))
                 .with_max_times(self.launch.retries as usize)
                 .with_jitter();
-            (|| self.create_once())
-                .retry(policy)
+            let busy = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_delay(Duration::from_secs(10))
+                .without_max_times()
+                .with_total_delay(Some(self.launch.busy_wait))
+                .with_jitter();
+            let once = || {
+                (|| self.create_once())
+                    .retry(policy)
+                    .sleep(tokio::time::sleep)
+                    .when(|(_, retry)| *retry == Retry::Transient)
+                    .notify(|(e, _), after| {
+                        tracing::debug!(error = %e, ?after, "Solari launch failed; retrying");
+                    })
+            };
+            once.retry(busy)
                 .sleep(tokio::time::sleep)
-                .when(|(_, transient)| *transient)
-                .notify(|(e, _), after| {
-                    tracing::debug!(error = %e, ?after, "Solari launch failed; retrying");
+                .when(|(_, retry)| *retry == Retry::Busy)
+                .notify(|_, after| {
+                    tracing::info!(?after, "Solari is at its concurrency limit; waiting");
                 })
                 .await
                 .map(|s| Box::new(s) as Box<dyn Session>)
@@ -308,6 +354,12 @@ mod tests {
         assert!(is_transient(&api(0, None)));
         // A concurrency limit is not fixed by asking again at once.
         assert!(!is_transient(&api(429, Some("ConcurrencyLimitExceeded"))));
+        assert_eq!(
+            retry(&api(429, Some("ConcurrencyLimitExceeded"))),
+            Retry::Busy
+        );
+        assert_eq!(retry(&api(503, None)), Retry::Transient);
+        assert_eq!(retry(&api(400, None)), Retry::No);
         assert!(!is_transient(&api(400, None)));
         // The session may exist already: another create would make a second one.
         assert!(!is_transient(&api(502, Some("PoolResponseUnparseable"))));

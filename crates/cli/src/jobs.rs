@@ -1,0 +1,640 @@
+//! Durable runs as jobs on [apalis](https://docs.rs/apalis) with its PostgreSQL storage: any
+//! number of workers, on one machine or many, take runs from one queue; a run whose worker
+//! dies (kill -9, a lost machine) is taken by another once the dead worker's heartbeats lapse,
+//! and resumes from its newest checkpoint, sealed in [`PgStore`].
+//!
+//! * [`Tasks`] — tasks by name, each with a serde input type.
+//! * [`submit`] — enqueue a run; [`runs`] — every run with its status, entries and wide event.
+//! * [`Worker`] — takes runs from the queue and runs them through outlive, durable.
+//! * [`SessionLimit`] — at most N browser sessions at once across every worker, through
+//!   PostgreSQL advisory locks (a dead worker's locks go with its connections).
+//!
+//! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`);
+//! outlive adds `outlive_runs` (one row per run: task, status, worker pickups, result or
+//! error, the last wide event) and `outlive_checkpoints` ([`PgStore`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apalis::prelude::{
+    AbortError, BoxDynError, Data, Monitor, TaskBuilder, TaskId, TaskSink, WorkerBuilder,
+    WorkerBuilderExt, WorkerContext,
+};
+use apalis_postgres::{Config, PostgresStorage};
+use backon::{ExponentialBuilder, Retryable};
+use outlive::{BoxFuture, Ctx, Durable, Options, Page, Provider, Sealer, Session, WideEvent};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::durable::PgStore;
+use crate::error::{Error, ErrorKind};
+
+/// The apalis queue every outlive run goes through.
+pub const QUEUE: &str = "outlive-runs";
+
+/// What a queued run holds: the task's name and its input. The run id is the apalis task id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunJob {
+    /// A name registered in the workers' [`Tasks`].
+    pub task: String,
+    /// The task's input, as JSON.
+    pub input: serde_json::Value,
+}
+
+const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
+    run_id text PRIMARY KEY,
+    task text NOT NULL,
+    status text NOT NULL,
+    worker text,
+    pickups integer NOT NULL DEFAULT 0,
+    result jsonb,
+    error text,
+    event jsonb,
+    submitted_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// Creates what durable runs need in the database, if missing: apalis' schema (its own
+/// migrations), `outlive_runs` and `outlive_checkpoints`. Safe to run from every worker.
+///
+/// # Errors
+///
+/// [`ErrorKind::Database`].
+pub async fn setup(store: &PgStore) -> Result<(), Error> {
+    PostgresStorage::setup(store.pool())
+        .await
+        .map_err(|e| db("creating apalis' tables", e))?;
+    sqlx::query(RUNS_TABLE)
+        .execute(store.pool())
+        .await
+        .map_err(|e| db("creating the runs table", e))?;
+    store.setup().await
+}
+
+/// How a run ended, as a task reports it.
+struct Finished {
+    result: Result<serde_json::Value, String>,
+    event: Option<WideEvent>,
+}
+
+type Erased = Arc<
+    dyn Fn(serde_json::Value, Arc<dyn Provider>, Options) -> BoxFuture<'static, Finished>
+        + Send
+        + Sync,
+>;
+type Check = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>;
+
+/// Tasks by name. Each takes a serde input (checked when a run is submitted, and again when a
+/// worker takes it) and runs through outlive with the page and [`Ctx`] of each entry. A
+/// durable task keeps its progress in its checkpoints ([`Ctx::checkpoint_with`]), never in
+/// memory outside the task: the next entry may run in another process.
+#[derive(Clone, Default)]
+pub struct Tasks {
+    by_name: BTreeMap<String, (Erased, Check)>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Tasks {
+    /// No tasks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `task` under `name`: each entry gets the run's input, the page and the
+    /// entry's [`Ctx`]; what it returns (serialised) is the run's result.
+    #[must_use]
+    pub fn register<I, F, Fut, T, E>(mut self, name: impl Into<String>, task: F) -> Self
+    where
+        I: DeserializeOwned + Send + Sync + 'static,
+        F: Fn(Arc<I>, Page, Ctx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let task = Arc::new(task);
+        let run: Erased = Arc::new(move |input, provider, options| {
+            let task = task.clone();
+            Box::pin(async move {
+                let input: Arc<I> = match serde_json::from_value(input) {
+                    Ok(i) => Arc::new(i),
+                    Err(e) => {
+                        return Finished {
+                            result: Err(format!("the input does not fit the task: {e}")),
+                            event: None,
+                        };
+                    }
+                };
+                let (result, event) = outlive::outlive_with_event(
+                    provider.as_ref(),
+                    |page, ctx| task(input.clone(), page, ctx),
+                    options,
+                )
+                .await;
+                let result = match result {
+                    Ok(v) => serde_json::to_value(v)
+                        .map_err(|e| format!("the result does not serialise: {e}")),
+                    Err(e) => Err(e.to_string()),
+                };
+                Finished {
+                    result,
+                    event: Some(event),
+                }
+            })
+        });
+        let check: Check = Arc::new(|input| {
+            serde_json::from_value::<I>(input.clone())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        self.by_name.insert(name.into(), (run, check));
+        self
+    }
+
+    /// The registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
+    /// Checks that `name` is registered and `input` fits its input type.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnknownTask`]; [`ErrorKind::Input`] with what in the input does not fit.
+    pub fn check(&self, name: &str, input: &serde_json::Value) -> Result<(), Error> {
+        let (_, check) = self.by_name.get(name).ok_or_else(|| {
+            Error::new(ErrorKind::UnknownTask {
+                name: name.to_owned(),
+                known: self.names().map(str::to_owned).collect(),
+            })
+        })?;
+        check(input).map_err(|e| {
+            Error::with(
+                ErrorKind::Input {
+                    task: name.to_owned(),
+                },
+                e,
+            )
+        })
+    }
+}
+
+/// Enqueues a run of `task` with `input` (checked against `tasks` first) and answers its run
+/// id. The run shows in [`runs`] as `queued` until a worker takes it.
+///
+/// # Errors
+///
+/// [`ErrorKind::UnknownTask`], [`ErrorKind::Input`], [`ErrorKind::Database`].
+pub async fn submit(
+    store: &PgStore,
+    tasks: &Tasks,
+    task: &str,
+    input: serde_json::Value,
+) -> Result<String, Error> {
+    tasks.check(task, &input)?;
+    // apalis' PostgreSQL storage reads task ids back as ULIDs.
+    let id = TaskId::from_ulid(ulid::Ulid::generate());
+    let run_id = id.to_string();
+    sqlx::query("INSERT INTO outlive_runs (run_id, task, status) VALUES ($1, $2, 'queued')")
+        .bind(&run_id)
+        .bind(task)
+        .execute(store.pool())
+        .await
+        .map_err(|e| db("recording the run", e))?;
+    let job = RunJob {
+        task: task.to_owned(),
+        input,
+    };
+    let mut queue = queue(store, &WorkerConfig::default());
+    queue
+        .push_task(
+            TaskBuilder::new(job)
+                .task_id(id)
+                // A run that fails has already had outlive's relaunches; a worker that
+                // dies does not count (apalis re-enqueues it regardless).
+                .max_attempts(1)
+                .build(),
+        )
+        .await
+        .map_err(|e| db("enqueueing the run", e))?;
+    Ok(run_id)
+}
+
+/// One run, as [`runs`] lists it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRow {
+    /// The run id ([`submit`]'s answer).
+    pub run_id: String,
+    /// The task's name.
+    pub task: String,
+    /// `queued`, `running`, `completed` or `failed`.
+    pub status: String,
+    /// The worker that took it last.
+    pub worker: Option<String>,
+    /// How many times a worker took it (more than 1: a worker died under it).
+    pub pickups: i32,
+    /// Entries of the task so far, across workers (the wide event's `attempts`).
+    pub entries: Option<i64>,
+    /// The task's result, when it completed.
+    pub result: Option<serde_json::Value>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The newest wide event (one per worker that ran it; the last one's).
+    pub event: Option<serde_json::Value>,
+}
+
+/// Every run, oldest first.
+///
+/// # Errors
+///
+/// [`ErrorKind::Database`].
+pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
+    type Row = (
+        String,
+        String,
+        String,
+        Option<String>,
+        i32,
+        Option<serde_json::Value>,
+        Option<String>,
+        Option<serde_json::Value>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT run_id, task, status, worker, pickups, result, error, event
+         FROM outlive_runs ORDER BY submitted_at, run_id",
+    )
+    .fetch_all(store.pool())
+    .await
+    .map_err(|e| db("listing runs", e))?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(run_id, task, status, worker, pickups, result, error, event)| RunRow {
+                entries: event.as_ref().and_then(|e| e["attempts"].as_i64()),
+                run_id,
+                task,
+                status,
+                worker,
+                pickups,
+                result,
+                error,
+                event,
+            },
+        )
+        .collect())
+}
+
+/// How workers share the queue. Every worker on a queue must use the same heartbeat and
+/// missed-heartbeat count: each judges the others by its own.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// A worker tells the database it is alive this often.
+    pub heartbeat: Duration,
+    /// After this many heartbeats missed, its runs are given to another worker.
+    pub missed_heartbeats: usize,
+    /// Runs at once in this worker.
+    pub concurrency: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            heartbeat: Duration::from_secs(5),
+            missed_heartbeats: 3,
+            concurrency: 2,
+        }
+    }
+}
+
+fn queue(store: &PgStore, config: &WorkerConfig) -> PostgresStorage<RunJob> {
+    PostgresStorage::new(store.pool()).with_config(
+        Config::default()
+            .queue(QUEUE)
+            .heartbeat_interval(config.heartbeat)
+            .missed_heartbeats(config.missed_heartbeats)
+            // Claim only what it runs: a claimed run waits for this worker.
+            .batch_size(1),
+    )
+}
+
+/// A worker: takes runs from the queue and runs each through outlive, durable (checkpoints
+/// sealed and saved in PostgreSQL; a run another worker started resumes from its newest).
+pub struct Worker {
+    store: PgStore,
+    sealer: Sealer,
+    tasks: Tasks,
+    provider: Arc<dyn Provider>,
+    options: Options,
+    config: WorkerConfig,
+    name: String,
+}
+
+impl Worker {
+    /// A worker for `tasks`, launching browsers through `provider` (wrap it in a
+    /// [`SessionLimit`] to cap sessions across workers), sealing with `sealer`, each run with
+    /// `options` (its durability is set by the worker).
+    pub fn new(
+        store: PgStore,
+        sealer: Sealer,
+        tasks: Tasks,
+        provider: Arc<dyn Provider>,
+        options: Options,
+    ) -> Self {
+        Worker {
+            store,
+            sealer,
+            tasks,
+            provider,
+            options,
+            config: WorkerConfig::default(),
+            // Unique per process: a restarted worker must not inherit a dead one's name (its
+            // runs would stay locked to that name while the new one heartbeats).
+            name: format!(
+                "outlive-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
+        }
+    }
+
+    /// How it shares the queue; see [`WorkerConfig`].
+    #[must_use]
+    pub fn config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Its name in `apalis.workers` and in [`RunRow::worker`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Takes runs until `shutdown` resolves, then lets the runs in hand finish (up to 30 s;
+    /// a run cut off there is taken by another worker after the heartbeats lapse).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Database`] when the queue cannot be used.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let Worker {
+            store,
+            sealer,
+            tasks,
+            provider,
+            options,
+            config,
+            name,
+        } = self;
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            sealer,
+            tasks,
+            provider,
+            options,
+        });
+        tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
+        Monitor::new()
+            .shutdown_timeout(Duration::from_secs(30))
+            .register(move |_| {
+                WorkerBuilder::new(name.clone())
+                    .backend(queue(&store, &config).with_pubsub())
+                    .data(shared.clone())
+                    .concurrency(config.concurrency)
+                    .build(take)
+            })
+            .run_with_signal(async move {
+                shutdown.await;
+                Ok(())
+            })
+            .await
+            .map_err(|e| db("running the worker", e))
+    }
+}
+
+struct Shared {
+    store: PgStore,
+    sealer: Sealer,
+    tasks: Tasks,
+    provider: Arc<dyn Provider>,
+    options: Options,
+}
+
+/// One run, taken from the queue.
+async fn take(
+    job: RunJob,
+    id: TaskId,
+    shared: Data<Arc<Shared>>,
+    worker: WorkerContext,
+) -> Result<serde_json::Value, BoxDynError> {
+    let run_id = id.to_string();
+    let pool = shared.store.pool();
+    sqlx::query(
+        "UPDATE outlive_runs SET status = 'running', worker = $2, pickups = pickups + 1,
+         updated_at = now() WHERE run_id = $1",
+    )
+    .bind(&run_id)
+    .bind(worker.name())
+    .execute(pool)
+    .await?;
+    let Some((run, _)) = shared.tasks.by_name.get(&job.task) else {
+        let error = format!("this worker has no task named {:?}", job.task);
+        finish(pool, &run_id, &Err(error.clone()), None).await?;
+        return Err(AbortError::new(error).into());
+    };
+    let mut durable = Durable::new(
+        run_id.clone(),
+        shared.sealer.clone(),
+        Arc::new(shared.store.clone()),
+    );
+    if let Some(saved) = shared.store.load(&run_id).await? {
+        tracing::info!(
+            run_id,
+            entries = saved.attempt,
+            "taking over a run from its checkpoint"
+        );
+        durable = durable.resume(saved.sealed, saved.attempt);
+    }
+    let options = shared.options.clone().durable(durable);
+    let finished = run(job.input, shared.provider.clone(), options).await;
+    let event = finished.event.as_ref().map(WideEvent::to_json);
+    finish(pool, &run_id, &finished.result, event.as_deref()).await?;
+    match finished.result {
+        Ok(v) => Ok(v),
+        Err(e) => Err(AbortError::new(e).into()),
+    }
+}
+
+async fn finish(
+    pool: &PgPool,
+    run_id: &str,
+    result: &Result<serde_json::Value, String>,
+    event: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let (status, value, error) = match result {
+        Ok(v) => ("completed", Some(v), None),
+        Err(e) => ("failed", None, Some(e.as_str())),
+    };
+    sqlx::query(
+        "UPDATE outlive_runs SET status = $2, result = $3, error = $4, event = $5::jsonb,
+         updated_at = now() WHERE run_id = $1",
+    )
+    .bind(run_id)
+    .bind(status)
+    .bind(value)
+    .bind(error)
+    .bind(event)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// At most `max` browser sessions at once across every process using the same database:
+/// each launch first takes one of `max` PostgreSQL advisory locks, on a connection of its
+/// own that the session keeps until it is released. A worker that dies loses its
+/// connections, and with them its locks. Launches wait (with a backoff) for a free one.
+pub struct SessionLimit<P> {
+    inner: P,
+    url: String,
+    max: u32,
+}
+
+/// The advisory lock class of session slots ("outl").
+const SLOT_CLASS: i32 = 0x6f75_746c;
+
+impl<P: Provider> SessionLimit<P> {
+    /// `inner`'s launches, capped at `max` sessions across everything using `database_url`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] when `max` is 0.
+    pub fn new(inner: P, database_url: impl Into<String>, max: u32) -> Result<Self, Error> {
+        if max == 0 {
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "max_sessions",
+                message: "must be at least 1",
+            }));
+        }
+        Ok(SessionLimit {
+            inner,
+            url: database_url.into(),
+            max,
+        })
+    }
+
+    async fn try_slot(&self) -> Result<PgConnection, SlotError> {
+        let mut conn = PgConnection::connect(&self.url)
+            .await
+            .map_err(SlotError::Database)?;
+        for slot in 0..self.max as i32 {
+            let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1, $2)")
+                .bind(SLOT_CLASS)
+                .bind(slot)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(SlotError::Database)?;
+            if held {
+                tracing::debug!(slot, "session slot taken");
+                return Ok(conn);
+            }
+        }
+        let _ = conn.close().await;
+        Err(SlotError::Full)
+    }
+}
+
+enum SlotError {
+    Full,
+    Database(sqlx::Error),
+}
+
+impl<P: Provider> Provider for SessionLimit<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
+        Box::pin(async move {
+            let wait = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .without_max_times()
+                .with_jitter();
+            let slot = (|| self.try_slot())
+                .retry(wait)
+                .sleep(tokio::time::sleep)
+                .when(|e| matches!(e, SlotError::Full))
+                .await
+                .map_err(|e| match e {
+                    SlotError::Database(e) => outlive::Error::provider(
+                        outlive::ErrorKind::Launch,
+                        "PostgreSQL did not give a session slot",
+                    )
+                    .caused_by(e),
+                    SlotError::Full => unreachable!("waited for"),
+                })?;
+            let session = self.inner.launch().await?;
+            Ok(Box::new(Limited {
+                inner: Some(session),
+                slot: Some(slot),
+            }) as Box<dyn Session>)
+        })
+    }
+}
+
+/// A session holding its slot until it is released.
+struct Limited {
+    inner: Option<Box<dyn Session>>,
+    slot: Option<PgConnection>,
+}
+
+impl Limited {
+    fn inner(&self) -> &dyn Session {
+        self.inner.as_deref().expect("present until released")
+    }
+}
+
+impl Session for Limited {
+    fn endpoint(&self) -> &outlive::CdpEndpoint {
+        self.inner().endpoint()
+    }
+
+    fn exited(&self) -> BoxFuture<'static, ()> {
+        self.inner().exited()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.inner().pid()
+    }
+
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
+        let inner = self.inner.take().expect("released once");
+        let slot = self.slot.take();
+        Box::pin(async move {
+            let released = inner.release().await;
+            // Closing the connection frees its advisory lock.
+            if let Some(slot) = slot {
+                let _ = slot.close().await;
+            }
+            released
+        })
+    }
+}
+
+// Dropped without `release`: the inner session's own `Drop` ends it, and dropping the
+// connection closes its socket, which frees the lock on the server.
+
+fn db(what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with(ErrorKind::Database { what }, e)
+}

@@ -1,0 +1,236 @@
+//! Durable runs as jobs, end to end: real `outlive worker` processes taking runs from a real
+//! PostgreSQL queue (apalis), browsers from the gateway through the Solari provider, the
+//! Aurora Bank task. A worker killed with SIGKILL mid-run loses its run to another worker,
+//! which resumes it from the sealed checkpoint without a second sign-in; two workers share
+//! twelve runs under a cluster-wide limit of three sessions.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use outlive_cli::bed::{TestBed, dying};
+use outlive_cli::durable::PgStore;
+use outlive_cli::jobs::{self, RunRow};
+use support::pg::Scratch;
+use tokio::process::{Child, Command};
+
+/// One `outlive worker` process; killed when dropped.
+struct WorkerProcess {
+    child: Child,
+}
+
+impl WorkerProcess {
+    fn start(db: &Scratch, bed: &TestBed, key_file: &std::path::Path, extra: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_outlive"))
+            .args(["worker", "--solari-url"])
+            .arg(bed.gateway().base_url())
+            .arg("--bank-url")
+            .arg(bed.bank().base_url())
+            .arg("--key-file")
+            .arg(key_file)
+            .args(["--heartbeat", "1s", "--missed-heartbeats", "3"])
+            .args(["--checkpoint-every", "500ms"])
+            .args(extra)
+            .env("OUTLIVE_DATABASE_URL", &db.url)
+            .env("SOLARI_API_KEY", bed.gateway().api_key())
+            .env_remove("OUTLIVE_SEAL_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the outlive binary starts");
+        WorkerProcess { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// SIGTERM, then waits for it to finish what it holds.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await;
+    }
+}
+
+fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("seal.key");
+    std::fs::write(&path, "42".repeat(32)).unwrap();
+    path
+}
+
+/// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
+async fn until(
+    store: &PgStore,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&[RunRow]) -> bool,
+) -> Vec<RunRow> {
+    let deadline = Instant::now() + within;
+    loop {
+        let runs = jobs::runs(store).await.unwrap();
+        if done(&runs) {
+            return runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_sign_in() {
+    let db = Scratch::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    jobs::setup(&store).await.unwrap();
+    let bed = TestBed::start(dying(
+        Duration::from_secs(300),
+        Duration::ZERO,
+        gateway::DeathMode::Close,
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(&dir);
+    let mut workers = vec![
+        WorkerProcess::start(&db, &bed, &key, &["--concurrency", "1"]),
+        WorkerProcess::start(&db, &bed, &key, &["--concurrency", "1"]),
+    ];
+    let tasks = outlive_cli::bank::tasks(None);
+    let run_id = jobs::submit(
+        &store,
+        &tasks,
+        "bank",
+        serde_json::json!({ "polls": 40, "poll_every_ms": 200 }),
+    )
+    .await
+    .unwrap();
+
+    // Signed in, and a few polls saved with the checkpoints.
+    let runs = until(
+        &store,
+        Duration::from_secs(60),
+        "a worker is polling",
+        |_| bed.bank().counters().polls_served >= 6,
+    )
+    .await;
+    assert_eq!(bed.bank().counters().totps_accepted, 1);
+    let first = runs[0].worker.clone().expect("a worker took it");
+    let victim = workers
+        .iter()
+        .position(|w| first.starts_with(&format!("outlive-{}-", w.pid())))
+        .expect("the worker is one of ours");
+    let mut dead = workers.remove(victim);
+    dead.child.start_kill().unwrap(); // SIGKILL
+    dead.child.wait().await.unwrap();
+    let polls_at_kill = bed.bank().counters().polls_served;
+
+    let runs = until(
+        &store,
+        Duration::from_secs(90),
+        "the run completes",
+        |runs| runs[0].status == "completed",
+    )
+    .await;
+    let run = &runs[0];
+    println!("{run:#?}");
+    assert_eq!(run.run_id, run_id);
+    assert_eq!(
+        run.pickups, 2,
+        "taken twice: by the killed worker and by the other"
+    );
+    assert_ne!(run.worker.as_deref(), Some(first.as_str()));
+    assert_eq!(run.result.as_ref().unwrap()["polls"], 40);
+    assert_eq!(
+        bed.bank().counters().totps_accepted,
+        1,
+        "signed in once, across both workers"
+    );
+    assert_eq!(run.result.as_ref().unwrap()["signInsLastEntry"], 0);
+    let event = run.event.as_ref().expect("the wide event is stored");
+    assert_eq!(event["runId"], run_id.as_str());
+    assert!(
+        event["attempts"].as_u64().unwrap() >= 2,
+        "entries continue across workers: {event}"
+    );
+    // The second worker went on from the checkpoint, not from the start: at most the polls
+    // after the last checkpoint were done again.
+    let served = bed.bank().counters().polls_served;
+    assert!(
+        served < polls_at_kill + 40,
+        "served {served}, {polls_at_kill} before the kill"
+    );
+
+    for w in workers {
+        w.stop().await;
+    }
+    // The killed worker could not release its session; the gateway's shutdown ends it.
+    let status = bed.shutdown().await.unwrap();
+    assert_eq!(status.chromium_processes, 0);
+    db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
+    let db = Scratch::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    jobs::setup(&store).await.unwrap();
+    let bed = TestBed::start(
+        dying(
+            Duration::from_secs(300),
+            Duration::ZERO,
+            gateway::DeathMode::Close,
+        )
+        .max_sessions(12),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(&dir);
+    // Each worker would run three at once; together they may hold three sessions.
+    let extra = ["--concurrency", "3", "--max-sessions", "3"];
+    let workers = [
+        WorkerProcess::start(&db, &bed, &key, &extra),
+        WorkerProcess::start(&db, &bed, &key, &extra),
+    ];
+    let tasks = outlive_cli::bank::tasks(None);
+    for _ in 0..12 {
+        jobs::submit(
+            &store,
+            &tasks,
+            "bank",
+            serde_json::json!({ "polls": 4, "poll_every_ms": 100 }),
+        )
+        .await
+        .unwrap();
+    }
+    let runs = until(
+        &store,
+        Duration::from_secs(240),
+        "all twelve complete",
+        |runs| runs.iter().all(|r| r.status == "completed"),
+    )
+    .await;
+    assert_eq!(runs.len(), 12);
+    let workers_used: std::collections::BTreeSet<_> =
+        runs.iter().filter_map(|r| r.worker.clone()).collect();
+    println!("runs per worker: {workers_used:?}");
+    let peak = bed.gateway().status().peak_sessions;
+    assert!(peak <= 3, "the gateway saw {peak} sessions at once");
+    assert!(peak >= 2, "runs did overlap (peak {peak})");
+    for w in workers {
+        w.stop().await;
+    }
+    // Every session released by its worker.
+    support::assert_gateway_clean(bed.gateway()).await;
+    support::shutdown_clean(bed).await;
+    db.drop_now(store).await;
+}
