@@ -158,3 +158,58 @@ async fn no_log_line_carries_a_cdp_token() {
         assert!(!event.to_json().contains(&token));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_provider_makes_a_launch_wait_instead_of_failing_the_run() {
+    // One session allowed: the second run's launch is answered 429 ConcurrencyLimitExceeded
+    // until the first run releases its session; it waits and completes, with no launch
+    // counted as failed.
+    let bed = TestBed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(300))
+            .jitter(Duration::ZERO)
+            .max_sessions(1),
+    )
+    .await
+    .unwrap();
+    let provider = bed.provider();
+    let holding = std::sync::Arc::new(tokio::sync::Notify::new());
+    let run = |hold: Option<std::sync::Arc<tokio::sync::Notify>>| {
+        let provider = &provider;
+        async move {
+            outlive::outlive_with_event(
+                provider,
+                |page, _ctx| {
+                    let hold = hold.clone();
+                    async move {
+                        page.evaluate("1").await?;
+                        if let Some(hold) = hold {
+                            // Holds the only session a while after the other run asked.
+                            hold.notify_one();
+                            tokio::time::sleep(Duration::from_millis(1500)).await;
+                        }
+                        Ok::<_, outlive::chromiumoxide::error::CdpError>(())
+                    }
+                },
+                Options::new().max_relaunches(0),
+            )
+            .await
+        }
+    };
+    let first = run(Some(holding.clone()));
+    let second = async {
+        holding.notified().await;
+        run(None).await
+    };
+    let ((r1, e1), (r2, e2)) = tokio::join!(first, second);
+    assert!(r1.is_ok(), "{}", e1.to_json());
+    assert!(r2.is_ok(), "{}", e2.to_json());
+    assert_eq!(e2.sessions, 1, "one launch, no failed one: {}", e2.to_json());
+    assert!(
+        e2.total_ms >= 1_000,
+        "the second run waited for the session: {}",
+        e2.to_json()
+    );
+    assert_eq!(bed.gateway().status().peak_sessions, 1);
+    support::shutdown_clean(bed).await;
+}

@@ -1,0 +1,146 @@
+//! PostgreSQL restarted under a worker in the middle of its runs: checkpoints that fall in the
+//! outage are not counted, the runs go on and complete — each signed in once, no poll lost —
+//! and the worker takes new runs afterwards. Its own test binary: it restarts the cluster
+//! behind `OUTLIVE_TEST_DATABASE_URL` (a local one, as `scripts/postgres` makes), which other
+//! tests must not see.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use outlive_cli::bed::{TestBed, dying};
+use outlive_cli::durable::PgStore;
+use outlive_cli::jobs;
+use support::pg::Scratch;
+
+/// `pg_ctlcluster VERSION NAME restart` for the local cluster on the URL's port.
+fn restart_postgres(url: &str) {
+    let port = url::Url::parse(url)
+        .unwrap()
+        .port()
+        .unwrap_or(5432)
+        .to_string();
+    let list = std::process::Command::new("pg_lsclusters")
+        .arg("-h")
+        .output()
+        .expect("pg_lsclusters (Debian's postgresql-common): the test restarts a local cluster");
+    let list = String::from_utf8(list.stdout).unwrap();
+    let cluster: Vec<&str> = list
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(2) == Some(&port.as_str()))
+        .expect("a local cluster on the test database's port")
+        .into_iter()
+        .take(2)
+        .collect();
+    let status = std::process::Command::new("pg_ctlcluster")
+        .args([cluster[0], cluster[1], "restart"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "pg_ctlcluster restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_go_on_through_a_postgres_restart() {
+    let db = Scratch::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    jobs::setup(&store).await.unwrap();
+    let bed = TestBed::start(
+        dying(
+            Duration::from_secs(300),
+            Duration::ZERO,
+            gateway::DeathMode::Close,
+        )
+        .max_sessions(4),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("seal.key");
+    std::fs::write(&key, "17".repeat(32)).unwrap();
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_outlive"))
+        .args(["worker", "--solari-url", bed.gateway().base_url()])
+        .arg("--bank-url")
+        .arg(bed.bank().base_url())
+        .arg("--key-file")
+        .arg(&key)
+        .args(["--heartbeat", "1s", "--concurrency", "3"])
+        .args(["--checkpoint-every", "500ms"])
+        .env("OUTLIVE_DATABASE_URL", &db.url)
+        .env("SOLARI_API_KEY", bed.gateway().api_key())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let tasks = outlive_cli::bank::tasks(None);
+    let input = serde_json::json!({ "polls": 50, "poll_every_ms": 200 });
+    for _ in 0..3 {
+        jobs::submit(&store, &tasks, "bank", input.clone())
+            .await
+            .unwrap();
+    }
+    // All three signed in and polling.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while bed.bank().counters().polls_served < 12 {
+        assert!(Instant::now() < deadline, "{:?}", bed.bank().counters());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(bed.bank().counters().totps_accepted, 3);
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || restart_postgres(&url))
+        .await
+        .unwrap();
+    let served = bed.bank().counters().polls_served;
+    assert!(
+        served < 150,
+        "the runs were still going when it came back ({served} polls)"
+    );
+    let store = PgStore::connect(&db.url).await.unwrap();
+
+    let until_done = |n: usize| {
+        let store = store.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let runs = jobs::runs(&store).await.unwrap();
+                if runs.len() == n && runs.iter().all(|r| r.status == "completed") {
+                    return runs;
+                }
+                assert!(Instant::now() < deadline, "{runs:#?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let runs = until_done(3).await;
+    for run in &runs {
+        assert_eq!(run.result.as_ref().unwrap()["polls"], 50, "{run:#?}");
+        assert_eq!(run.pickups, 1, "the worker kept its runs: {run:#?}");
+    }
+    assert_eq!(
+        bed.bank().counters().totps_accepted,
+        3,
+        "one sign-in per run"
+    );
+
+    // And it still takes new runs.
+    jobs::submit(
+        &store,
+        &tasks,
+        "bank",
+        serde_json::json!({ "polls": 3, "poll_every_ms": 100 }),
+    )
+    .await
+    .unwrap();
+    until_done(4).await;
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(40), worker.wait()).await;
+    support::assert_gateway_clean(bed.gateway()).await;
+    support::shutdown_clean(bed).await;
+    db.drop_now(store).await;
+}
