@@ -68,6 +68,16 @@ enum Command {
         /// Only the rotation benchmark (reactive, rotation, rotation + standby).
         #[arg(long, conflicts_with_all = ["micro_only", "survival_only", "storage_only"])]
         rotation_only: bool,
+        /// Only the durable-mode figures (needs --database-url).
+        #[arg(long, requires = "database_url", conflicts_with_all = ["micro_only", "survival_only", "storage_only", "rotation_only"])]
+        durable_only: bool,
+        /// PostgreSQL for the durable-mode figures (the bench creates and drops a database);
+        /// without it they are skipped.
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// Runs per durable throughput measurement.
+        #[arg(long, default_value_t = 12)]
+        durable_runs: u32,
         /// Checkpoints per RTT setting.
         #[arg(long, default_value_t = 20)]
         samples: u32,
@@ -248,6 +258,9 @@ async fn main() -> anyhow::Result<()> {
             survival_only,
             storage_only,
             rotation_only,
+            durable_only,
+            database_url,
+            durable_runs,
             samples,
             kills,
         } => {
@@ -258,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
                 checkpoint_every: lifetime / 20,
                 ..Default::default()
             };
-            let only = micro_only || survival_only || storage_only || rotation_only;
+            let only = micro_only || survival_only || storage_only || rotation_only || durable_only;
             // Two lifetimes of polling: each run meets two deaths of old age.
             let rotation = bench::SurvivalConfig {
                 polls: 60,
@@ -269,6 +282,9 @@ async fn main() -> anyhow::Result<()> {
                 rotation: (!only || rotation_only).then_some(rotation),
                 micro: (!only || micro_only).then_some(bench::MicroConfig { samples, kills }),
                 storage: (!only || storage_only || micro_only).then_some(samples),
+                durable: database_url
+                    .filter(|_| !only || durable_only)
+                    .map(|url| (url, durable_runs)),
                 out,
             };
             bench::run(&plan).await?;

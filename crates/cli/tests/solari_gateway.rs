@@ -204,7 +204,12 @@ async fn a_busy_provider_makes_a_launch_wait_instead_of_failing_the_run() {
     let ((r1, e1), (r2, e2)) = tokio::join!(first, second);
     assert!(r1.is_ok(), "{}", e1.to_json());
     assert!(r2.is_ok(), "{}", e2.to_json());
-    assert_eq!(e2.sessions, 1, "one launch, no failed one: {}", e2.to_json());
+    assert_eq!(
+        e2.sessions,
+        1,
+        "one launch, no failed one: {}",
+        e2.to_json()
+    );
     assert!(
         e2.total_ms >= 1_000,
         "the second run waited for the session: {}",

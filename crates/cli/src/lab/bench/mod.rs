@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use super::{create_out, timeline, write_json, write_text};
 use crate::error::Error;
 
+pub mod durable;
 mod micro;
 pub mod records;
 pub mod rotation;
@@ -41,6 +42,9 @@ pub struct BenchPlan {
     /// Samples of the storage figures (`storage.json`, `storage-summary.txt`); `None` skips
     /// them.
     pub storage: Option<u32>,
+    /// The durable-mode figures (`durable.json`, `durable-summary.txt`): PostgreSQL to
+    /// create a database in, and runs per throughput measurement; `None` skips them.
+    pub durable: Option<(String, u32)>,
     /// The directory for the raw JSON, the timeline and the summary.
     pub out: PathBuf,
 }
@@ -120,6 +124,16 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
         let text = storage::storage_summary(&stored);
         println!("\n{text}");
         write_text(out, "storage-summary.txt", &text)?;
+    }
+    if let Some((database_url, runs)) = &plan.durable {
+        println!(
+            "durable: checkpoints in memory and in PostgreSQL, then {runs} runs through the queue with 1 and 2 workers"
+        );
+        let report = durable::durable(database_url, *runs).await?;
+        write_json(out, "durable.json", &report)?;
+        let text = durable::durable_summary(&report);
+        println!("\n{text}");
+        write_text(out, "durable-summary.txt", &text)?;
     }
     let (name, text) = match (&survival_report, &micro_report) {
         (Some(s), m) => ("summary.txt", summary(s, m.as_ref())),
