@@ -400,14 +400,20 @@ async fn session_creation_failing_with_503_then_succeeding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_creation_refused_429_concurrency_limit() {
+    // A busy provider is waited for (SolariLaunch::busy_wait), not counted as failed launches.
     let (gw, provider) = fault_bed(0).await;
     gw.fail_creates(2, 429).unwrap();
 
     let (result, e) = run_instant(&provider, (), quiet()).await;
     result.unwrap();
     assert_eq!(
-        (e.outcome, e.relaunches, e.attempts),
-        (Outcome::Completed, 2, 1)
+        (e.outcome, e.relaunches, e.attempts, e.sessions),
+        (Outcome::Completed, 0, 1, 1)
+    );
+    assert_eq!(
+        gw.fault_counters().creates_faulted,
+        2,
+        "asked again after each 429"
     );
     finish_clean(gw).await;
 }
