@@ -188,14 +188,15 @@ pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Er
     let provider = Arc::new(Recording::new(LocalChromium::new()));
     let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
     let bytes = Arc::new(Mutex::new(0usize));
-    let ready = Arc::new(tokio::sync::Notify::new());
-    let (sink, size, on_ready) = (restores.clone(), bytes.clone(), ready.clone());
+    // Standbys ready so far: an entry waits for one ready after its first checkpoint.
+    let (on_ready, ready) = tokio::sync::watch::channel(0u32);
+    let (sink, size) = (restores.clone(), bytes.clone());
     let url = bank.url("/login");
     let killer = provider.clone();
     let result = outlive::outlive(
         provider.as_ref(),
         |page, ctx| {
-            let (url, killer, ready) = (url.clone(), killer.clone(), ready.clone());
+            let (url, killer, mut ready) = (url.clone(), killer.clone(), ready.clone());
             async move {
                 if ctx.attempt() == 1 {
                     page.goto(url).await?;
@@ -204,12 +205,15 @@ pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Er
                 if ctx.attempt() > samples {
                     return Ok::<_, CdpError>(());
                 }
-                let step = format!("localStorage.setItem('step', '{}')", ctx.attempt());
-                page.evaluate_expression(step.clone()).await?;
+                let step = |n: String| format!("localStorage.setItem('step', '{n}')");
+                page.evaluate_expression(step(ctx.attempt().to_string()))
+                    .await?;
+                let seen = *ready.borrow_and_update();
                 ctx.checkpoint().await;
                 if standby {
-                    ready.notified().await;
-                    page.evaluate_expression(format!("{step} + '.1'")).await?;
+                    let _ = ready.wait_for(|n| *n > seen).await;
+                    page.evaluate_expression(step(format!("{}.1", ctx.attempt())))
+                        .await?;
                     ctx.checkpoint().await;
                     // The task's browser: every one up but the newest (the standby).
                     killer.signal_all_but_newest(nix::sys::signal::Signal::SIGKILL);
@@ -228,7 +232,9 @@ pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Er
             .relaunch_backoff(Duration::from_millis(100))
             .standby(standby)
             .on_milestone(move |m| match m {
-                Milestone::SuccessorReady { standby: true, .. } => on_ready.notify_one(),
+                Milestone::SuccessorReady { standby: true, .. } => {
+                    on_ready.send_modify(|n| *n += 1);
+                }
                 Milestone::Restored { restore, navigate } => {
                     sink.lock()
                         .expect("restores")
