@@ -6,64 +6,12 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs::{self, RunRow};
-use support::pg::Scratch;
-use tokio::process::{Child, Command};
-
-/// One `outlive worker` process; killed when dropped.
-struct WorkerProcess {
-    child: Child,
-}
-
-impl WorkerProcess {
-    fn start(db: &Scratch, bed: &TestBed, key_file: &std::path::Path, extra: &[&str]) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_outlive"))
-            .args(["worker", "--solari-url"])
-            .arg(bed.gateway().base_url())
-            .arg("--bank-url")
-            .arg(bed.bank().base_url())
-            .arg("--key-file")
-            .arg(key_file)
-            .args(["--heartbeat", "1s", "--missed-heartbeats", "3"])
-            .args(["--checkpoint-every", "500ms"])
-            .args(extra)
-            .env("OUTLIVE_DATABASE_URL", &db.url)
-            .env("SOLARI_API_KEY", bed.gateway().api_key())
-            .env_remove("OUTLIVE_SEAL_KEY")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the outlive binary starts");
-        WorkerProcess { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id().expect("running")
-    }
-
-    /// SIGTERM, then waits for it to finish what it holds.
-    async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await;
-    }
-}
-
-fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    let path = dir.path().join("seal.key");
-    std::fs::write(&path, "42".repeat(32)).unwrap();
-    path
-}
+use support::pg::{Scratch, WorkerProcess, key_file};
 
 /// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
 async fn until(

@@ -6,13 +6,12 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs;
-use support::pg::Scratch;
+use support::pg::{Scratch, WorkerProcess, key_file};
 
 /// `pg_ctlcluster VERSION NAME restart` for the local cluster on the URL's port.
 fn restart_postgres(url: &str) {
@@ -57,23 +56,8 @@ async fn runs_go_on_through_a_postgres_restart() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("seal.key");
-    std::fs::write(&key, "17".repeat(32)).unwrap();
-    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_outlive"))
-        .args(["worker", "--solari-url", bed.gateway().base_url()])
-        .arg("--bank-url")
-        .arg(bed.bank().base_url())
-        .arg("--key-file")
-        .arg(&key)
-        .args(["--heartbeat", "1s", "--concurrency", "3"])
-        .args(["--checkpoint-every", "500ms"])
-        .env("OUTLIVE_DATABASE_URL", &db.url)
-        .env("SOLARI_API_KEY", bed.gateway().api_key())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let key = key_file(&dir);
+    let worker = WorkerProcess::start(&db, &bed, &key, &["--concurrency", "3"]);
     let tasks = outlive_cli::bank::tasks(None);
     let input = serde_json::json!({ "polls": 50, "poll_every_ms": 200 });
     for _ in 0..3 {
@@ -135,11 +119,7 @@ async fn runs_go_on_through_a_postgres_restart() {
     .unwrap();
     until_done(4).await;
 
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(40), worker.wait()).await;
+    worker.stop().await;
     support::assert_gateway_clean(bed.gateway()).await;
     support::shutdown_clean(bed).await;
     db.drop_now(store).await;

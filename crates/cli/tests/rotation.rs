@@ -109,10 +109,8 @@ async fn a_declared_lifetime_moves_the_task_before_each_death() {
     support::shutdown_clean(bed).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_from_an_unplanned_death() {
-    // Nothing predicts this death: no rotation, only the standby. The task's first browser is
-    // killed by the gateway the moment the standby is ready.
+/// A gateway whose sessions live 120 s (only the test kills them), room for a standby.
+async fn standby_bed() -> (TestBed, Tracked) {
     let bed = TestBed::start(
         dying(
             Duration::from_secs(120),
@@ -124,6 +122,14 @@ async fn a_standby_takes_over_from_an_unplanned_death() {
     .await
     .unwrap();
     let provider = Tracked::new(bed.gateway(), 0);
+    (bed, provider)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_an_unplanned_death() {
+    // Nothing predicts this death: no rotation, only the standby. The task's first browser is
+    // killed by the gateway the moment the standby is ready.
+    let (bed, provider) = standby_bed().await;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
     let ready_tx = Mutex::new(Some(ready_tx));
     let options = Options::new()
@@ -177,17 +183,7 @@ async fn a_standby_is_brought_up_to_date_with_what_changed_after_its_restore() {
     // item, removes one, adds one and checkpoints again; the death makes the standby write only
     // those changes over its earlier restore. The page after the switch must see exactly the
     // newest checkpoint's storage.
-    let bed = TestBed::start(
-        dying(
-            Duration::from_secs(120),
-            Duration::ZERO,
-            gateway::DeathMode::Close,
-        )
-        .max_sessions(4),
-    )
-    .await
-    .unwrap();
-    let provider = Tracked::new(bed.gateway(), 0);
+    let (bed, provider) = standby_bed().await;
     let ready = Arc::new(tokio::sync::Notify::new());
     let on_ready = ready.clone();
     let options = Options::new()
