@@ -10,7 +10,7 @@ use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
-use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache};
+use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache};
 use crate::ctx::Capturer;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
@@ -39,6 +39,8 @@ pub(crate) struct CdpBrowser {
     capture: CaptureOptions,
     /// The parts of the newest capture (or of the restored checkpoint), by hash.
     parts: Arc<PartCache>,
+    /// IndexedDB change tracking on the page's session (a fresh page starts a fresh one).
+    idb: Arc<IdbWatch>,
     pump: Option<AbortOnDrop>,
     _exit_watch: AbortOnDrop,
     relay: Relay,
@@ -155,6 +157,7 @@ async fn connect(
             indexed_db_max_bytes: options.indexed_db_max_bytes,
         },
         parts: Arc::default(),
+        idb: Arc::default(),
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -189,10 +192,12 @@ impl LiveBrowser for CdpBrowser {
         let page = self.page.clone();
         let calls = self.relay.calls();
         let parts = self.parts.clone();
+        let idb = self.idb.clone();
         let options = self.capture;
         Arc::new(move || {
-            let (page, calls, parts) = (page.clone(), calls.clone(), parts.clone());
-            Box::pin(async move { checkpoint::capture(&page, &calls, &parts, options).await })
+            let (page, calls, parts, idb) =
+                (page.clone(), calls.clone(), parts.clone(), idb.clone());
+            Box::pin(async move { checkpoint::capture(&page, &calls, &parts, &idb, options).await })
         })
     }
 
@@ -275,6 +280,7 @@ impl LiveBrowser for CdpBrowser {
             page.session_id().as_ref().to_owned(),
         );
         self.page = page;
+        self.idb = Arc::default();
         Ok(())
     }
 

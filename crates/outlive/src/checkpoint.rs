@@ -36,10 +36,11 @@ use chromiumoxide::cdp::browser_protocol::page::{
     CreateIsolatedWorldParams, FrameTree, GetFrameTreeParams, NavigateParams,
 };
 use chromiumoxide::cdp::browser_protocol::storage::{
-    ClearCookiesParams, GetCookiesParams, SetCookiesParams,
+    ClearCookiesParams, EventIndexedDbContentUpdated, EventIndexedDbListUpdated, GetCookiesParams,
+    SetCookiesParams, TrackIndexedDbForStorageKeyParams,
 };
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::{Zeroize, Zeroizing};
@@ -562,6 +563,9 @@ struct RawPart {
     d: Option<String>,
     #[serde(default)]
     u: u64,
+    /// IndexedDB read in full: the databases found (names and versions).
+    #[serde(default)]
+    l: Option<String>,
 }
 
 impl FrameRead {
@@ -599,11 +603,16 @@ fn is_storable_origin(origin: &str) -> bool {
     origin.starts_with("http://") || origin.starts_with("https://")
 }
 
-fn capture_expression(known: &[String], options: CaptureOptions) -> String {
+fn capture_expression(
+    known: &[String],
+    options: CaptureOptions,
+    idb_same: Option<serde_json::Value>,
+) -> String {
     let known = serde_json::to_string(known).expect("strings serialise");
     let opts = serde_json::json!({
         "idb": options.indexed_db,
         "idbMax": options.indexed_db_max_bytes,
+        "idbSame": idb_same,
     });
     // Installed once per document and reused: a function V8 has seen before runs its loops
     // optimised (a fresh one hashes a megabyte in the interpreter, ~10× slower).
@@ -681,11 +690,13 @@ pub(crate) async fn capture(
     page: &Page,
     calls: &Calls,
     cache: &PartCache,
+    idb: &IdbWatch,
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let expression = capture_expression(&cache.known(), options);
+    let (changes, idb_same) = idb.begin(cache);
+    let expression = capture_expression(&cache.known(), options, idb_same);
     let remote = async {
         let sessions = calls.frame_sessions().await;
         let reads = sessions
@@ -707,6 +718,10 @@ pub(crate) async fn capture(
     let top = top?;
     let top_origin = top.origin.clone();
     let url = top.url.clone();
+    let idb_read = top
+        .idb
+        .as_ref()
+        .and_then(|p| Some((p.h.clone(), p.l.clone()?)));
 
     let mut frames_unread = 0;
     let mut reads = Vec::new();
@@ -777,7 +792,150 @@ pub(crate) async fn capture(
         progress: None,
     };
     cache.remember(&checkpoint);
+    if let Some((hash, list)) = idb_read {
+        idb.read_in_full(page, &top_origin, hash, list, changes)
+            .await;
+    }
     Ok(checkpoint)
+}
+
+/// Whether the top frame's IndexedDB may have changed since the capture script last read it
+/// in full, from Chromium's own change events (`Storage.trackIndexedDBForStorageKey`, then
+/// `indexedDBContentUpdated` / `indexedDBListUpdated` on the page's session): while none came,
+/// the capture script is told the last read stands, and only checks that no database came,
+/// went or changed version — so an unchanged IndexedDB costs a checkpoint nothing more.
+///
+/// Chromium reports a commit's content change before the transaction's completion reaches the
+/// page (the change is sent from the IndexedDB backend before the page's script can see it),
+/// and chromiumoxide hands events over in the order they came, so a change the task has seen
+/// has been counted by the time it asks for a checkpoint. One watch per page session: tracking
+/// belongs to the session.
+#[derive(Default)]
+pub(crate) struct IdbWatch(Mutex<IdbState>);
+
+#[derive(Default)]
+struct IdbState {
+    events: Option<IdbEvents>,
+    /// Origins whose (first-party) storage key is tracked on this session.
+    tracked: std::collections::HashSet<String>,
+    /// Change events seen so far.
+    changes: u64,
+    last: Option<IdbRead>,
+}
+
+struct IdbEvents {
+    content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
+    list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
+}
+
+/// The last full read of the top frame's IndexedDB.
+struct IdbRead {
+    origin: String,
+    hash: String,
+    list: String,
+    /// The change count when the capture that read it started.
+    changes: u64,
+    /// Whether the origin was tracked before that capture started.
+    tracked: bool,
+}
+
+impl IdbState {
+    /// Counts the events that came; a closed stream ends the tracking (nothing is skipped).
+    fn drain(&mut self) {
+        let Some(events) = &mut self.events else {
+            return;
+        };
+        match (waiting(&mut events.content), waiting(&mut events.list)) {
+            (Some(content), Some(list)) => self.changes += content + list,
+            _ => {
+                self.events = None;
+                self.tracked.clear();
+                self.last = None;
+            }
+        }
+    }
+}
+
+/// How many items `stream` holds ready, taking them; `None` if it ended.
+fn waiting(stream: &mut (impl futures::Stream + Unpin)) -> Option<u64> {
+    let mut n = 0;
+    loop {
+        match stream.next().now_or_never() {
+            Some(Some(_)) => n += 1,
+            Some(None) => return None,
+            None => return Some(n),
+        }
+    }
+}
+
+impl IdbWatch {
+    /// At a capture's start: the change count, and what the capture script may take as
+    /// unchanged (`{origin, h, l}`), if anything.
+    fn begin(&self, cache: &PartCache) -> (u64, Option<serde_json::Value>) {
+        let mut state = self.0.lock().expect("idb watch poisoned");
+        state.drain();
+        let same = state
+            .last
+            .as_ref()
+            .filter(|r| r.tracked && r.changes == state.changes && cache.get(&r.hash).is_some())
+            .map(|r| serde_json::json!({ "origin": r.origin, "h": r.hash, "l": r.list }));
+        (state.changes, same)
+    }
+
+    /// After a capture that read `origin`'s IndexedDB in full (content `hash`, databases
+    /// `list`), starting at change count `changes`. Starts tracking the origin if it is not
+    /// tracked yet: that read does not count as unchanged-since, the next one will.
+    async fn read_in_full(
+        &self,
+        page: &Page,
+        origin: &str,
+        hash: String,
+        list: String,
+        changes: u64,
+    ) {
+        let (tracked, listening) = {
+            let mut state = self.0.lock().expect("idb watch poisoned");
+            let tracked = state.tracked.contains(origin);
+            state.last = Some(IdbRead {
+                origin: origin.to_owned(),
+                hash,
+                list,
+                changes,
+                tracked,
+            });
+            (tracked, state.events.is_some())
+        };
+        if tracked || !is_storable_origin(origin) {
+            return;
+        }
+        // Listening before tracking, so no event after it is missed.
+        if !listening {
+            let (content, list) = futures::join!(
+                page.event_listener::<EventIndexedDbContentUpdated>(),
+                page.event_listener::<EventIndexedDbListUpdated>(),
+            );
+            let (Ok(content), Ok(list)) = (content, list) else {
+                return;
+            };
+            let mut state = self.0.lock().expect("idb watch poisoned");
+            if state.events.is_none() {
+                state.events = Some(IdbEvents { content, list });
+            }
+        }
+        // A first-party storage key is the origin with a slash (`Storage.getStorageKey`).
+        let track = TrackIndexedDbForStorageKeyParams::new(format!("{origin}/"));
+        match page.execute(track).await {
+            Ok(_) => {
+                let mut state = self.0.lock().expect("idb watch poisoned");
+                if state.events.is_some() {
+                    state.tracked.insert(origin.to_owned());
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "IndexedDB change tracking unavailable; every capture reads it in full");
+            }
+        }
+    }
 }
 
 /// Frames below the top one, with their security origins.
@@ -824,13 +982,22 @@ struct RestoreReport {
 /// The documents of one restore, by URL.
 type Documents = HashMap<String, Zeroizing<String>>;
 
-/// Plans a restore: per top origin with anything to write, the URL to load; and every
-/// document by its URL.
-fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Documents) {
+/// What a restore writes: per top origin with anything to write, the URL to load; every
+/// document by its URL; and, over an earlier restore where only one top origin's own storage
+/// changed, that origin and the data to write in place.
+struct Plan {
+    loads: Vec<String>,
+    documents: Documents,
+    in_place: Option<(String, Zeroizing<String>)>,
+}
+
+/// Plans a restore (see [`Plan`]).
+fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> Plan {
     let mut tops: BTreeMap<&str, (Option<&FrameState>, Vec<&StorageKey>)> = BTreeMap::new();
     // A top origin whose every storage key holds what `prior` already put in the page needs
     // no document.
     let mut changed = std::collections::BTreeSet::new();
+    let mut frames_changed = false;
     for (key, state) in &checkpoint.storage {
         if state.is_empty() || !is_storable_origin(&key.top) || !is_storable_origin(&key.origin) {
             continue;
@@ -840,6 +1007,9 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Do
             .is_some_and(|before| before.same_as(state));
         if !known {
             changed.insert(key.top.as_str());
+            if !key.is_first_party() {
+                frames_changed = true;
+            }
         }
         let entry = tops.entry(key.top.as_str()).or_default();
         if key.is_first_party() {
@@ -850,6 +1020,7 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Do
     }
     let mut documents = Documents::new();
     let mut loads = Vec::new();
+    let mut in_place = None;
     let mut n = 0;
     let mut url_of = |origin: &str| {
         n += 1;
@@ -868,15 +1039,55 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> (Vec<String>, Do
             child_urls.push(url);
         }
         let before = prior.and_then(|p| p.storage.get(&StorageKey::first_party(top)));
-        let data = own
-            .cloned()
-            .unwrap_or_default()
-            .restore_data(child_urls.len(), before);
+        let own = own.cloned().unwrap_or_default();
+        if prior.is_some() && !frames_changed && changed.len() == 1 {
+            in_place = Some((top.to_owned(), own.restore_data(0, before)));
+        }
+        let data = own.restore_data(child_urls.len(), before);
         let url = url_of(top);
         documents.insert(url.clone(), restore_document(&data, &child_urls));
         loads.push(url);
     }
-    (loads, documents)
+    Plan {
+        loads,
+        documents,
+        in_place,
+    }
+}
+
+/// Writes `data` into the page where it stands, if that is a restore document of `top` (an
+/// earlier restore's, with nothing else loaded since): one round trip, no navigation. `None`
+/// when the page is elsewhere.
+async fn write_in_place(page: &Page, top: &str, data: &str) -> Result<Option<u64>, Error> {
+    let top = serde_json::to_string(top).expect("strings serialise");
+    let data = Zeroizing::new(serde_json::to_string(data).expect("strings serialise"));
+    let expression = Zeroizing::new(format!(
+        "(() => {{ if (location.origin !== {top} || !location.pathname.startsWith('/__outlive_restore/')) return false;\n\
+         {CODEC_JS}\nreturn ({RESTORE_JS})(JSON.parse({data})); }})()",
+        data = data.as_str()
+    ));
+    let started = Instant::now();
+    let eval = evaluate_params(expression.to_string(), None)?;
+    let answer: serde_json::Value = page
+        .evaluate_expression(eval)
+        .await
+        .map_err(|e| cdp_error("writing a restore in place", e))?
+        .into_value()
+        .map_err(|e| {
+            Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
+        })?;
+    if answer == serde_json::Value::Bool(false) {
+        tracing::debug!("the page is not on a restore document; loading one");
+        return Ok(None);
+    }
+    let report: RestoreReport = serde_json::from_value(answer).map_err(|e| {
+        Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
+    })?;
+    tracing::debug!(took = ?started.elapsed(), in_page = %report.ms, "restore written in place");
+    for error in &report.errors {
+        tracing::debug!(error, "a restore write failed");
+    }
+    Ok(Some(report.errors.len() as u64))
 }
 
 /// Puts cookies and every storage key's state into a fresh page before any request reaches
@@ -911,9 +1122,18 @@ pub(crate) async fn restore(
             .map_err(|e| cdp_error("Storage.setCookies", e))?;
     }
     // Copies of the values: zeroed when restore returns, like the checkpoint itself.
-    let (loads, documents) = plan(checkpoint, prior);
+    let Plan {
+        loads,
+        documents,
+        in_place,
+    } = plan(checkpoint, prior);
     if loads.is_empty() {
         return Ok(0);
+    }
+    if let Some((top, data)) = in_place
+        && let Some(failed) = write_in_place(page, &top, &data).await?
+    {
+        return Ok(failed);
     }
     let planned = started.elapsed();
 
@@ -1140,7 +1360,15 @@ mod tests {
             key("https://other.example", "https://other.example"),
             local("[]"),
         );
-        let (loads, documents) = plan(&cp, None);
+        let Plan {
+            loads,
+            documents,
+            in_place,
+        } = plan(&cp, None);
+        assert!(
+            in_place.is_none(),
+            "a fresh page is not on a restore document"
+        );
         assert_eq!(loads.len(), 1, "empty storage is not loaded: {loads:?}");
         assert!(loads[0].starts_with("https://app.example/__outlive_restore/"));
         let top = &documents[&loads[0]];
@@ -1180,8 +1408,19 @@ mod tests {
                 idb,
             },
         );
-        let (loads, documents) = plan(&now, Some(&prior));
+        let Plan {
+            loads,
+            documents,
+            in_place,
+        } = plan(&now, Some(&prior));
         assert_eq!(loads.len(), 1);
+        let (top, data) = in_place.expect("only the top origin's own storage changed");
+        assert_eq!(top, "https://app.example");
+        assert!(
+            data.contains(r#""local":{"set":[["step","2"],["new","\"q\""]],"remove":["gone"]}"#),
+            "{}",
+            data.as_str()
+        );
         let doc = documents[&loads[0]].as_str();
         assert!(
             doc.contains(r#"\"local\":{\"set\":[[\"step\",\"2\"],[\"new\",\"\\\"q\\\"\"]],\"remove\":[\"gone\"]}"#),
@@ -1192,8 +1431,23 @@ mod tests {
             !doc.contains("xxxx"),
             "the unchanged item is not sent again"
         );
-        let (loads, _) = plan(&prior, Some(&prior));
-        assert!(loads.is_empty(), "nothing changed, nothing loaded");
+        assert!(
+            plan(&prior, Some(&prior)).loads.is_empty(),
+            "nothing changed, nothing loaded"
+        );
+        // A cross-site frame's storage changed: its document must be loaded.
+        let widget = key("https://app.example", "https://widget.example");
+        let mut framed = Checkpoint::at_url("https://app.example/", Instant::now());
+        framed.storage = prior.storage.clone();
+        framed.storage.insert(widget, local(r#"[["w","2"]]"#));
+        let Plan {
+            loads, in_place, ..
+        } = plan(&framed, Some(&prior));
+        assert_eq!(loads.len(), 1);
+        assert!(
+            in_place.is_none(),
+            "a frame's change goes through a document"
+        );
     }
 
     #[test]
@@ -1222,6 +1476,7 @@ mod tests {
                 h: hash,
                 d: None,
                 u: 0,
+                l: None,
             }),
             session: None,
             idb: None,
@@ -1234,6 +1489,7 @@ mod tests {
                 h: "nope".into(),
                 d: None,
                 u: 0,
+                l: None,
             }),
             session: None,
             idb: None,
@@ -1305,18 +1561,7 @@ mod tests {
             unsupported.join(",\n"),
         );
 
-        let chromium = crate::LocalChromium::new()
-            .start()
-            .await
-            .expect("Chromium starts");
-        let (browser, mut handler) =
-            chromiumoxide::Browser::connect(chromium.endpoint().expose().to_owned())
-                .await
-                .expect("connects");
-        let _pump = AbortOnDrop(tokio::spawn(async move {
-            while handler.next().await.is_some() {}
-        }));
-        let page = browser.new_page("about:blank").await.expect("a page");
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
         #[derive(Deserialize)]
         struct Checked {
             failed: Vec<usize>,
@@ -1337,6 +1582,162 @@ mod tests {
         );
         assert!(not_refused.is_empty(), "not refused: {not_refused:?}");
         assert_eq!(checked.checked, cases.len() + unsupported.len());
+    }
+
+    /// A page with a local Chromium behind it, owned by the returned guards.
+    async fn chromium_page() -> (
+        crate::LocalBrowser,
+        chromiumoxide::Browser,
+        AbortOnDrop,
+        Page,
+    ) {
+        let chromium = crate::LocalChromium::new()
+            .start()
+            .await
+            .expect("Chromium starts");
+        let (browser, mut handler) =
+            chromiumoxide::Browser::connect(chromium.endpoint().expose().to_owned())
+                .await
+                .expect("connects");
+        let pump = AbortOnDrop(tokio::spawn(async move {
+            while handler.next().await.is_some() {}
+        }));
+        let page = browser.new_page("about:blank").await.expect("a page");
+        (chromium, browser, pump, page)
+    }
+
+    /// Over an earlier restore still in the page, what changed is written where the page
+    /// stands (no navigation); a page that went elsewhere gets a restore document again.
+    #[tokio::test]
+    async fn a_restore_over_an_earlier_one_is_written_in_place_while_the_page_is_there() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let app = key("https://app.example", "https://app.example");
+        let state = |local: &str| {
+            let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+            cp.storage.insert(
+                app.clone(),
+                FrameState {
+                    local: Some(Arc::new(Part {
+                        hash: local.to_owned(),
+                        json: local.to_owned(),
+                        left_out: 0,
+                    })),
+                    session: part(r#"[["s","1"]]"#),
+                    idb: None,
+                },
+            );
+            cp
+        };
+        let read = r#"JSON.stringify([location.pathname, window.__mark ?? null,
+            Object.entries(localStorage).sort(), sessionStorage.getItem('s')])"#;
+        let first = state(r#"[["keep","1"],["step","1"],["gone","x"]]"#);
+        assert_eq!(restore(&page, &first, None).await.unwrap(), 0);
+        let _: serde_json::Value = read_value(&page, "window.__mark = 'still here'".into()).await;
+
+        let second = state(r#"[["keep","1"],["step","2"]]"#);
+        assert_eq!(restore(&page, &second, Some(&first)).await.unwrap(), 0);
+        let seen: String = read_value(&page, read.into()).await;
+        assert_eq!(
+            seen, r#"["/__outlive_restore/1","still here",[["keep","1"],["step","2"]],"1"]"#,
+            "written in place: the document (and its mark) stayed"
+        );
+
+        page.goto("about:blank").await.unwrap();
+        let third = state(r#"[["keep","1"],["step","3"]]"#);
+        assert_eq!(restore(&page, &third, Some(&second)).await.unwrap(), 0);
+        let seen: String = read_value(&page, read.into()).await;
+        assert_eq!(
+            seen, r#"["/__outlive_restore/1",null,[["keep","1"],["step","3"]],"1"]"#,
+            "a restore document was loaded again"
+        );
+    }
+
+    /// An unchanged IndexedDB is not read again once Chromium tracks it; every kind of change
+    /// — a record written, a database created — is in the next capture.
+    #[tokio::test]
+    async fn indexeddb_is_read_again_only_after_a_change() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        // A page of a real origin (served by a restore document; no request leaves).
+        let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+        cp.storage.insert(
+            key("https://app.example", "https://app.example"),
+            local(r#"[["k","v"]]"#),
+        );
+        restore(&page, &cp, None).await.unwrap();
+        let put = |value: &str| {
+            format!(
+                "new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
+                r.onupgradeneeded = () => r.result.createObjectStore('s');
+                r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
+                  tx.objectStore('s').put('{value}', 'k'); tx.oncomplete = () => {{ r.result.close(); resolve(1); }}; }};
+                r.onerror = () => reject(r.error); }})"
+            )
+        };
+        let _: i64 = read_value(&page, put("first")).await;
+
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let options = CaptureOptions {
+            indexed_db: true,
+            indexed_db_max_bytes: 1 << 20,
+        };
+        let idb_of = |cp: &Checkpoint| {
+            cp.storage
+                .values()
+                .next()
+                .and_then(|s| s.idb.as_ref())
+                .map(|p| p.json.clone())
+                .unwrap_or_default()
+        };
+        let capture = || capture(&page, &calls, &cache, &watch, options);
+        let first = capture().await.unwrap();
+        assert!(idb_of(&first).contains("first"));
+        assert!(
+            watch.begin(&cache).1.is_none(),
+            "read before tracking began"
+        );
+        let second = capture().await.unwrap();
+        assert_eq!(idb_of(&second), idb_of(&first));
+        assert!(
+            watch.begin(&cache).1.is_some(),
+            "read while tracked and unchanged: the next capture may skip it"
+        );
+        let third = capture().await.unwrap();
+        assert_eq!(idb_of(&third), idb_of(&first), "skipped, the same content");
+
+        let _: i64 = read_value(&page, put("second")).await;
+        let after_put = capture().await.unwrap();
+        assert!(
+            idb_of(&after_put).contains("second"),
+            "a record written is seen"
+        );
+        let _ = capture().await.unwrap();
+
+        let _: i64 = read_value(
+            &page,
+            "new Promise((resolve) => { const r = indexedDB.open('other', 3);
+              r.onsuccess = () => { r.result.close(); resolve(1); }; })"
+                .into(),
+        )
+        .await;
+        let after_create = capture().await.unwrap();
+        assert!(
+            idb_of(&after_create).contains("\"other\""),
+            "a database created is seen: {}",
+            idb_of(&after_create)
+        );
+        let _ = capture().await.unwrap();
+        let _: i64 = read_value(
+            &page,
+            "new Promise((resolve) => { const r = indexedDB.deleteDatabase('other');
+              r.onsuccess = () => resolve(1); })"
+                .into(),
+        )
+        .await;
+        let after_delete = capture().await.unwrap();
+        assert!(
+            !idb_of(&after_delete).contains("\"other\""),
+            "a database deleted is seen"
+        );
     }
 
     async fn read_value<T: serde::de::DeserializeOwned>(page: &Page, expression: String) -> T {

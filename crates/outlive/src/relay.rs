@@ -423,6 +423,15 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
+    /// Calls with no relay behind them (a page connected directly, in tests): no frame
+    /// sessions, every call unanswered.
+    #[cfg(test)]
+    pub fn detached() -> Calls {
+        Calls {
+            control: mpsc::unbounded_channel().0,
+        }
+    }
+
     /// The sessions of the watched page's out-of-process frames (cross-site iframes).
     pub async fn frame_sessions(&self) -> Vec<String> {
         let (tx, rx) = oneshot::channel();

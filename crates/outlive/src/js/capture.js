@@ -1,8 +1,9 @@
 // Reads one frame's client-side state for a checkpoint. Called as
 // `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
 // hash is among them comes back as `{h}` alone, so unchanged megabytes never cross the wire.
-// opts: { idb: bool, idbMax: bytes }. Returns { url, origin, local, session, idb }, each
-// part `null` (not readable here) or `{ h, d?, u? }`: d the JSON text, u values left out.
+// opts: { idb: bool, idbMax: bytes, idbSame: null | { origin, h, l } }. Returns { url,
+// origin, local, session, idb }, each part `null` (not readable here) or `{ h, d?, u?, l? }`:
+// d the JSON text, u values left out, l (IndexedDB read in full) the databases it found.
 // Installed once per document; `memo` keeps the items of the last read of each Web Storage
 // area, so an unchanged area is recognised by comparing strings (V8 compares the same string
 // by identity, equal ones by memcmp) instead of hashing every character again.
@@ -64,6 +65,15 @@
       if (typeof indexedDB === 'undefined' || !indexedDB.databases) return null;
       infos = await indexedDB.databases();
     } catch (e) { return null; }
+    // The databases by name and version: what a full read reports as `l`.
+    const list = infos.map((i) => i.name + '\u0000' + i.version).sort().join('\u0001');
+    // outlive saw no change to this origin's IndexedDB since the full read that gave hash h
+    // (Chromium's change events; top frame only): unless a database came, went or changed
+    // version, that read stands.
+    const same = opts.idbSame;
+    if (same && window === window.top && same.origin === location.origin && same.l === list) {
+      return { h: same.h };
+    }
     const C = OUTLIVE_CODEC;
     const dbs = [];
     let left = 0;
@@ -125,6 +135,7 @@
     x.mix(text);
     const p = part('i' + x.done(), () => text);
     if (left) p.u = left;
+    p.l = list;
     return p;
   };
 
