@@ -29,6 +29,10 @@ pub(crate) struct Plan {
     pub(crate) leave_by: Duration,
     /// Age at which to launch the successor.
     pub(crate) launch_at: Duration,
+    /// Age from which a ready successor is switched to, at the next safe point: one checkpoint
+    /// interval before `leave_by`, so the browser is used as long as a safe point can still
+    /// be had in time (the successor, launched earlier, waits ready).
+    pub(crate) switch_at: Duration,
 }
 
 impl Lifetime {
@@ -105,10 +109,14 @@ impl Lifetime {
         let launch_at = leave_by
             .saturating_sub(lead + interval.min(leave_by / 4))
             .max(leave_by / 2);
+        let switch_at = leave_by
+            .saturating_sub(interval.min(leave_by / 4))
+            .max(launch_at);
         Some(Plan {
             dies_at,
             leave_by,
             launch_at,
+            switch_at,
         })
     }
 }
@@ -138,6 +146,8 @@ mod tests {
         assert_eq!(plan.leave_by, secs(18.0));
         // 18 s − (2 × 0.6 s lead + 1 s interval)
         assert_eq!(plan.launch_at, secs(15.8));
+        // An interval before leaving.
+        assert_eq!(plan.switch_at, secs(17.0));
     }
 
     #[test]

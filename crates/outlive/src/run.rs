@@ -712,9 +712,17 @@ where
                 },
                 _ => None,
             };
-            // A ready successor is switched to once the rotation is due.
-            let arm_at = match (&succ, rotate_from) {
-                (Some(s), Some(at)) if s.is_ready() && !ctx.is_switch_armed() => Some(at),
+            // A ready successor is switched to once the rotation is due (a standby too old to
+            // be the successor is replaced as soon as the successor is launched).
+            let arm_at = match (&succ, rotate_from, plan) {
+                (Some(s), Some(at), Some(p)) if s.is_ready() && !ctx.is_switch_armed() => {
+                    let too_old = s.standby && at.saturating_duration_since(s.born) > p.dies_at / 4;
+                    Some(if too_old {
+                        at
+                    } else {
+                        at.max(born + p.switch_at)
+                    })
+                }
                 _ => None,
             };
             tokio::select! {
@@ -2050,10 +2058,11 @@ mod tests {
         assert_eq!(e.lost_work_ms, 0, "a rotation is not a death");
         assert_eq!(e.sessions, 2);
         // Leave by 18 s (20 s − 10 %); launch a lead (1 s) + an interval (1 s) before: at
-        // 16 s; ready after its 100 ms restore; the checkpoint that follows is the safe point.
+        // 16 s; ready after its 100 ms restore; switch from an interval before leaving (17 s):
+        // the checkpoint started then is the safe point.
         let (attempt, age, lost) = rotated[0];
         assert_eq!(attempt, 1);
-        assert_eq!(age, Duration::from_millis(16_110));
+        assert_eq!(age, Duration::from_millis(17_010));
         assert_eq!(lost, Duration::from_millis(10), "the capture's own time");
         assert_eq!(fake.launches.lock().unwrap().len(), 2);
         assert_eq!(fake.releases.load(Ordering::SeqCst), 2, "both released");
@@ -2121,8 +2130,8 @@ mod tests {
         assert_eq!(v.unwrap(), 2);
         assert_eq!((e.rotations, e.relaunches, e.sessions), (1, 0, 3));
         // The first successor died at 16.105 s, after its restore; the second launched at
-        // once, was restored by 16.205 s, and the checkpoint after it is the safe point.
-        assert_eq!(rotated[0].1, Duration::from_millis(16_215));
+        // once, was restored by 16.205 s, and waited for the switch at 17 s.
+        assert_eq!(rotated[0].1, Duration::from_millis(17_010));
         assert_eq!(fake.releases.load(Ordering::SeqCst), 3);
     }
 
@@ -2131,8 +2140,8 @@ mod tests {
         let (v, e, fake, rotated) = rotating(
             &[
                 dies(20_000),
-                // Restored by 16.1 s; switched to at 16.11 s; dies during the final restore.
-                dies(150),
+                // Restored by 16.1 s; switched to at 17.01 s; dies during the final restore.
+                dies(1_050),
                 Plan::Live,
             ],
             |o| o,
@@ -2267,13 +2276,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_standby_that_takes_over_does_not_count_its_age_as_a_launch() {
         // The standby is up from 0 s; the browser dies at 9 s and the standby (9 s old) takes
-        // over. Its age is not a launch time: the lead stays 1 s, so the new browser is left
-        // once, at 15 s of age (18 s − 2 s − 1 s), not again and again.
+        // over. Its age is not a launch time: the lead stays 1 s, so the new browser's
+        // successor is launched once, at 15 s of age (18 s − 2 s − 1 s), and switched to at
+        // 17 s, not again and again.
         let plans = [dies(9_000), Plan::Live];
         let run = rotating(
             &plans,
             |o| o.standby(true),
-            until_attempt_after(2, Duration::from_secs(8)),
+            until_attempt_after(2, Duration::from_secs(12)),
         );
         let (v, e, _fake, rotated) = tokio::time::timeout(Duration::from_secs(120), run)
             .await
