@@ -121,3 +121,95 @@ impl CheckpointStore for PgStore {
 fn db(what: &'static str, e: sqlx::Error) -> Error {
     Error::with(ErrorKind::Database { what }, e)
 }
+
+/// A database of its own on a PostgreSQL server, for tests and benchmarks: created with a
+/// unique name next to the one `base` points at, dropped (with its connections) by
+/// [`ScratchDatabase::drop_now`]. Nothing drops it on `Drop` (that would need a runtime): a
+/// test that panics leaves it, named `{prefix}_{uuid}`.
+pub struct ScratchDatabase {
+    admin: PgPool,
+    name: String,
+    url: String,
+}
+
+impl ScratchDatabase {
+    /// Creates `{prefix}_{uuid}` on the server `base` points at (`base` must allow
+    /// `CREATE DATABASE`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Database`] if the server cannot be reached or refuses,
+    /// [`ErrorKind::InvalidOption`] if `base` is not a URL or `prefix` holds other than ASCII
+    /// letters, digits and `_`.
+    pub async fn create(base: &str, prefix: &str) -> Result<ScratchDatabase, Error> {
+        if !prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "prefix",
+                message: "a scratch database prefix may hold ASCII letters, digits and _ only",
+            }));
+        }
+        let mut url = url::Url::parse(base).map_err(|e| {
+            Error::with(
+                ErrorKind::InvalidOption {
+                    option: "database_url",
+                    message: "not a URL",
+                },
+                e,
+            )
+        })?;
+        let admin = PgPool::connect(base)
+            .await
+            .map_err(|e| Error::with(ErrorKind::Database { what: "connecting" }, e))?;
+        // Letters, digits and `_` only (the prefix is checked above): safe to splice.
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .map_err(|e| {
+                Error::with(
+                    ErrorKind::Database {
+                        what: "creating a scratch database",
+                    },
+                    e,
+                )
+            })?;
+        url.set_path(&name);
+        Ok(ScratchDatabase {
+            admin,
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    /// Its URL (the base URL with this database's name).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Drops the database, ending any connection still open to it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Database`] if the server refuses.
+    pub async fn drop_now(self) -> Result<(), Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&self.admin)
+        .await
+        .map_err(|e| {
+            Error::with(
+                ErrorKind::Database {
+                    what: "dropping a scratch database",
+                },
+                e,
+            )
+        })?;
+        self.admin.close().await;
+        Ok(())
+    }
+}

@@ -213,7 +213,7 @@ pub async fn submit(
         task: task.to_owned(),
         input,
     };
-    let mut queue = queue(store, &WorkerConfig::default());
+    let mut queue = queue(store);
     queue
         .push_task(
             TaskBuilder::new(job)
@@ -315,7 +315,13 @@ impl Default for WorkerConfig {
     }
 }
 
-fn queue(store: &PgStore, config: &WorkerConfig) -> PostgresStorage<RunJob> {
+/// The queue, to push runs to (a submitter needs no worker settings).
+fn queue(store: &PgStore) -> PostgresStorage<RunJob> {
+    PostgresStorage::new(store.pool()).with_config(Config::default().queue(QUEUE))
+}
+
+/// The queue as a worker takes runs from it.
+fn worker_queue(store: &PgStore, config: &WorkerConfig) -> PostgresStorage<RunJob> {
     PostgresStorage::new(store.pool()).with_config(
         Config::default()
             .queue(QUEUE)
@@ -409,7 +415,7 @@ impl Worker {
             .shutdown_timeout(Duration::from_secs(30))
             .register(move |_| {
                 WorkerBuilder::new(name.clone())
-                    .backend(queue(&store, &config).with_pubsub())
+                    .backend(worker_queue(&store, &config).with_pubsub())
                     .data(shared.clone())
                     .concurrency(config.concurrency)
                     .build(take)

@@ -8,10 +8,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs::{self, RunRow};
-use support::pg::{Scratch, WorkerProcess, key_file};
+use support::pg::JobsBed;
 
 /// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
 async fn until(
@@ -36,22 +35,12 @@ async fn until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_sign_in() {
-    let db = Scratch::create().await;
-    let store = PgStore::connect(&db.url).await.unwrap();
-    jobs::setup(&store).await.unwrap();
-    let bed = TestBed::start(dying(
-        Duration::from_secs(300),
-        Duration::ZERO,
-        gateway::DeathMode::Close,
-    ))
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let key = key_file(&dir);
+    let jb = JobsBed::start(None).await;
     let mut workers = vec![
-        WorkerProcess::start(&db, &bed, &key, &["--concurrency", "1"]),
-        WorkerProcess::start(&db, &bed, &key, &["--concurrency", "1"]),
+        jb.worker(&["--concurrency", "1"]),
+        jb.worker(&["--concurrency", "1"]),
     ];
+    let JobsBed { db, store, bed, .. } = jb;
     let tasks = outlive_cli::bank::tasks(None);
     let run_id = jobs::submit(
         &store,
@@ -128,27 +117,11 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
-    let db = Scratch::create().await;
-    let store = PgStore::connect(&db.url).await.unwrap();
-    jobs::setup(&store).await.unwrap();
-    let bed = TestBed::start(
-        dying(
-            Duration::from_secs(300),
-            Duration::ZERO,
-            gateway::DeathMode::Close,
-        )
-        .max_sessions(12),
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let key = key_file(&dir);
+    let jb = JobsBed::start(Some(12)).await;
     // Each worker would run three at once; together they may hold three sessions.
     let extra = ["--concurrency", "3", "--max-sessions", "3"];
-    let workers = [
-        WorkerProcess::start(&db, &bed, &key, &extra),
-        WorkerProcess::start(&db, &bed, &key, &extra),
-    ];
+    let workers = [jb.worker(&extra), jb.worker(&extra)];
+    let JobsBed { db, store, bed, .. } = jb;
     let tasks = outlive_cli::bank::tasks(None);
     for _ in 0..12 {
         jobs::submit(

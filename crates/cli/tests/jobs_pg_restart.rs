@@ -8,10 +8,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs;
-use support::pg::{Scratch, WorkerProcess, key_file};
+use support::pg::JobsBed;
 
 /// `pg_ctlcluster VERSION NAME restart` for the local cluster on the URL's port.
 fn restart_postgres(url: &str) {
@@ -42,22 +41,9 @@ fn restart_postgres(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_go_on_through_a_postgres_restart() {
-    let db = Scratch::create().await;
-    let store = PgStore::connect(&db.url).await.unwrap();
-    jobs::setup(&store).await.unwrap();
-    let bed = TestBed::start(
-        dying(
-            Duration::from_secs(300),
-            Duration::ZERO,
-            gateway::DeathMode::Close,
-        )
-        .max_sessions(4),
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let key = key_file(&dir);
-    let worker = WorkerProcess::start(&db, &bed, &key, &["--concurrency", "3"]);
+    let jb = JobsBed::start(Some(4)).await;
+    let worker = jb.worker(&["--concurrency", "3"]);
+    let JobsBed { db, store, bed, .. } = jb;
     let tasks = outlive_cli::bank::tasks(None);
     let input = serde_json::json!({ "polls": 50, "poll_every_ms": 200 });
     for _ in 0..3 {

@@ -4,13 +4,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use outlive_cli::bed::TestBed;
-use outlive_cli::durable::PgStore;
+use outlive_cli::durable::{PgStore, ScratchDatabase};
 use tokio::process::{Child, Command};
 
 /// A database of the test's own, dropped by [`Scratch::drop_now`].
 pub struct Scratch {
-    admin: sqlx::PgPool,
-    name: String,
+    db: ScratchDatabase,
     pub url: String,
 }
 
@@ -21,33 +20,16 @@ impl Scratch {
              PostgreSQL with scripts/postgres), or point it at a database you may create \
              databases in",
         );
-        let admin = sqlx::PgPool::connect(&base)
+        let db = ScratchDatabase::create(&base, "outlive_test")
             .await
-            .expect("PostgreSQL reachable at OUTLIVE_TEST_DATABASE_URL");
-        let name = format!("outlive_test_{}", uuid::Uuid::new_v4().simple());
-        // The name is ours (a UUID), never input.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let mut url = url::Url::parse(&base).unwrap();
-        url.set_path(&name);
-        Scratch {
-            admin,
-            name,
-            url: url.to_string(),
-        }
+            .expect("a scratch database on the server at OUTLIVE_TEST_DATABASE_URL");
+        let url = db.url().to_owned();
+        Scratch { db, url }
     }
 
     pub async fn drop_now(self, store: PgStore) {
         store.pool().close().await;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await
-        .unwrap();
+        self.db.drop_now().await.unwrap();
     }
 }
 
@@ -99,4 +81,46 @@ pub fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let path = dir.path().join("seal.key");
     std::fs::write(&path, "42".repeat(32)).unwrap();
     path
+}
+
+/// What the jobs tests start from: a scratch database set up for runs, a gateway whose sessions
+/// live 300 s (at most `max_sessions` at once, the gateway's default when `None`), and a seal
+/// key in a file.
+pub struct JobsBed {
+    pub db: Scratch,
+    pub store: PgStore,
+    pub bed: TestBed,
+    pub key: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl JobsBed {
+    pub async fn start(max_sessions: Option<usize>) -> JobsBed {
+        let db = Scratch::create().await;
+        let store = PgStore::connect(&db.url).await.unwrap();
+        outlive_cli::jobs::setup(&store).await.unwrap();
+        let mut settings = outlive_cli::bed::dying(
+            Duration::from_secs(300),
+            Duration::ZERO,
+            gateway::DeathMode::Close,
+        );
+        if let Some(n) = max_sessions {
+            settings = settings.max_sessions(n);
+        }
+        let bed = TestBed::start(settings).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let key = key_file(&dir);
+        JobsBed {
+            db,
+            store,
+            bed,
+            key,
+            _dir: dir,
+        }
+    }
+
+    /// An `outlive worker` on this bed, with `extra` arguments.
+    pub fn worker(&self, extra: &[&str]) -> WorkerProcess {
+        WorkerProcess::start(&self.db, &self.bed, &self.key, extra)
+    }
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::records::ms;
 use crate::bank::BankProgress;
 use crate::bed::{TestBed, until_killed};
-use crate::durable::PgStore;
+use crate::durable::{PgStore, ScratchDatabase};
 use crate::error::{Error, ErrorKind};
 use crate::jobs;
 use crate::stats::median;
@@ -67,49 +67,6 @@ pub struct DurableReport {
     pub checkpoints: Vec<CheckpointArm>,
     /// With one worker, then two.
     pub throughput: Vec<Throughput>,
-}
-
-/// A database of the bench's own.
-struct Scratch {
-    admin: sqlx::PgPool,
-    name: String,
-    url: String,
-}
-
-impl Scratch {
-    async fn create(base: &str) -> Result<Scratch, Error> {
-        let admin = sqlx::PgPool::connect(base)
-            .await
-            .map_err(|e| Error::with(ErrorKind::Database { what: "connecting" }, e))?;
-        let name = format!("outlive_bench_{}", uuid::Uuid::new_v4().simple());
-        // The name is ours (a UUID), never input.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .map_err(|e| {
-                Error::with(
-                    ErrorKind::Database {
-                        what: "creating the bench's database",
-                    },
-                    e,
-                )
-            })?;
-        let mut url = base.to_owned();
-        if let Some(slash) = url.rfind('/') {
-            url.truncate(slash + 1);
-        }
-        url.push_str(&name);
-        Ok(Scratch { admin, name, url })
-    }
-
-    async fn drop_now(self) {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await;
-    }
 }
 
 /// A store that times each save and notes the sealed size.
@@ -220,8 +177,8 @@ async fn throughput(
     runs: u32,
     input: &serde_json::Value,
 ) -> Result<Throughput, Error> {
-    let db = Scratch::create(base).await?;
-    let store = PgStore::connect(&db.url).await?;
+    let db = ScratchDatabase::create(base, "outlive_bench").await?;
+    let store = PgStore::connect(db.url()).await?;
     jobs::setup(&store).await?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let key = dir.path().join("seal.key");
@@ -236,7 +193,7 @@ async fn throughput(
             .arg(&key)
             .args(["--heartbeat", "1s", "--checkpoint-every", "500ms"])
             .args(["--concurrency", &concurrency.to_string()])
-            .env("OUTLIVE_DATABASE_URL", &db.url)
+            .env("OUTLIVE_DATABASE_URL", db.url())
             .env("SOLARI_API_KEY", bed.gateway().api_key())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -289,7 +246,7 @@ async fn throughput(
         let _ = tokio::time::timeout(Duration::from_secs(40), child.wait()).await;
     }
     store.pool().close().await;
-    db.drop_now().await;
+    db.drop_now().await?;
     Ok(Throughput {
         workers,
         concurrency,
@@ -312,13 +269,13 @@ fn hex_key() -> String {
 pub async fn durable(base: &str, runs: u32) -> Result<DurableReport, Error> {
     let (polls, every) = (20, Duration::from_millis(200));
     let bed = TestBed::start(until_killed(Duration::ZERO).max_sessions(8)).await?;
-    let db = Scratch::create(base).await?;
-    let store = PgStore::connect(&db.url).await?;
+    let db = ScratchDatabase::create(base, "outlive_bench").await?;
+    let store = PgStore::connect(db.url()).await?;
     store.setup().await?;
     let memory = checkpoint_arm(&bed, None, polls, every).await?;
     let postgres = checkpoint_arm(&bed, Some(&store), polls, every).await?;
     store.pool().close().await;
-    db.drop_now().await;
+    db.drop_now().await?;
     let input = serde_json::json!({
         "bank_url": bed.bank().base_url(),
         "polls": 10,
