@@ -213,3 +213,26 @@ impl ScratchDatabase {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_scratch_database_refuses_a_bad_prefix_or_url_before_connecting() {
+        for (base, prefix, option) in [
+            ("postgres://u:secret@127.0.0.1:1/db", "x; DROP", "prefix"),
+            ("postgres://u:secret@127.0.0.1:1/db", "ünï", "prefix"),
+            ("not a url secret", "ok_prefix", "database_url"),
+        ] {
+            let Err(e) = ScratchDatabase::create(base, prefix).await else {
+                panic!("{prefix:?} on {base:?} was taken");
+            };
+            assert!(
+                matches!(e.kind(), ErrorKind::InvalidOption { option: o, .. } if *o == option),
+                "{e}"
+            );
+            assert!(!format!("{e} {e:?}").contains("secret"), "{e:?}");
+        }
+    }
+}

@@ -1061,13 +1061,14 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> Plan {
 async fn write_in_place(page: &Page, top: &str, data: &str) -> Result<Option<u64>, Error> {
     let top = serde_json::to_string(top).expect("strings serialise");
     let data = Zeroizing::new(serde_json::to_string(data).expect("strings serialise"));
-    let expression = Zeroizing::new(format!(
+    let mut expression = Zeroizing::new(format!(
         "(() => {{ if (location.origin !== {top} || !location.pathname.startsWith('/__outlive_restore/')) return false;\n\
          {CODEC_JS}\nreturn ({RESTORE_JS})(JSON.parse({data})); }})()",
         data = data.as_str()
     ));
     let started = Instant::now();
-    let eval = evaluate_params(expression.to_string(), None)?;
+    // Moved, not copied (it can hold megabytes); chromiumoxide does not zero its own copies.
+    let eval = evaluate_params(std::mem::take(&mut *expression), None)?;
     let answer: serde_json::Value = page
         .evaluate_expression(eval)
         .await
