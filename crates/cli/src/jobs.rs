@@ -303,6 +303,12 @@ pub struct WorkerConfig {
     pub missed_heartbeats: usize,
     /// Runs at once in this worker.
     pub concurrency: usize,
+    /// A run taken more often than this without finishing — each worker that had it stopped
+    /// under it (killed, crashed, cut off from the database) — is marked failed instead of
+    /// run again. A run that brings its worker down every time would otherwise be taken
+    /// again after every heartbeat timeout, a browser session each time: apalis gives
+    /// orphaned runs back to the queue whatever their attempt count.
+    pub max_pickups: u32,
 }
 
 impl Default for WorkerConfig {
@@ -311,7 +317,32 @@ impl Default for WorkerConfig {
             heartbeat: Duration::from_secs(5),
             missed_heartbeats: 3,
             concurrency: 2,
+            max_pickups: 5,
         }
+    }
+}
+
+impl WorkerConfig {
+    /// Refuses settings under which a worker could not take runs, or would fail every one.
+    fn check(&self) -> Result<(), Error> {
+        let invalid =
+            |option, message| Err(Error::new(ErrorKind::InvalidOption { option, message }));
+        if self.heartbeat.is_zero() {
+            return invalid("heartbeat", "must be longer than 0");
+        }
+        if self.missed_heartbeats == 0 {
+            return invalid("missed_heartbeats", "must be at least 1");
+        }
+        if self.concurrency == 0 {
+            return invalid("concurrency", "must be at least 1");
+        }
+        if self.max_pickups == 0 {
+            return invalid(
+                "max_pickups",
+                "must be at least 1 (every run would be failed)",
+            );
+        }
+        Ok(())
     }
 }
 
@@ -389,11 +420,13 @@ impl Worker {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Database`] when the queue cannot be used.
+    /// [`ErrorKind::InvalidOption`] for a [`WorkerConfig`] with a zero field (nothing is
+    /// started), [`ErrorKind::Database`] when the queue cannot be used.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
+        self.config.check()?;
         let Worker {
             store,
             sealer,
@@ -409,6 +442,7 @@ impl Worker {
             tasks,
             provider,
             options,
+            max_pickups: config.max_pickups,
         });
         tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
         Monitor::new()
@@ -435,6 +469,7 @@ struct Shared {
     tasks: Tasks,
     provider: Arc<dyn Provider>,
     options: Options,
+    max_pickups: u32,
 }
 
 /// One run, taken from the queue.
@@ -446,14 +481,25 @@ async fn take(
 ) -> Result<serde_json::Value, BoxDynError> {
     let run_id = id.to_string();
     let pool = shared.store.pool();
-    sqlx::query(
+    let pickups: i32 = sqlx::query_scalar(
         "UPDATE outlive_runs SET status = 'running', worker = $2, pickups = pickups + 1,
-         updated_at = now() WHERE run_id = $1",
+         updated_at = now() WHERE run_id = $1 RETURNING pickups",
     )
     .bind(&run_id)
     .bind(worker.name())
-    .execute(pool)
+    .fetch_one(pool)
     .await?;
+    if i64::from(pickups) > i64::from(shared.max_pickups) {
+        let error = format!(
+            "taken {pickups} times without finishing (max_pickups is {}): every worker that had \
+             this run stopped under it; not run again. Look at why those workers ended (their \
+             logs), then submit it again",
+            shared.max_pickups
+        );
+        tracing::warn!(run_id, pickups, "a run taken too often is failed, not run");
+        finish(pool, &run_id, &Err(error.clone()), None).await?;
+        return Err(AbortError::new(error).into());
+    }
     let Some((run, _)) = shared.tasks.by_name.get(&job.task) else {
         let error = format!("this worker has no task named {:?}", job.task);
         finish(pool, &run_id, &Err(error.clone()), None).await?;
@@ -643,4 +689,30 @@ impl Session for Limited {
 
 fn db(what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::with(ErrorKind::Database { what }, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_config_with_a_zero_field_is_refused_by_name() {
+        assert!(WorkerConfig::default().check().is_ok());
+        type Zero = fn(&mut WorkerConfig);
+        let zeroed: [(&str, Zero); 4] = [
+            ("heartbeat", |c| c.heartbeat = Duration::ZERO),
+            ("missed_heartbeats", |c| c.missed_heartbeats = 0),
+            ("concurrency", |c| c.concurrency = 0),
+            ("max_pickups", |c| c.max_pickups = 0),
+        ];
+        for (field, zero) in zeroed {
+            let mut config = WorkerConfig::default();
+            zero(&mut config);
+            let e = config.check().expect_err(field);
+            assert!(
+                matches!(e.kind(), ErrorKind::InvalidOption { option, .. } if *option == field),
+                "{field}: {e}"
+            );
+        }
+    }
 }

@@ -155,6 +155,10 @@ enum Command {
         /// Heartbeats missed before a worker's runs go to another (the same on every worker).
         #[arg(long, default_value_t = 3)]
         missed_heartbeats: usize,
+        /// A run taken this many times without finishing (its workers died under it) is
+        /// failed instead of taken again.
+        #[arg(long, default_value_t = 5)]
+        max_pickups: u32,
         /// Interval of the automatic checkpoint.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         checkpoint_every: Duration,
@@ -328,6 +332,7 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             heartbeat,
             missed_heartbeats,
+            max_pickups,
             checkpoint_every,
             lifetime,
         } => {
@@ -346,6 +351,7 @@ async fn main() -> anyhow::Result<()> {
                     heartbeat,
                     missed_heartbeats,
                     concurrency,
+                    max_pickups,
                 },
                 checkpoint_every,
                 lifetime,

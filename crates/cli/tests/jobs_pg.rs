@@ -2,7 +2,8 @@
 //! PostgreSQL queue (apalis), browsers from the gateway through the Solari provider, the
 //! Aurora Bank task. A worker killed with SIGKILL mid-run loses its run to another worker,
 //! which resumes it from the sealed checkpoint without a second sign-in; two workers share
-//! twelve runs under a cluster-wide limit of three sessions.
+//! twelve runs under a cluster-wide limit of three sessions; a run taken too often (its workers
+//! died under it) is failed without a browser.
 
 mod support;
 
@@ -151,6 +152,69 @@ async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
         w.stop().await;
     }
     // Every session released by its worker.
+    support::assert_gateway_clean(bed.gateway()).await;
+    support::shutdown_clean(bed).await;
+    db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_taken_too_often_is_failed_without_a_browser() {
+    let jb = JobsBed::start(None).await;
+    let tasks = outlive_cli::bank::tasks(None);
+    let run_id = jobs::submit(
+        &jb.store,
+        &tasks,
+        "bank",
+        serde_json::json!({ "polls": 4, "poll_every_ms": 100 }),
+    )
+    .await
+    .unwrap();
+    // As if two workers had died under it already.
+    sqlx::query("UPDATE outlive_runs SET pickups = 2 WHERE run_id = $1")
+        .bind(&run_id)
+        .execute(jb.store.pool())
+        .await
+        .unwrap();
+    let worker = jb.worker(&["--max-pickups", "2"]);
+    let JobsBed { db, store, bed, .. } = jb;
+
+    let runs = until(
+        &store,
+        Duration::from_secs(60),
+        "the run is failed",
+        |runs| runs[0].status != "queued" && runs[0].status != "running",
+    )
+    .await;
+    let run = &runs[0];
+    println!("{run:#?}");
+    assert_eq!(run.status, "failed");
+    assert_eq!(run.pickups, 3);
+    let error = run.error.as_deref().unwrap();
+    assert!(
+        error.contains("taken 3 times") && error.contains("max_pickups is 2"),
+        "{error}"
+    );
+    assert_eq!(bed.gateway().status().peak_sessions, 0, "no browser for it");
+    assert_eq!(bed.bank().counters().totps_accepted, 0);
+
+    // The worker goes on taking runs.
+    jobs::submit(
+        &store,
+        &tasks,
+        "bank",
+        serde_json::json!({ "polls": 2, "poll_every_ms": 100 }),
+    )
+    .await
+    .unwrap();
+    let runs = until(
+        &store,
+        Duration::from_secs(90),
+        "the next run completes",
+        |runs| runs.iter().any(|r| r.status == "completed"),
+    )
+    .await;
+    assert_eq!(runs.len(), 2);
+    worker.stop().await;
     support::assert_gateway_clean(bed.gateway()).await;
     support::shutdown_clean(bed).await;
     db.drop_now(store).await;
