@@ -712,15 +712,19 @@ where
                 },
                 _ => None,
             };
-            // A ready successor is switched to once the rotation is due (a standby too old to
-            // be the successor is replaced as soon as the successor is launched).
-            let arm_at = match (&succ, rotate_from, plan) {
+            // A ready successor is switched to once the rotation is due. A standby that would
+            // be older than a quarter of the lifetime at the switch is no successor: it is
+            // replaced as soon as the successor is due to launch, so the fresh one has the
+            // whole lead to get ready. (Judged once, here, for both.)
+            let arm = match (&succ, rotate_from, plan) {
                 (Some(s), Some(at), Some(p)) if s.is_ready() && !ctx.is_switch_armed() => {
-                    let too_old = s.standby && at.saturating_duration_since(s.born) > p.dies_at / 4;
+                    let switch_from = at.max(born + p.switch_at);
+                    let too_old =
+                        s.standby && switch_from.saturating_duration_since(s.born) > p.dies_at / 4;
                     Some(if too_old {
-                        at
+                        (at, true)
                     } else {
-                        at.max(born + p.switch_at)
+                        (switch_from, false)
                     })
                 }
                 _ => None,
@@ -780,10 +784,9 @@ where
                     }
                     retry_at = Instant::now();
                 }
-                _ = sleep_until(arm_at.unwrap_or(entry_started)), if arm_at.is_some() => {
+                _ = sleep_until(arm.map_or(entry_started, |(at, _)| at)), if arm.is_some() => {
                     let s = succ.take().expect("checked");
-                    let dies_at = plan.expect("a rotation is planned").dies_at;
-                    if s.standby && s.born.elapsed() > dies_at / 4 {
+                    if arm.is_some_and(|(_, too_old)| too_old) {
                         // A standby about as old as this browser would soon need leaving too:
                         // a fresh one takes its place, and is the successor.
                         tracing::debug!("the standby is too old to rotate to; launching a fresh one");
@@ -2271,6 +2274,36 @@ mod tests {
             "the browser, its standby, the successor, the next standby"
         );
         assert_eq!(fake.releases.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_too_old_by_the_switch_is_replaced_when_the_successor_is_due() {
+        // Launches take 3 s (lead 6 s). The first browser dies early, at 10 s; its standby
+        // (launched at 4.1 s, so this browser is born then) takes over, and a new standby is
+        // launched at ~11.4 s. The successor is due at 15.1 s (age 11 s) and the switch at
+        // 21.1 s (age 17 s); the browser dies at 24.1 s. At 15.1 s the standby is 3.7 s old,
+        // but at the switch it would be 9.7 s old (over a quarter of the lifetime): it is
+        // replaced at 15.1 s, and the fresh one is ready long before the switch. Judged at the
+        // switch instead, the fresh one would only be launched at 21.1 s and meet the death.
+        let fake = Fake::with_launch_cost(
+            &[
+                dies(7_000),
+                dies(17_000),
+                Plan::Live,
+                Plan::Live,
+                Plan::Live,
+            ],
+            Duration::from_secs(3),
+        );
+        let (v, e, _fake, rotated) = rotating_on(
+            fake,
+            |o| o.standby(true),
+            until_attempt_after(3, Duration::from_secs(2)),
+        )
+        .await;
+        assert_eq!(v.unwrap(), 3);
+        assert_eq!((e.relaunches, e.rotations), (1, 1), "{}", e.to_json());
+        assert_eq!(rotated[0].0, 2);
     }
 
     #[tokio::test(start_paused = true)]
