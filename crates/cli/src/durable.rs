@@ -139,16 +139,21 @@ impl ScratchDatabase {
     /// # Errors
     ///
     /// [`ErrorKind::Database`] if the server cannot be reached or refuses,
-    /// [`ErrorKind::InvalidOption`] if `base` is not a URL or `prefix` holds other than ASCII
-    /// letters, digits and `_`.
+    /// [`ErrorKind::InvalidOption`] if `base` is not a URL (or names its database with
+    /// `?dbname=`), or `prefix` is not 1 to 30 of `a-z`, `0-9` and `_` starting with a letter
+    /// or `_`.
     pub async fn create(base: &str, prefix: &str) -> Result<ScratchDatabase, Error> {
-        if !prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
+        // An unquoted identifier PostgreSQL keeps as written (no case folding, no cut at 63
+        // bytes with the 33 the suffix adds).
+        let plain = prefix.len() <= 30
+            && prefix.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
             return Err(Error::new(ErrorKind::InvalidOption {
                 option: "prefix",
-                message: "a scratch database prefix may hold ASCII letters, digits and _ only",
+                message: "a scratch database prefix is 1 to 30 of a-z, 0-9 and _, not starting with a digit",
             }));
         }
         let mut url = url::Url::parse(base).map_err(|e| {
@@ -160,6 +165,14 @@ impl ScratchDatabase {
                 e,
             )
         })?;
+        if url.query_pairs().any(|(k, _)| k == "dbname") {
+            // It would name the database instead of the path: the scratch URL would point
+            // at the base database.
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "database_url",
+                message: "name the database in the URL's path, not with ?dbname=",
+            }));
+        }
         let admin = PgPool::connect(base)
             .await
             .map_err(|e| Error::with(ErrorKind::Database { what: "connecting" }, e))?;
@@ -223,6 +236,19 @@ mod tests {
         for (base, prefix, option) in [
             ("postgres://u:secret@127.0.0.1:1/db", "x; DROP", "prefix"),
             ("postgres://u:secret@127.0.0.1:1/db", "ünï", "prefix"),
+            ("postgres://u:secret@127.0.0.1:1/db", "Upper", "prefix"),
+            ("postgres://u:secret@127.0.0.1:1/db", "1st", "prefix"),
+            ("postgres://u:secret@127.0.0.1:1/db", "", "prefix"),
+            (
+                "postgres://u:secret@127.0.0.1:1/db",
+                &"p".repeat(31),
+                "prefix",
+            ),
+            (
+                "postgres://u:secret@127.0.0.1:1/db?dbname=db",
+                "ok_prefix",
+                "database_url",
+            ),
             ("not a url secret", "ok_prefix", "database_url"),
         ] {
             let Err(e) = ScratchDatabase::create(base, prefix).await else {

@@ -1,4 +1,4 @@
-//! `outlive worker`: a [`jobs::Worker`](crate::jobs::Worker) for the command's own tasks
+//! `outlive worker`: a [`jobs::Worker`] for the command's own tasks
 //! ([`bank::tasks`](crate::bank::tasks)), on a Solari-compatible provider or, without one, on
 //! an embedded Aurora Bank and gateway whose sessions die (so the durable flow can be tried
 //! with nothing else running but PostgreSQL).

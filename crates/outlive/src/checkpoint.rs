@@ -695,7 +695,8 @@ pub(crate) async fn capture(
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let (changes, idb_same) = idb.begin(cache);
+    let (mut changes, idb_same) = idb.begin(cache);
+    let offered = idb_same.is_some();
     let expression = capture_expression(&cache.known(), options, idb_same);
     let remote = async {
         let sessions = calls.frame_sessions().await;
@@ -715,7 +716,22 @@ pub(crate) async fn capture(
         .map_err(|e| cdp_error("Storage.getCookies", e))?
         .result
         .cookies;
-    let top = top?;
+    let mut top = top?;
+    // The script took the last full read as standing; if a change event came meanwhile (a
+    // commit between `begin` and the script's reads, whose completion the page may have acted
+    // on in what was just read), that read does not go with the rest: read it again, in full.
+    if offered
+        && top
+            .idb
+            .as_ref()
+            .is_some_and(|p| p.l.is_none() && p.d.is_none())
+        && let Some(now) = idb.moved_since(changes)
+    {
+        tracing::debug!("IndexedDB changed during the capture; reading the top frame again");
+        changes = now;
+        let full = capture_expression(&cache.known(), options, None);
+        top = read_here(page, full, None).await?;
+    }
     let top_origin = top.origin.clone();
     let url = top.url.clone();
     let idb_read = top
@@ -821,6 +837,9 @@ struct IdbState {
     /// Change events seen so far.
     changes: u64,
     last: Option<IdbRead>,
+    /// Full reads of the top frame's IndexedDB reported so far.
+    #[cfg(test)]
+    full_reads: u64,
 }
 
 struct IdbEvents {
@@ -869,6 +888,14 @@ fn waiting(stream: &mut (impl futures::Stream + Unpin)) -> Option<u64> {
 }
 
 impl IdbWatch {
+    /// The change count now, if a change came (or the tracking ended) since `begin` answered
+    /// `changes`.
+    fn moved_since(&self, changes: u64) -> Option<u64> {
+        let mut state = self.0.lock().expect("idb watch poisoned");
+        state.drain();
+        (state.events.is_none() || state.changes != changes).then_some(state.changes)
+    }
+
     /// At a capture's start: the change count, and what the capture script may take as
     /// unchanged (`{origin, h, l}`), if anything.
     fn begin(&self, cache: &PartCache) -> (u64, Option<serde_json::Value>) {
@@ -895,6 +922,10 @@ impl IdbWatch {
     ) {
         let (tracked, listening) = {
             let mut state = self.0.lock().expect("idb watch poisoned");
+            #[cfg(test)]
+            {
+                state.full_reads += 1;
+            }
             let tracked = state.tracked.contains(origin);
             state.last = Some(IdbRead {
                 origin: origin.to_owned(),
@@ -1702,8 +1733,11 @@ mod tests {
             watch.begin(&cache).1.is_some(),
             "read while tracked and unchanged: the next capture may skip it"
         );
+        let full_reads = || watch.0.lock().unwrap().full_reads;
+        assert_eq!(full_reads(), 2);
         let third = capture().await.unwrap();
-        assert_eq!(idb_of(&third), idb_of(&first), "skipped, the same content");
+        assert_eq!(idb_of(&third), idb_of(&first), "the same content");
+        assert_eq!(full_reads(), 2, "not read again: nothing changed");
 
         let _: i64 = read_value(&page, put("second")).await;
         let after_put = capture().await.unwrap();
@@ -1711,6 +1745,7 @@ mod tests {
             idb_of(&after_put).contains("second"),
             "a record written is seen"
         );
+        assert_eq!(full_reads(), 3);
         let _ = capture().await.unwrap();
 
         let _: i64 = read_value(

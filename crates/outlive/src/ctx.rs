@@ -439,6 +439,11 @@ impl Ctx {
     /// then resumes from before it, and the task's re-entry check sees it undone.
     /// [`Ctx::checkpoint`] itself is not held.
     ///
+    /// A hold also holds a planned rotation ([`Options::rotation`](crate::Options::rotation)),
+    /// which switches browsers about one checkpoint interval before the predicted death: a
+    /// hold longer than `checkpoint_every` that starts just then meets the death instead (and
+    /// its step is redone on the successor, already up).
+    ///
     /// ```no_run
     /// # async fn demo(ctx: outlive::Ctx) {
     /// {

@@ -1,5 +1,5 @@
 //! The lab: measurements of outlive, kept apart from the product surface. Each runs on the
-//! shared [`TestBed`](crate::bed::TestBed) and reports [`Error`](crate::Error).
+//! shared [`TestBed`](crate::bed::TestBed) and reports [`Error`].
 //!
 //! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
 //! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
