@@ -130,6 +130,35 @@ mod tests {
     }
 
     #[test]
+    fn a_long_interval_is_capped_at_a_quarter_of_the_time_to_leave() {
+        let mut l = Lifetime::new(Rotation::Expected(secs(20.0)));
+        l.launched_in(secs(0.6));
+        let plan = l.plan(secs(10.0)).unwrap();
+        // A quarter of 18 s is 4.5 s: launch at 18 − (1.2 + 4.5), switch at 18 − 4.5.
+        assert_eq!(plan.launch_at, secs(12.3));
+        assert_eq!(plan.switch_at, secs(13.5));
+    }
+
+    #[test]
+    fn the_switch_falls_between_the_launch_and_the_time_to_leave() {
+        for lifetime in [1.0, 7.0, 20.0, 600.0] {
+            for launch in [0.0, 0.3, 5.0, 400.0] {
+                for interval in [0.05, 1.0, 30.0, 3600.0] {
+                    let mut l = Lifetime::new(Rotation::Expected(secs(lifetime)));
+                    l.launched_in(secs(launch));
+                    let p = l.plan(secs(interval)).unwrap();
+                    let case =
+                        format!("{lifetime} s, launch {launch} s, interval {interval} s: {p:?}");
+                    assert!(p.leave_by / 2 <= p.launch_at, "{case}");
+                    assert!(p.launch_at <= p.switch_at, "{case}");
+                    assert!(p.switch_at < p.leave_by && p.leave_by < p.dies_at, "{case}");
+                    assert!(p.leave_by - p.switch_at <= p.leave_by / 4, "{case}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn off_never_plans() {
         let mut l = Lifetime::new(Rotation::Off);
         l.died_at(secs(20.0));
