@@ -640,12 +640,28 @@ async fn read_here(
     expression: String,
     context: Option<i64>,
 ) -> Result<FrameRead, Error> {
-    let eval = evaluate_params(expression, context)?;
-    page.evaluate_expression(eval)
+    evaluate(page, expression, context, "reading a frame's storage").await
+}
+
+/// Runs `expression` in the page (in `context`, or the top frame's main world) and decodes
+/// what it answers; `what` names the step in errors.
+async fn evaluate<T: serde::de::DeserializeOwned>(
+    page: &Page,
+    expression: String,
+    context: Option<i64>,
+    what: &str,
+) -> Result<T, Error> {
+    page.evaluate_expression(evaluate_params(expression, context)?)
         .await
-        .map_err(|e| cdp_error("reading a frame's storage", e))?
+        .map_err(|e| cdp_error(what, e))?
         .into_value()
-        .map_err(|e| Error::new(ErrorKind::Cdp, "decoding a frame's storage failed").with_source(e))
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Cdp,
+                format!("decoding the answer of {what} failed"),
+            )
+            .with_source(e)
+        })
 }
 
 /// Runs the capture script in an out-of-process frame, through its session on the relay.
@@ -1025,6 +1041,24 @@ struct RestoreReport {
     ms: serde_json::Value,
 }
 
+impl RestoreReport {
+    /// How many writes failed, each named in a debug log.
+    fn failed(&self) -> u64 {
+        for error in &self.errors {
+            tracing::debug!(error, "a restore write failed");
+        }
+        self.errors.len() as u64
+    }
+}
+
+/// What the in-place write answers: `false` when the page is not on a restore document.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum InPlace {
+    NotThere(#[expect(dead_code, reason = "always false; only the variant matters")] bool),
+    Written(RestoreReport),
+}
+
 /// The documents of one restore, by URL.
 type Documents = HashMap<String, Zeroizing<String>>;
 
@@ -1114,27 +1148,23 @@ async fn write_in_place(page: &Page, top: &str, data: &str) -> Result<Option<u64
     ));
     let started = Instant::now();
     // Moved, not copied (it can hold megabytes); chromiumoxide does not zero its own copies.
-    let eval = evaluate_params(std::mem::take(&mut *expression), None)?;
-    let answer: serde_json::Value = page
-        .evaluate_expression(eval)
-        .await
-        .map_err(|e| cdp_error("writing a restore in place", e))?
-        .into_value()
-        .map_err(|e| {
-            Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
-        })?;
-    if answer == serde_json::Value::Bool(false) {
-        tracing::debug!("the page is not on a restore document; loading one");
-        return Ok(None);
+    let answer = evaluate(
+        page,
+        std::mem::take(&mut *expression),
+        None,
+        "writing a restore in place",
+    )
+    .await?;
+    match answer {
+        InPlace::NotThere(_) => {
+            tracing::debug!("the page is not on a restore document; loading one");
+            Ok(None)
+        }
+        InPlace::Written(report) => {
+            tracing::debug!(took = ?started.elapsed(), in_page = %report.ms, "restore written in place");
+            Ok(Some(report.failed()))
+        }
     }
-    let report: RestoreReport = serde_json::from_value(answer).map_err(|e| {
-        Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
-    })?;
-    tracing::debug!(took = ?started.elapsed(), in_page = %report.ms, "restore written in place");
-    for error in &report.errors {
-        tracing::debug!(error, "a restore write failed");
-    }
-    Ok(Some(report.errors.len() as u64))
 }
 
 /// Puts cookies and every storage key's state into a fresh page before any request reaches
@@ -1238,20 +1268,15 @@ async fn write_all(page: &Page, loads: &[String]) -> Result<u64, Error> {
             .await
             .map_err(|e| cdp_error("loading a restore document", e))?;
         let loaded = started.elapsed();
-        let wait = evaluate_params("window.__outlive_restored".to_owned(), None)?;
-        let report: RestoreReport = page
-            .evaluate_expression(wait)
-            .await
-            .map_err(|e| cdp_error("waiting for a restore document", e))?
-            .into_value()
-            .map_err(|e| {
-                Error::new(ErrorKind::Cdp, "decoding a restore report failed").with_source(e)
-            })?;
+        let report: RestoreReport = evaluate(
+            page,
+            "window.__outlive_restored".to_owned(),
+            None,
+            "waiting for a restore document",
+        )
+        .await?;
         tracing::debug!(?loaded, written = ?started.elapsed(), in_page = %report.ms, "restore document done");
-        for error in &report.errors {
-            tracing::debug!(error, "a restore write failed");
-        }
-        failed += report.errors.len() as u64;
+        failed += report.failed();
     }
     Ok(failed)
 }
