@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs::{self, RunRow};
-use support::pg::JobsBed;
+use support::pg::{JobsBed, submit_bank};
 
 /// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
 async fn until(
@@ -42,15 +42,7 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
         jb.worker(&["--concurrency", "1"]),
     ];
     let JobsBed { db, store, bed, .. } = jb;
-    let tasks = outlive_cli::bank::tasks(None);
-    let run_id = jobs::submit(
-        &store,
-        &tasks,
-        "bank",
-        serde_json::json!({ "polls": 40, "poll_every_ms": 200 }),
-    )
-    .await
-    .unwrap();
+    let run_id = submit_bank(&store, 40, 200).await;
 
     // Signed in, and a few polls saved with the checkpoints.
     let runs = until(
@@ -123,16 +115,8 @@ async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
     let extra = ["--concurrency", "3", "--max-sessions", "3"];
     let workers = [jb.worker(&extra), jb.worker(&extra)];
     let JobsBed { db, store, bed, .. } = jb;
-    let tasks = outlive_cli::bank::tasks(None);
     for _ in 0..12 {
-        jobs::submit(
-            &store,
-            &tasks,
-            "bank",
-            serde_json::json!({ "polls": 4, "poll_every_ms": 100 }),
-        )
-        .await
-        .unwrap();
+        submit_bank(&store, 4, 100).await;
     }
     let runs = until(
         &store,
@@ -160,15 +144,7 @@ async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_taken_too_often_is_failed_without_a_browser() {
     let jb = JobsBed::start(None).await;
-    let tasks = outlive_cli::bank::tasks(None);
-    let run_id = jobs::submit(
-        &jb.store,
-        &tasks,
-        "bank",
-        serde_json::json!({ "polls": 4, "poll_every_ms": 100 }),
-    )
-    .await
-    .unwrap();
+    let run_id = submit_bank(&jb.store, 4, 100).await;
     // As if two workers had died under it already.
     sqlx::query("UPDATE outlive_runs SET pickups = 2 WHERE run_id = $1")
         .bind(&run_id)
@@ -198,14 +174,7 @@ async fn a_run_taken_too_often_is_failed_without_a_browser() {
     assert_eq!(bed.bank().counters().totps_accepted, 0);
 
     // The worker goes on taking runs.
-    jobs::submit(
-        &store,
-        &tasks,
-        "bank",
-        serde_json::json!({ "polls": 2, "poll_every_ms": 100 }),
-    )
-    .await
-    .unwrap();
+    submit_bank(&store, 2, 100).await;
     let runs = until(
         &store,
         Duration::from_secs(90),

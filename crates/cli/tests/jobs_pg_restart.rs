@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use outlive_cli::durable::PgStore;
 use outlive_cli::jobs;
-use support::pg::JobsBed;
+use support::pg::{JobsBed, submit_bank};
 
 /// `pg_ctlcluster VERSION NAME restart` for the local cluster on the URL's port.
 fn restart_postgres(url: &str) {
@@ -44,12 +44,8 @@ async fn runs_go_on_through_a_postgres_restart() {
     let jb = JobsBed::start(Some(4)).await;
     let worker = jb.worker(&["--concurrency", "3"]);
     let JobsBed { db, store, bed, .. } = jb;
-    let tasks = outlive_cli::bank::tasks(None);
-    let input = serde_json::json!({ "polls": 50, "poll_every_ms": 200 });
     for _ in 0..3 {
-        jobs::submit(&store, &tasks, "bank", input.clone())
-            .await
-            .unwrap();
+        submit_bank(&store, 50, 200).await;
     }
     // All three signed in and polling.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -95,14 +91,7 @@ async fn runs_go_on_through_a_postgres_restart() {
     );
 
     // And it still takes new runs.
-    jobs::submit(
-        &store,
-        &tasks,
-        "bank",
-        serde_json::json!({ "polls": 3, "poll_every_ms": 100 }),
-    )
-    .await
-    .unwrap();
+    submit_bank(&store, 3, 100).await;
     until_done(4).await;
 
     worker.stop().await;

@@ -83,6 +83,14 @@ pub fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
     path
 }
 
+/// Submits a run of the `bank` task: `polls` polls, `poll_every_ms` apart; answers its id.
+pub async fn submit_bank(store: &PgStore, polls: u32, poll_every_ms: u64) -> String {
+    let input = serde_json::json!({ "polls": polls, "poll_every_ms": poll_every_ms });
+    outlive_cli::jobs::submit(store, &outlive_cli::bank::tasks(None), "bank", input)
+        .await
+        .unwrap()
+}
+
 /// What the jobs tests start from: a scratch database set up for runs, a gateway whose sessions
 /// live 300 s (at most `max_sessions` at once, the gateway's default when `None`), and a seal
 /// key in a file.
