@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::checkpoint::{Checkpoint, Progress};
 use crate::error::Error;
+use crate::lifetime::{Cadence, CheckpointKind, SafePoints};
 use crate::provider::BoxFuture;
 
 /// Tries of one capture before it counts as failed.
@@ -50,6 +51,8 @@ pub(crate) struct Store {
     max_left_out: AtomicU64,
     /// Bumped whenever a checkpoint is kept, so the run loop wakes for it.
     kept: tokio::sync::watch::Sender<u32>,
+    /// How often the task checkpoints by itself, across its entries.
+    cadence: Mutex<Cadence>,
 }
 
 impl Store {
@@ -100,6 +103,15 @@ impl Store {
     pub(crate) fn max_left_out(&self) -> u64 {
         self.max_left_out.load(Ordering::Relaxed)
     }
+
+    /// The longest recent gap between the task's own checkpoints, once it has made one.
+    pub(crate) fn cadence(&self) -> Option<Duration> {
+        self.cadence.lock().expect("cadence poisoned").every()
+    }
+
+    fn note_own_gap(&self, gap: Duration) {
+        self.cadence.lock().expect("cadence poisoned").note(gap);
+    }
 }
 
 /// One capture in flight at a time. A call that arrives while a capture runs waits for it and
@@ -116,11 +128,12 @@ struct Flight {
 }
 
 /// The switch to a successor browser, ready and waiting for a safe point: the end of a
-/// checkpoint taken outside any hold. The checkpoint that reaches it does not return until the
-/// loop has ended the entry there (or called the switch off).
+/// checkpoint taken outside any hold that [`SafePoints`] accepts. The checkpoint that reaches
+/// it does not return until the loop has ended the entry there (or called the switch off).
 #[derive(Default)]
 struct Switch {
-    armed: AtomicBool,
+    /// Armed: which checkpoints are safe points.
+    armed: Mutex<Option<SafePoints>>,
     /// `true` while a checkpoint waits at the safe point for the loop.
     parked: tokio::sync::watch::Sender<bool>,
 }
@@ -132,6 +145,10 @@ struct Inner {
     resumed_from: Option<ResumedFrom>,
     retired: AtomicBool,
     holds: AtomicU32,
+    /// When the entry started.
+    started: Instant,
+    /// When the task's own newest checkpoint in this entry was written.
+    last_own: Mutex<Option<Instant>>,
     capture: Capturer,
     store: Arc<Store>,
     capture_timeout: Duration,
@@ -178,6 +195,8 @@ impl Ctx {
                 resumed_from,
                 retired: AtomicBool::new(false),
                 holds: AtomicU32::new(0),
+                started: Instant::now(),
+                last_own: Mutex::new(None),
                 capture,
                 store,
                 capture_timeout: options.capture_timeout,
@@ -201,15 +220,29 @@ impl Ctx {
         self.inner.resumed_from.as_ref()
     }
 
-    /// Captures cookies, localStorage and the URL now. Never fails: answers `true` if a
-    /// checkpoint was written, `false` if not (the browser is dying, the capture timed out,
-    /// or this entry was retired after a death).
+    /// Captures the browser state now (cookies, Web Storage, IndexedDB, the URL). Never fails:
+    /// answers `true` if a checkpoint was written, `false` if not (the browser is dying, the
+    /// capture timed out, or this entry was retired after a death).
+    ///
+    /// This is the task saying "what I did so far is saved": the next entry starts over from
+    /// here, what comes after is redone (the wide event's `redoneMs`). With
+    /// [`Options::rotation`](crate::Options::rotation), it is also where the task may be moved
+    /// to a successor browser: the entry then ends inside this call, which never returns.
     ///
     /// One capture runs at a time. A call made while one is running (a periodic checkpoint,
     /// or another `checkpoint()` of the task) waits for it, then is answered by one follow-up
     /// capture shared by every call that arrived meanwhile — never by the capture that was
     /// already running, which may have missed the state the call wants kept.
     pub async fn checkpoint(&self) -> bool {
+        self.checkpoint_as(CheckpointKind::Own).await
+    }
+
+    /// An automatic checkpoint, on the run loop's clock.
+    pub(crate) async fn checkpoint_periodic(&self) -> bool {
+        self.checkpoint_as(CheckpointKind::Periodic).await
+    }
+
+    async fn checkpoint_as(&self, kind: CheckpointKind) -> bool {
         if self.is_retired() {
             return false;
         }
@@ -217,19 +250,53 @@ impl Ctx {
         let wanted = flight.started.load(Ordering::SeqCst) + 1;
         let _turn = flight.turn.lock().await;
         let (newest, wrote) = *flight.finished.lock().expect("flight poisoned");
-        if newest >= wanted {
-            return wrote;
-        }
-        if self.is_retired() {
+        let wrote = if newest >= wanted {
+            wrote
+        } else if self.is_retired() {
             return false;
-        }
-        let number = flight.started.fetch_add(1, Ordering::SeqCst) + 1;
-        let wrote = self.capture().await;
-        *flight.finished.lock().expect("flight poisoned") = (number, wrote);
+        } else {
+            let number = flight.started.fetch_add(1, Ordering::SeqCst) + 1;
+            let wrote = self.capture().await;
+            *flight.finished.lock().expect("flight poisoned") = (number, wrote);
+            wrote
+        };
         if wrote {
-            self.park_if_switching().await;
+            if kind == CheckpointKind::Own {
+                self.note_own();
+            }
+            self.park_if_switching(kind).await;
         }
         wrote
+    }
+
+    /// The task's own checkpoint was written: its progress is safe up to now.
+    fn note_own(&self) {
+        let now = Instant::now();
+        let mut last = self.inner.last_own.lock().expect("last_own poisoned");
+        let since = last.unwrap_or(self.inner.started);
+        self.inner
+            .store
+            .note_own_gap(now.saturating_duration_since(since));
+        *last = Some(now);
+    }
+
+    /// When the task's own newest checkpoint in this entry was written, or the entry started:
+    /// what a cut now would make it redo is the time since.
+    pub(crate) fn own_since(&self) -> Instant {
+        self.inner
+            .last_own
+            .lock()
+            .expect("last_own poisoned")
+            .unwrap_or(self.inner.started)
+    }
+
+    /// Whether the task wrote a checkpoint of its own in this entry.
+    pub(crate) fn made_progress(&self) -> bool {
+        self.inner
+            .last_own
+            .lock()
+            .expect("last_own poisoned")
+            .is_some()
     }
 
     /// Like [`Ctx::checkpoint`], with the task's own progress saved in the same checkpoint:
@@ -300,33 +367,54 @@ impl Ctx {
 
     /// At a safe point with a switch armed: waits here until the loop ends the entry (this
     /// future is then dropped) or calls the switch off.
-    async fn park_if_switching(&self) {
-        let switch = &self.inner.switch;
-        if !switch.armed.load(Ordering::SeqCst) || self.is_held() || self.is_retired() {
+    async fn park_if_switching(&self, kind: CheckpointKind) {
+        if self.is_held() || self.is_retired() || !self.is_safe_point(kind, Instant::now()) {
             return;
         }
+        let switch = &self.inner.switch;
         let mut parked = switch.parked.subscribe();
         switch.parked.send_replace(true);
         tracing::debug!(
             attempt = self.inner.attempt,
+            ?kind,
             "at a safe point; switching browsers"
         );
         let _ = parked.wait_for(|p| !*p).await;
     }
 
-    /// Arms the switch: the next checkpoint that completes outside a hold parks the task.
-    pub(crate) fn arm_switch(&self) {
-        self.inner.switch.armed.store(true, Ordering::SeqCst);
+    /// Whether a `kind` checkpoint written at `now` is a safe point of the armed switch.
+    pub(crate) fn is_safe_point(&self, kind: CheckpointKind, now: Instant) -> bool {
+        let armed = *self.inner.switch.armed.lock().expect("switch poisoned");
+        armed.is_some_and(|points| {
+            points.is_safe(kind, now, self.own_since(), self.inner.store.cadence())
+        })
+    }
+
+    /// From when an automatic checkpoint is a safe point of the armed switch, if ever.
+    pub(crate) fn periodic_safe_from(&self) -> Option<Instant> {
+        let armed = *self.inner.switch.armed.lock().expect("switch poisoned");
+        armed.and_then(|points| points.periodic_from(self.own_since(), self.inner.store.cadence()))
+    }
+
+    /// Arms the switch: from now on, a checkpoint written outside a hold at one of `points`
+    /// parks the task.
+    pub(crate) fn arm_switch(&self, points: SafePoints) {
+        *self.inner.switch.armed.lock().expect("switch poisoned") = Some(points);
     }
 
     /// Calls the switch off; a checkpoint parked at a safe point returns to the task.
     pub(crate) fn disarm_switch(&self) {
-        self.inner.switch.armed.store(false, Ordering::SeqCst);
+        *self.inner.switch.armed.lock().expect("switch poisoned") = None;
         self.inner.switch.parked.send_replace(false);
     }
 
     pub(crate) fn is_switch_armed(&self) -> bool {
-        self.inner.switch.armed.load(Ordering::SeqCst)
+        self.inner
+            .switch
+            .armed
+            .lock()
+            .expect("switch poisoned")
+            .is_some()
     }
 
     /// Resolves once a checkpoint is parked at a safe point. Cancel-safe.
@@ -440,9 +528,9 @@ impl Ctx {
     /// [`Ctx::checkpoint`] itself is not held.
     ///
     /// A hold also holds a planned rotation ([`Options::rotation`](crate::Options::rotation)),
-    /// which switches browsers about one checkpoint interval before the predicted death: a
-    /// hold longer than `checkpoint_every` that starts just then meets the death instead (and
-    /// its step is redone on the successor, already up).
+    /// which switches browsers at the task's last own checkpoint before the predicted death: a
+    /// hold that runs into the death meets it instead (and its step is redone on the
+    /// successor, already up).
     ///
     /// ```no_run
     /// # async fn demo(ctx: outlive::Ctx) {

@@ -1,8 +1,19 @@
-//! What a run knows of how long its browsers live: the declared lifetime, the ages at which
-//! its browsers died, and how long a successor takes to get ready. From these, when to launch
-//! a successor so that it is ready before the predicted death.
+//! What a run knows of how long its browsers live (the declared lifetime, the ages at which
+//! its browsers died, how long a successor takes to get ready) and of how often its task
+//! checkpoints by itself. From these: when to launch a successor so that it is ready, young,
+//! when the task reaches the last safe point before the predicted death ([`Plan`]), and which
+//! checkpoints are safe points ([`SafePoints`]).
+//!
+//! A rotation re-enters the task from the top on the successor: everything since the task's
+//! own last checkpoint is redone. So it ends the entry at a checkpoint the task asked for —
+//! the last one before the browser is to be left — and at an automatic one only when the task's
+//! next own checkpoint is not likely to come in time, as the last resort before the reactive
+//! path.
 
+use std::collections::VecDeque;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::options::Rotation;
 
@@ -10,6 +21,8 @@ use crate::options::Rotation;
 const MARGIN_SHARE: f64 = 0.10;
 /// Deaths learned before [`Rotation::Learned`] predicts anything.
 const LEARN_AFTER: usize = 2;
+/// Gaps between the task's own checkpoints its cadence is learned from (the newest).
+const CADENCE_WINDOW: usize = 4;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Lifetime {
@@ -29,10 +42,147 @@ pub(crate) struct Plan {
     pub(crate) leave_by: Duration,
     /// Age at which to launch the successor.
     pub(crate) launch_at: Duration,
-    /// Age from which a ready successor is switched to, at the next safe point: one checkpoint
-    /// interval before `leave_by`, so the browser is used as long as a safe point can still
-    /// be had in time (the successor, launched earlier, waits ready).
+    /// Age from which an automatic checkpoint is a safe point whatever the task's cadence
+    /// (the last resort): one checkpoint interval before `leave_by`, so the browser is used as
+    /// long as a safe point can still be had in time. Also the expected switch while the
+    /// task's cadence is unknown.
     pub(crate) switch_at: Duration,
+    /// How long before the expected switch a successor is launched: twice the slowest launch
+    /// seen, and at least a second.
+    pub(crate) lead: Duration,
+}
+
+impl Plan {
+    /// When the task is expected to reach the switch on a browser born at `born`, from its
+    /// newest own checkpoint (or the entry's start), `since`, and its cadence: the last own
+    /// checkpoint due by `leave_by`; if none is, the next one when it is due before the death,
+    /// else at once (an automatic checkpoint). While the cadence is unknown: `switch_at` when
+    /// an automatic checkpoint may be the safe point (`blind`), else none is expected — a
+    /// successor launched then would only wait, ageing, for the death.
+    pub(crate) fn switch_expected(
+        &self,
+        born: Instant,
+        since: Instant,
+        cadence: Option<Duration>,
+        blind: bool,
+    ) -> Option<Instant> {
+        let (leave_by, dies_at) = (born + self.leave_by, born + self.dies_at);
+        let Some(every) = cadence.filter(|e| !e.is_zero()) else {
+            return blind.then_some(born + self.switch_at);
+        };
+        let steps = if since < leave_by {
+            ((leave_by - since).as_secs_f64() / every.as_secs_f64()).floor()
+        } else {
+            0.0
+        };
+        Some(match steps {
+            0.0 if since + every <= dies_at => since + every,
+            0.0 => since,
+            steps => since + every.mul_f64(steps),
+        })
+    }
+
+    /// When to launch the successor so it is ready, and young, at `switch`: a lead before it,
+    /// never before half the time to leave (a lead as long as the lifetime would otherwise
+    /// have every browser left as soon as it is entered).
+    pub(crate) fn launch_for(&self, born: Instant, switch: Instant) -> Instant {
+        switch
+            .checked_sub(self.lead)
+            .unwrap_or(born)
+            .max(born + self.leave_by / 2)
+    }
+}
+
+/// Which checkpoint a task wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckpointKind {
+    /// The task asked for it (`ctx.checkpoint()`, `checkpoint_with`, a control request).
+    Own,
+    /// The run loop's automatic one.
+    Periodic,
+}
+
+/// How often the task checkpoints by itself: the newest gaps between its own checkpoints (the
+/// first of an entry counts from the entry's start).
+#[derive(Debug, Default)]
+pub(crate) struct Cadence {
+    gaps: VecDeque<Duration>,
+}
+
+impl Cadence {
+    pub(crate) fn note(&mut self, gap: Duration) {
+        if self.gaps.len() == CADENCE_WINDOW {
+            self.gaps.pop_front();
+        }
+        self.gaps.push_back(gap);
+    }
+
+    /// The longest of the newest gaps: by then the task's next own checkpoint is likely.
+    pub(crate) fn every(&self) -> Option<Duration> {
+        self.gaps.iter().max().copied()
+    }
+}
+
+/// The safe points of an armed switch, for the browser the task is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SafePoints {
+    /// When the browser is expected to die.
+    pub(crate) dies_at: Instant,
+    /// When the task should be on the successor.
+    pub(crate) leave_by: Instant,
+    /// From when an automatic checkpoint is a safe point whatever the cadence.
+    pub(crate) fallback_at: Instant,
+    /// Whether automatic checkpoints may be safe points at all: not on a browser whose
+    /// predecessor was left at one without the task making progress of its own (that rotation
+    /// cost more than reacting would).
+    pub(crate) periodic: bool,
+    /// Whether an automatic checkpoint may be a safe point while the task's cadence is
+    /// unknown: only once an entry of the run has ended without a checkpoint of the task's
+    /// own (a task that may never make one). Until then its first is waited for.
+    pub(crate) blind: bool,
+}
+
+impl SafePoints {
+    /// Whether a `kind` checkpoint written at `now` is a safe point, with the task's own last
+    /// checkpoint (or the entry's start) at `since` and its cadence `every`.
+    ///
+    /// * Own: when the next own checkpoint is likely to come after `leave_by` — the last one
+    ///   in time.
+    /// * Automatic: when the next own checkpoint is likely to come only after the death (the
+    ///   work since the last one is lost either way, and a cut now redoes least and starts the
+    ///   successor's life sooner), or it is overdue past `fallback_at` (or the cadence is
+    ///   unknown, the task [may never make one](SafePoints::blind), and `fallback_at` has
+    ///   passed). An own checkpoint expected between `leave_by` and the death is waited for:
+    ///   reacting would have had it.
+    pub(crate) fn is_safe(
+        &self,
+        kind: CheckpointKind,
+        now: Instant,
+        since: Instant,
+        every: Option<Duration>,
+    ) -> bool {
+        match (kind, every) {
+            (CheckpointKind::Own, Some(every)) => now + every > self.leave_by,
+            (CheckpointKind::Own, None) => now >= self.fallback_at,
+            (CheckpointKind::Periodic, _) => self
+                .periodic_from(since, every)
+                .is_some_and(|from| now >= from),
+        }
+    }
+
+    /// From when an automatic checkpoint is a safe point (see [`SafePoints::is_safe`]), if
+    /// ever on this browser.
+    pub(crate) fn periodic_from(&self, since: Instant, every: Option<Duration>) -> Option<Instant> {
+        if !self.periodic {
+            return None;
+        }
+        Some(match every {
+            Some(every) if since + every > self.dies_at => since,
+            Some(every) => (since + every).max(self.fallback_at),
+            None if self.blind => self.fallback_at,
+            None => return None,
+        })
+    }
 }
 
 impl Lifetime {
@@ -117,6 +267,7 @@ impl Lifetime {
             leave_by,
             launch_at,
             switch_at,
+            lead,
         })
     }
 }
@@ -156,6 +307,95 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A plan for a 20 s life (leave by 18 s, fall back from 17 s), born at `born`.
+    fn points(born: Instant, periodic: bool, blind: bool) -> (Plan, SafePoints) {
+        let plan = Lifetime::new(Rotation::Expected(secs(20.0)))
+            .plan(secs(1.0))
+            .unwrap();
+        let points = SafePoints {
+            dies_at: born + plan.dies_at,
+            leave_by: born + plan.leave_by,
+            fallback_at: born + plan.switch_at,
+            periodic,
+            blind,
+        };
+        (plan, points)
+    }
+
+    #[test]
+    fn the_switch_is_expected_at_the_last_own_checkpoint_due_in_time() {
+        let born = Instant::now();
+        let (plan, _) = points(born, true, false);
+        let at = |since: f64, every: f64| {
+            plan.switch_expected(born, born + secs(since), Some(secs(every)), false)
+                .map(|i| (i - born).as_secs_f64())
+        };
+        // Every 5 s from 1 s: 16 s is the last before 18 s.
+        assert_eq!(at(1.0, 5.0), Some(16.0));
+        // Every 10 s from 10 s: the next (20 s) is not due by 18 s, nor before the death at
+        // 20 s... it is, at 20 s exactly: waited for.
+        assert_eq!(at(10.0, 10.0), Some(20.0));
+        // Every 11 s from 10 s: due after the death: an automatic checkpoint, at once.
+        assert_eq!(at(10.0, 11.0), Some(10.0));
+        // Unknown cadence: none expected, unless the task may never checkpoint by itself.
+        assert_eq!(plan.switch_expected(born, born, None, false), None);
+        assert_eq!(
+            plan.switch_expected(born, born, None, true),
+            Some(born + secs(17.0))
+        );
+        // The successor a lead (1 s) before, never before half the time to leave.
+        assert_eq!(plan.launch_for(born, born + secs(16.0)), born + secs(15.0));
+        assert_eq!(plan.launch_for(born, born + secs(3.0)), born + secs(9.0));
+    }
+
+    #[test]
+    fn own_checkpoints_are_safe_points_when_the_next_would_be_late() {
+        let born = Instant::now();
+        let (_, p) = points(born, true, false);
+        let t = |s: f64| born + secs(s);
+        let own = |now: f64, every: f64| {
+            p.is_safe(CheckpointKind::Own, t(now), t(now), Some(secs(every)))
+        };
+        assert!(!own(12.0, 5.0), "the next, at 17 s, is in time");
+        assert!(own(14.0, 5.0), "the next, at 19 s, is late");
+        let periodic = |now: f64, since: f64, every: Option<f64>| {
+            p.is_safe(CheckpointKind::Periodic, t(now), t(since), every.map(secs))
+        };
+        // The next own checkpoint due before the death: waited for, unless overdue past the
+        // fallback.
+        assert!(!periodic(15.0, 14.0, Some(5.5)));
+        assert!(
+            !periodic(16.5, 13.0, Some(3.0)),
+            "due at 16 s, overdue, before the fallback"
+        );
+        assert!(
+            periodic(17.5, 13.0, Some(4.0)),
+            "due at 17 s, overdue past the fallback"
+        );
+        // Due after the death: any automatic checkpoint, at once.
+        assert!(periodic(14.5, 14.0, Some(7.0)));
+        // Unknown cadence: never, unless blind (then from the fallback).
+        assert!(!periodic(17.5, 0.0, None));
+        let (_, blind) = points(born, true, true);
+        assert!(blind.is_safe(CheckpointKind::Periodic, t(17.0), born, None));
+        assert!(!blind.is_safe(CheckpointKind::Periodic, t(16.9), born, None));
+        // Not after a rotation without progress.
+        let (_, off) = points(born, false, true);
+        assert!(!off.is_safe(CheckpointKind::Periodic, t(17.5), t(14.0), Some(secs(7.0))));
+    }
+
+    #[test]
+    fn the_cadence_is_the_longest_of_the_newest_gaps() {
+        let mut c = Cadence::default();
+        assert_eq!(c.every(), None);
+        for gap in [9.0, 1.0, 2.0, 3.0] {
+            c.note(secs(gap));
+        }
+        assert_eq!(c.every(), Some(secs(9.0)));
+        c.note(secs(2.5));
+        assert_eq!(c.every(), Some(secs(3.0)), "the oldest gap forgotten");
     }
 
     #[test]

@@ -34,11 +34,25 @@ pub struct Viewport {
 /// Whether outlive moves the task to a new browser *before* the old one dies.
 ///
 /// A rotation launches a successor ahead of the predicted death, restores the newest checkpoint
-/// into it (storage only: no request reaches the site), and switches the task at the next safe
-/// point: right after a checkpoint completes outside any
-/// [`hold_checkpoints`](crate::Ctx::hold_checkpoints). The entry ends exactly there and is
-/// re-entered on the successor with `resumed_from` set, so nothing is lost; the old session is
-/// released. Deaths nobody predicted still take the reactive path.
+/// into it (storage only: no request reaches the site), and switches the task at a safe point.
+/// The entry ends exactly there and is re-entered on the successor with `resumed_from` set;
+/// the old session is released. Deaths nobody predicted still take the reactive path.
+///
+/// A re-entered task starts over from what it saved itself, so the safe point is a checkpoint
+/// the task asked for ([`Ctx::checkpoint`](crate::Ctx::checkpoint),
+/// [`checkpoint_with`](crate::Ctx::checkpoint_with)), outside any
+/// [`hold_checkpoints`](crate::Ctx::hold_checkpoints): the last one before the browser is to
+/// be left, judged from the task's own cadence (the longest of its recent gaps between its
+/// checkpoints). The successor is launched just in time for that checkpoint, so the task gets
+/// about a whole life on it. An automatic checkpoint is a safe point only as the last resort:
+/// when the task's next own checkpoint is not expected before the death (the work since its
+/// last one is lost either way), or is overdue in the last checkpoint interval before leaving;
+/// for a task that has not checkpointed by itself yet, only once one of its entries has ended
+/// without doing so. A rotation that ends an entry in which the task made no checkpoint of its
+/// own counts toward `max_relaunches`, like a death, and the next browser is not left at an
+/// automatic checkpoint. So rotation uses at most one session more than reacting (the task's
+/// last checkpoint before it returns may be a safe point), and the wide event's `redoneMs`
+/// says what it cost.
 ///
 /// The predicted death is at *expected lifetime − margin* of a session's age (counted from the
 /// start of its launch). The margin is 10 % of the expected lifetime, or the spread of the

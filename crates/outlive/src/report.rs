@@ -48,6 +48,14 @@ pub struct WideEvent {
     pub lost_work_ms: u64,
     /// The worst single death by the same rule.
     pub max_lost_work_ms: u64,
+    /// Sum over cuts (deaths, page failures, rotations) of the work the task had to do again:
+    /// from its own last checkpoint in the entry (`ctx.checkpoint()`, `checkpoint_with`, a
+    /// control request), or the entry's start if it made none, to the cut. Unlike
+    /// `lostWorkMs`, automatic checkpoints do not shorten it: a re-entered task starts over
+    /// from what it saved itself. Not in the TypeScript original.
+    pub redone_ms: u64,
+    /// The worst single cut by the same rule.
+    pub max_redone_ms: u64,
     /// Wall time of the whole run.
     pub total_ms: u64,
     /// Entries of the task (1 when no browser died).
@@ -105,6 +113,8 @@ impl WideEvent {
             checkpoint_count = self.checkpoint_count,
             lost_work_ms = self.lost_work_ms,
             max_lost_work_ms = self.max_lost_work_ms,
+            redone_ms = self.redone_ms,
+            max_redone_ms = self.max_redone_ms,
             total_ms = self.total_ms,
             attempts = self.attempts,
             release_failed = self.release_failed,
@@ -137,6 +147,8 @@ mod tests {
             checkpoint_count: 24,
             lost_work_ms: 2315,
             max_lost_work_ms: 2315,
+            redone_ms: 4000,
+            max_redone_ms: 4000,
             total_ms: 751_943,
             attempts: 2,
             release_failed: 0,
@@ -158,6 +170,8 @@ mod tests {
             "lostWorkMs",
             "stateLeftOut",
             "maxLostWorkMs",
+            "redoneMs",
+            "maxRedoneMs",
             "totalMs",
             "attempts",
             "releaseFailed",
@@ -223,6 +237,8 @@ pub enum Milestone {
         detected_at: std::time::Instant,
         /// The work lost by this death, as `lost_work_ms` counts it.
         lost_work: std::time::Duration,
+        /// The work the task redoes after it, as `redone_ms` counts it.
+        redone: std::time::Duration,
     },
     /// The task's page failed (crashed, was closed, hung) while its browser lived on.
     PageFailed {
@@ -234,6 +250,8 @@ pub enum Milestone {
         detected_at: std::time::Instant,
         /// The work lost by this failure, as `lost_work_ms` counts it.
         lost_work: std::time::Duration,
+        /// The work the task redoes after it, as `redone_ms` counts it.
+        redone: std::time::Duration,
     },
     /// A successor browser for a rotation (or a standby) is launched and restored, waiting.
     SuccessorReady {
@@ -249,9 +267,11 @@ pub enum Milestone {
         attempt: u32,
         /// The age of the browser it leaves (from the start of its launch).
         age: std::time::Duration,
-        /// From the safe point's checkpoint (its capture start) to the entry's end: the most
-        /// work the next entry can repeat.
+        /// From the safe point's checkpoint (its capture start) to the entry's end.
         lost_work: std::time::Duration,
+        /// From the task's own last checkpoint in the entry (or the entry's start) to its
+        /// end: the work the next entry repeats, as `redone_ms` counts it.
+        redone: std::time::Duration,
     },
     /// A fresh page in the same browser took over from a failed one; the checkpoint is
     /// restored into it next.

@@ -1,0 +1,147 @@
+"""Aurora Bank with Playwright (Python), as a user would script it, run by `outlive run`.
+
+Signs in once (password + TOTP), optionally seeds the twosite app, polls the account page
+POLLS times and makes one transfer half-way, checkpointing its progress with outlive after
+each step so that a rerun after a browser death skips what is done.
+
+Env: OUTLIVE_* (set by `outlive run`), BANK_URL, BANK_USER, BANK_PASSWORD, BANK_TOTP_SECRET,
+POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import struct
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+env = os.environ
+BANK = env["BANK_URL"].rstrip("/")
+TWOSITE = env.get("TWOSITE_URL")
+POLLS = int(env.get("POLLS", "6"))
+POLL_MS = int(env.get("POLL_MS", "500"))
+ATTEMPT = int(env["OUTLIVE_ATTEMPT"])
+RESULT_DIR = Path(env["RESULT_DIR"])
+
+
+def totp(secret_b32: str) -> str:
+    """RFC 6238: HMAC-SHA1, 30 s step, 6 digits."""
+    secret = secret_b32.upper().replace(" ", "").rstrip("=")
+    key = base64.b32decode(secret + "=" * (-len(secret) % 8))
+    mac = hmac.new(key, struct.pack(">Q", int(time.time()) // 30), hashlib.sha1).digest()
+    offset = mac[-1] & 0x0F
+    return "%06d" % ((struct.unpack(">I", mac[offset : offset + 4])[0] & 0x7FFFFFFF) % 1_000_000)
+
+
+def control(action: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{env['OUTLIVE_CONTROL_URL']}/{action}",
+        data=json.dumps(body or {}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)
+
+
+progress = json.loads(env.get("OUTLIVE_PROGRESS") or "{}")
+progress.setdefault("polls", 0)
+progress["attempts"] = progress.get("attempts", []) + [ATTEMPT]
+seen = {
+    "attempt": ATTEMPT,
+    "progressIn": json.loads(env["OUTLIVE_PROGRESS"]) if env.get("OUTLIVE_PROGRESS") else None,
+    "resumedFromUrl": env.get("OUTLIVE_RESUMED_FROM_URL"),
+    "signedInHere": False,
+    "transferredHere": False,
+    "polls": [],
+    "checkpoints": [],
+}
+
+
+def record() -> None:
+    # Rewritten after every step: the browser (and this process) may die at any moment.
+    RESULT_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULT_DIR / f"attempt-{ATTEMPT}.json").write_text(json.dumps(seen, indent=1))
+
+
+def checkpoint() -> None:
+    seen["checkpoints"].append(control("checkpoint", progress).get("checkpointed"))
+    record()
+
+
+with sync_playwright() as p:
+    started = time.monotonic()
+    browser = p.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
+    page = browser.contexts[0].pages[0]
+    seen |= {
+        "connectMs": round((time.monotonic() - started) * 1000),
+        "contexts": len(browser.contexts),
+        "pages": [pg.url for c in browser.contexts for pg in c.pages],
+        "urlAtStart": page.url,
+    }
+    record()
+
+    if TWOSITE and ATTEMPT > 1:
+        page.goto(TWOSITE)
+        seen["twositeReport"] = page.evaluate("twosite.report()")
+        record()
+
+    if not progress.get("signedIn"):
+        page.goto(f"{BANK}/login")
+        page.fill("#username", env["BANK_USER"])
+        page.fill("#password", env["BANK_PASSWORD"])
+        page.click("#submit")
+        page.wait_for_url("**/totp")
+        page.fill("#code", totp(env["BANK_TOTP_SECRET"]))
+        page.click("#submit")
+        page.wait_for_url("**/account*")
+        seen["signedInHere"] = progress["signedIn"] = True
+        checkpoint()
+
+    if TWOSITE and not progress.get("seeded"):
+        page.goto(TWOSITE)
+        page.evaluate("twosite.seed()")
+        progress["seeded"] = True
+        checkpoint()
+
+    while progress["polls"] < POLLS:
+        if progress["polls"] >= POLLS // 2 and not progress.get("transferred"):
+            # Not repeatable: no automatic checkpoint in the middle, one right after.
+            control("hold")
+            try:
+                page.goto(f"{BANK}/transfer")
+                page.fill("#to", "bob")
+                page.fill("#amount", "1234")
+                page.click("#submit")
+                page.wait_for_url("**/account")
+                seen["transferredHere"] = progress["transferred"] = True
+                checkpoint()
+            finally:
+                control("release")
+
+        page.goto(f"{BANK}/account")
+        poll = {
+            "polls": page.text_content("#polls"),
+            "pref": page.text_content("#pref"),
+            "broken": page.evaluate("document.body.classList.contains('broken')"),
+            "url": page.url,
+        }
+        seen["polls"].append(poll)
+        record()
+        assert poll["pref"] != "MISSING" and not poll["broken"], f"localStorage lost: {poll}"
+        progress["polls"] += 1
+        checkpoint()
+        time.sleep(POLL_MS / 1000)
+
+    result = {
+        "polls": progress["polls"],
+        "attempts_seen": progress["attempts"],
+        "seeded": progress.get("seeded", False),
+        "transferred": progress.get("transferred", False),
+    }
+    (RESULT_DIR / "result.json").write_text(json.dumps(result, indent=1))
