@@ -4,6 +4,7 @@
 //!
 //! The product:
 //!
+//! * [`cmd`] — `outlive run -- CMD` and `outlive serve`: any program, any language.
 //! * [`bank`] — the Aurora Bank task (sign in with TOTP, checkpoint, poll), re-entry safe;
 //!   used by the demo, the lab and the end-to-end tests.
 //! * [`bed`] — the [`TestBed`](bed::TestBed): Aurora Bank, a gateway and a Solari client,
@@ -23,6 +24,7 @@
 
 pub mod bank;
 pub mod bed;
+pub mod cmd;
 pub mod demo;
 pub mod durable;
 pub mod error;

@@ -23,6 +23,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run CMD against a browser that outlives its deaths: CMD gets a CDP endpoint
+    /// ($OUTLIVE_CDP_URL) and a control URL; when the browser dies, outlive ends CMD,
+    /// replaces the browser, restores cookies and storage, and runs CMD again with
+    /// $OUTLIVE_ATTEMPT + 1.
+    Run(outlive_cli::cmd::run::RunArgs),
+    /// Serve a browser that outlives its deaths at one CDP endpoint until Ctrl-C or SIGTERM,
+    /// for clients that reconnect by themselves.
+    Serve(outlive_cli::cmd::serve::ServeArgs),
     /// Run the Aurora Bank task through outlive on an embedded gateway whose sessions die.
     Demo {
         /// Lifetime of each browser session.
@@ -227,7 +235,18 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are not errors; a bad command line is a usage error (EX_USAGE).
+            std::process::exit(if e.use_stderr() {
+                outlive::EXIT_USAGE
+            } else {
+                0
+            });
+        }
+    };
     if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
         if !matches!(cli.command, Command::Gateway { .. }) {
             tracing_subscriber::fmt()
@@ -237,6 +256,8 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     match cli.command {
+        Command::Run(args) => std::process::exit(args.run().await),
+        Command::Serve(args) => std::process::exit(args.run().await),
         Command::Demo {
             lifetime,
             task,

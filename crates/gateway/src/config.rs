@@ -146,6 +146,7 @@ pub struct Config {
     pub(crate) honest: bool,
     pub(crate) rtt: Duration,
     pub(crate) max_sessions: usize,
+    pub(crate) connections_per_session: usize,
     pub(crate) chromium: LocalChromium,
 }
 
@@ -168,6 +169,7 @@ impl fmt::Debug for Config {
             .field("honest", &self.honest)
             .field("rtt", &self.rtt)
             .field("max_sessions", &self.max_sessions)
+            .field("connections_per_session", &self.connections_per_session)
             .field("chromium", &self.chromium)
             .finish()
     }
@@ -186,6 +188,7 @@ impl Config {
             honest: false,
             rtt: Duration::ZERO,
             max_sessions: 2,
+            connections_per_session: 4,
             chromium: LocalChromium::new(),
         }
     }
@@ -300,6 +303,18 @@ impl Config {
         self
     }
 
+    /// How many CDP connections one session accepts at once (as Browserbase and Browserless
+    /// accept several; a provider that allows one is `1`); one more is answered `409
+    /// SessionBusy`. Every connection meets the session's death. At least 1.
+    ///
+    /// # Default
+    ///
+    /// 4.
+    pub fn connections_per_session(mut self, max: usize) -> Self {
+        self.connections_per_session = max;
+        self
+    }
+
     /// The launcher for each session's Chromium.
     ///
     /// # Default
@@ -345,6 +360,12 @@ impl Config {
                     "doa is a probability and must be within 0.0..=1.0, got {}",
                     self.doa
                 ),
+            ));
+        }
+        if self.connections_per_session == 0 {
+            return Err(Error::invalid_config(
+                "connections_per_session",
+                "connections_per_session must be at least 1",
             ));
         }
         if self.max_sessions == 0 {

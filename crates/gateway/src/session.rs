@@ -142,7 +142,8 @@ struct Entry {
     upstream: String,
     phase: watch::Sender<Phase>,
     keeper: Option<mpsc::UnboundedSender<Command>>,
-    relay_attached: bool,
+    /// CDP connections relayed now.
+    relay_clients: usize,
 }
 
 impl Entry {
@@ -271,7 +272,7 @@ impl Shared {
         let (live, dead, clients, peak) = {
             let reg = self.registry();
             let (live, dead, clients) = reg.sessions.values().fold((0, 0, 0), |(l, d, c), e| {
-                let attached = usize::from(e.relay_attached);
+                let attached = usize::from(e.relay_clients > 0);
                 match *e.phase.borrow() {
                     Phase::Live => (l + 1, d, c + attached),
                     Phase::Dead(_) => (l, d + 1, c + attached),
@@ -350,7 +351,7 @@ impl Shared {
             upstream,
             phase: phase_tx,
             keeper: None,
-            relay_attached: false,
+            relay_clients: 0,
         };
         if let Some((browser, (cmd_tx, cmd_rx))) = keeper {
             let task = keep(
@@ -484,7 +485,7 @@ impl Shared {
         }
     }
 
-    /// Claims the session's one relay connection.
+    /// Claims one of the session's relay connections.
     pub(crate) fn attach(&self, id: Uuid, token: Option<&str>) -> Result<Attachment, AttachError> {
         let mut reg = self.registry();
         if reg.closing {
@@ -498,20 +499,20 @@ impl Shared {
         if *entry.phase.borrow() == Phase::Released {
             return Err(AttachError::Released);
         }
-        if entry.relay_attached {
+        if entry.relay_clients >= self.config.connections_per_session {
             return Err(AttachError::Busy);
         }
-        entry.relay_attached = true;
+        entry.relay_clients += 1;
         Ok(Attachment {
             upstream: entry.upstream.clone(),
             phase: entry.phase.subscribe(),
         })
     }
 
-    /// Frees the session's relay connection slot.
+    /// Frees one of the session's relay connection slots.
     pub(crate) fn detach(&self, id: Uuid) {
         if let Some(entry) = self.registry().sessions.get_mut(&id) {
-            entry.relay_attached = false;
+            entry.relay_clients = entry.relay_clients.saturating_sub(1);
         }
     }
 

@@ -188,6 +188,10 @@ impl LiveBrowser for CdpBrowser {
         self.page.clone()
     }
 
+    fn endpoint(&self) -> Option<crate::CdpEndpoint> {
+        self.session.as_ref().map(|s| s.endpoint().clone())
+    }
+
     fn capturer(&self) -> Capturer {
         let page = self.page.clone();
         let calls = self.relay.calls();

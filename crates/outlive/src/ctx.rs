@@ -138,8 +138,21 @@ struct Switch {
     parked: tokio::sync::watch::Sender<bool>,
 }
 
+/// What an entry knows of the run and the browser beyond the task's page: for a task that
+/// serves the browser to another client (a command).
+#[derive(Clone, Default)]
+pub(crate) struct EntryLink {
+    /// The run's id (the wide event's `runId`).
+    pub(crate) run_id: String,
+    /// The browser's own CDP endpoint, when the backend has one (a secret).
+    pub(crate) endpoint: Option<crate::CdpEndpoint>,
+}
+
 struct Inner {
     flight: Flight,
+    link: EntryLink,
+    /// Flips to `true` once, when the entry is retired.
+    retired_tx: tokio::sync::watch::Sender<bool>,
     switch: Switch,
     attempt: u32,
     resumed_from: Option<ResumedFrom>,
@@ -186,10 +199,13 @@ impl Ctx {
         store: Arc<Store>,
         options: &crate::Options,
         restored_progress: Option<Progress>,
+        link: EntryLink,
     ) -> Self {
         Ctx {
             inner: Arc::new(Inner {
                 flight: Flight::default(),
+                link,
+                retired_tx: tokio::sync::watch::channel(false).0,
                 switch: Switch::default(),
                 attempt,
                 resumed_from,
@@ -512,6 +528,26 @@ impl Ctx {
 
     pub(crate) fn retire(&self) {
         self.inner.retired.store(true, Ordering::SeqCst);
+        self.inner.retired_tx.send_replace(true);
+    }
+
+    /// Resolves once the entry is retired (its browser or page failed, or it was cut at a
+    /// safe point). Cancel-safe; not tied to `self`'s lifetime.
+    pub(crate) fn retired(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.inner.retired_tx.subscribe();
+        async move {
+            let _ = rx.wait_for(|r| *r).await;
+        }
+    }
+
+    /// The run's id and the browser's endpoint.
+    pub(crate) fn link(&self) -> &EntryLink {
+        &self.inner.link
+    }
+
+    /// The progress this entry resumed with, as the JSON it was saved as.
+    pub(crate) fn progress_json(&self) -> Option<&str> {
+        self.inner.restored_progress.as_ref().map(|p| p.as_str())
     }
 
     pub(crate) fn is_retired(&self) -> bool {

@@ -100,6 +100,7 @@
 
 mod browser;
 pub(crate) mod checkpoint;
+mod command;
 mod ctx;
 mod durable;
 mod endpoint;
@@ -126,6 +127,10 @@ use std::future::Future;
 
 pub use chromiumoxide;
 pub use chromiumoxide::Page;
+pub use command::{
+    Command, CommandFailed, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, Endpoints,
+    MAX_PROGRESS_BYTES, run_command, serve,
+};
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;

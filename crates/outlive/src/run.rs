@@ -23,7 +23,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
 use crate::checkpoint::Checkpoint;
-use crate::ctx::{Capturer, Ctx, ResumedFrom, Store};
+use crate::ctx::{Capturer, Ctx, EntryLink, ResumedFrom, Store};
 use crate::error::{Error, ErrorKind, RunError};
 use crate::lifetime::{Lifetime, SafePoints};
 use crate::options::Options;
@@ -49,6 +49,10 @@ pub(crate) trait LiveBrowser: Send {
 
     fn page(&self) -> Self::Page;
     fn capturer(&self) -> Capturer;
+    /// The browser's own CDP endpoint, for a second client (a command the task runs).
+    fn endpoint(&self) -> Option<crate::CdpEndpoint> {
+        None
+    }
     /// Resolves with the first failure detected: the browser's death or the current page's.
     /// Cancel-safe.
     fn died(&self) -> impl Future<Output = Death> + Send;
@@ -701,6 +705,10 @@ where
             self.store.clone(),
             options,
             progress,
+            EntryLink {
+                run_id: self.reporter.run_id.clone(),
+                endpoint: browser.endpoint(),
+            },
         );
         let entry_started = Instant::now();
         self.start_deferred();

@@ -1,0 +1,169 @@
+//! The commands that run a user's program or serve a client: one `#[derive(Args)]` struct per
+//! command, with its own `run`. The flags they share (the provider, the run options) are
+//! [`ProviderArgs`] and [`RunOptionArgs`].
+
+pub mod run;
+pub mod serve;
+
+use std::time::Duration;
+
+use clap::Args;
+use outlive::solari_browser::{Client, ClientOptions};
+use outlive::{Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
+
+/// Where browsers come from: local Chromium unless one of these is given.
+#[derive(Debug, Args)]
+pub struct ProviderArgs {
+    /// A Solari-compatible API base URL to launch browsers from (key in SOLARI_API_KEY).
+    #[arg(long, conflicts_with = "cdp_url")]
+    pub solari_url: Option<String>,
+    /// Its API key.
+    #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Any CDP websocket URL (Browserless, Steel, …): each launch connects to it.
+    #[arg(long)]
+    pub cdp_url: Option<String>,
+}
+
+impl ProviderArgs {
+    /// The provider the flags name.
+    pub fn provider(&self) -> anyhow::Result<Box<dyn Provider>> {
+        match (&self.solari_url, &self.cdp_url) {
+            (Some(url), _) => {
+                let Some(key) = &self.api_key else {
+                    anyhow::bail!(
+                        "--solari-url needs an API key: set SOLARI_API_KEY (or --api-key)"
+                    );
+                };
+                let client = Client::new(ClientOptions::new(key.clone(), url.clone()))
+                    .map_err(|e| anyhow::anyhow!("--solari-url: {e}"))?;
+                Ok(Box::new(Solari::new(client)))
+            }
+            (None, Some(url)) => {
+                outlive::CdpEndpoint::new(url.clone())
+                    .map_err(|e| anyhow::anyhow!("--cdp-url: {e}"))?;
+                let url = url.clone();
+                Ok(Box::new(Endpoint::new(move || {
+                    let url = url.clone();
+                    async move { Ok(url) }
+                })))
+            }
+            (None, None) => {
+                let local = LocalChromium::new();
+                local
+                    .resolve_executable()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                Ok(Box::new(local))
+            }
+        }
+    }
+}
+
+/// The run options of library mode, as flags (durations as `2s`, `500ms`).
+#[derive(Debug, Args)]
+pub struct RunOptionArgs {
+    /// Interval of the automatic checkpoint.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub checkpoint_every: Duration,
+    /// Browser deaths (and failed launches) before the run gives up.
+    #[arg(long, default_value_t = 5)]
+    pub max_relaunches: u32,
+    /// Page failures in a live browser before the run gives up.
+    #[arg(long, default_value_t = 10)]
+    pub max_page_recoveries: u32,
+    /// The page's first URL (before any checkpoint).
+    #[arg(long)]
+    pub start_url: Option<String>,
+    /// Cap on the resume navigation; also how long a client connecting between browsers
+    /// waits for the next.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub navigation_timeout: Duration,
+    /// Heartbeat interval on the browser connection (silence detection).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub heartbeat: Option<Duration>,
+    /// Leave each browser before its predicted death: `expected:600s` or `learned`.
+    #[arg(long, value_parser = parse_rotation)]
+    pub rotate: Option<Rotation>,
+    /// Keep a warm standby browser for deaths nobody predicted.
+    #[arg(long)]
+    pub standby: bool,
+    /// Write the run's wide event here, as JSON.
+    #[arg(long)]
+    pub event_file: Option<std::path::PathBuf>,
+}
+
+fn parse_rotation(s: &str) -> Result<Rotation, String> {
+    match s.split_once(':') {
+        None if s == "learned" => Ok(Rotation::Learned),
+        None if s == "off" => Ok(Rotation::Off),
+        Some(("expected", d)) => humantime::parse_duration(d)
+            .map(Rotation::Expected)
+            .map_err(|e| format!("expected:DURATION, e.g. expected:600s ({e})")),
+        _ => Err("use expected:DURATION (e.g. expected:600s), learned or off".to_owned()),
+    }
+}
+
+impl RunOptionArgs {
+    /// The library's options; the wide event goes to `--event-file` and, summarised, to
+    /// stderr.
+    pub fn options(&self) -> Options {
+        let mut o = Options::new()
+            .checkpoint_every(self.checkpoint_every)
+            .max_relaunches(self.max_relaunches)
+            .max_page_recoveries(self.max_page_recoveries)
+            .navigation_timeout(self.navigation_timeout)
+            .standby(self.standby)
+            .rotation(self.rotate.unwrap_or(Rotation::Off));
+        if let Some(url) = &self.start_url {
+            o = o.start_url(url.clone());
+        }
+        if let Some(h) = self.heartbeat {
+            o = o.heartbeat_interval(h);
+        }
+        let file = self.event_file.clone();
+        o.on_event(move |e| {
+            if let Some(path) = &file {
+                if let Err(err) = std::fs::write(path, e.to_json() + "\n") {
+                    eprintln!(
+                        "outlive: could not write the event to {}: {err}",
+                        path.display()
+                    );
+                }
+            }
+            eprintln!("{}", summary(e));
+        })
+    }
+}
+
+/// The wide event in one line.
+pub fn summary(e: &WideEvent) -> String {
+    let mut line = format!(
+        "outlive: {} in {:.1} s — {} attempt{}, {} relaunch{}, {} rotation{}, {} checkpoint{}, redone {:.1} s",
+        e.outcome.as_str(),
+        e.total_ms as f64 / 1000.0,
+        e.attempts,
+        if e.attempts == 1 { "" } else { "s" },
+        e.relaunches,
+        if e.relaunches == 1 { "" } else { "es" },
+        e.rotations,
+        if e.rotations == 1 { "" } else { "s" },
+        e.checkpoint_count,
+        if e.checkpoint_count == 1 { "" } else { "s" },
+        e.redone_ms as f64 / 1000.0,
+    );
+    if let Some(err) = &e.error {
+        line.push_str(&format!(" — {err}"));
+    }
+    line
+}
+
+/// The first SIGINT or SIGTERM, as its number.
+pub async fn interrupted() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = int.recv() => 2,
+        _ = term.recv() => 15,
+    }
+}

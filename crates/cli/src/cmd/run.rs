@@ -1,0 +1,99 @@
+//! `outlive run [options] -- CMD [ARGS…]`: any program, in any language, made to outlive its
+//! browser.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use outlive::{Command, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, ErrorKind, RunError};
+
+use super::{ProviderArgs, RunOptionArgs, interrupted};
+
+/// Exit status for a failure of outlive itself (`EX_SOFTWARE`).
+pub const EXIT_INTERNAL: i32 = 70;
+
+/// The flags of `outlive run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where browsers come from.
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// How the run goes.
+    #[command(flatten)]
+    pub options: RunOptionArgs,
+    /// After SIGTERM, how long the command has before its process group is killed.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub kill_after: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// Runs the command; answers the exit status `outlive` should exit with.
+    pub async fn run(self) -> i32 {
+        let Some((program, args)) = self.command.split_first() else {
+            eprintln!("outlive: no command given: outlive run [options] -- CMD [ARGS…]");
+            return EXIT_USAGE;
+        };
+        if let Err(why) = find_program(Path::new(program)) {
+            eprintln!("outlive: {}: {why}", Path::new(program).display());
+            return EXIT_NOT_FOUND;
+        }
+        let provider = match self.provider.provider() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("outlive: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let options = self.options.options();
+        if let Err(e) = options.validate() {
+            eprintln!("outlive: {e}");
+            return EXIT_USAGE;
+        }
+        let command = Command::new(program).args(args).kill_after(self.kill_after);
+        match outlive::run_command(&provider, &command, options, interrupted()).await {
+            Ok(()) => 0,
+            Err(RunError::Task(failed)) => {
+                if let outlive::CommandFailed::Spawn(e) = &failed {
+                    eprintln!("outlive: {}: {e}", Path::new(program).display());
+                }
+                failed.exit_code()
+            }
+            Err(RunError::Outlive(e)) => match e.kind() {
+                ErrorKind::GaveUp => EXIT_GAVE_UP,
+                ErrorKind::InvalidOption => EXIT_USAGE,
+                _ => {
+                    eprintln!("outlive: {e}");
+                    EXIT_INTERNAL
+                }
+            },
+        }
+    }
+}
+
+/// Finds the program as `execve` would: a path with a slash as is, else on `PATH`.
+fn find_program(program: &Path) -> Result<PathBuf, &'static str> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.as_os_str().is_empty() {
+        return Err("empty command");
+    }
+    if program.components().count() > 1 || program.is_absolute() {
+        return if executable(program) {
+            Ok(program.to_owned())
+        } else {
+            Err("no such executable file")
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or("command not found")
+}

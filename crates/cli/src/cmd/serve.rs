@@ -1,0 +1,57 @@
+//! `outlive serve [options]`: the browser at one endpoint that outlives it, for clients that
+//! reconnect by themselves (Playwright MCP's `--cdp-endpoint`, browser-use, a notebook).
+
+use std::io::Write;
+
+use clap::Args;
+use outlive::{ErrorKind, RunError};
+
+use super::run::EXIT_INTERNAL;
+use super::{ProviderArgs, RunOptionArgs, interrupted};
+
+/// The flags of `outlive serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where browsers come from.
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// How the run goes.
+    #[command(flatten)]
+    pub options: RunOptionArgs,
+}
+
+impl ServeArgs {
+    /// Serves until SIGINT or SIGTERM; answers the exit status.
+    pub async fn run(self) -> i32 {
+        let provider = match self.provider.provider() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("outlive: {e}");
+                return outlive::EXIT_USAGE;
+            }
+        };
+        let options = self.options.options();
+        if let Err(e) = options.validate() {
+            eprintln!("outlive: {e}");
+            return outlive::EXIT_USAGE;
+        }
+        let ready = |e: &outlive::Endpoints| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "OUTLIVE_CDP_URL={}", e.cdp_url);
+            let _ = writeln!(out, "OUTLIVE_CDP_HTTP={}", e.cdp_http);
+            let _ = writeln!(out, "OUTLIVE_CONTROL_URL={}", e.control_url);
+            let _ = out.flush();
+        };
+        let stop = async {
+            interrupted().await;
+        };
+        match outlive::serve(&provider, options, ready, stop).await {
+            Ok(()) => 0,
+            Err(RunError::Outlive(e)) if e.kind() == ErrorKind::GaveUp => outlive::EXIT_GAVE_UP,
+            Err(e) => {
+                eprintln!("outlive: {e}");
+                EXIT_INTERNAL
+            }
+        }
+    }
+}
