@@ -514,7 +514,7 @@ async fn kill(
     let death = match query.ok().and_then(|Query(q)| q.mode) {
         None => None,
         Some(m) => match m.parse::<DeathMode>() {
-            Ok(mode) => Some(Death::resolve(mode)),
+            Ok(mode) => Some(Death::resolve(mode, 0)),
             Err(e) => {
                 return error(
                     StatusCode::BAD_REQUEST,

@@ -32,9 +32,11 @@ pub(crate) enum Death {
 }
 
 impl Death {
-    /// The concrete death for a mode; [`DeathMode::Mixed`] picks one at random.
-    pub(crate) fn resolve(mode: DeathMode) -> Self {
+    /// The concrete death for a mode; [`DeathMode::Mixed`] picks one at random,
+    /// [`DeathMode::Cycle`] by `serial`, the session's number in creation order.
+    pub(crate) fn resolve(mode: DeathMode, serial: u64) -> Self {
         match mode {
+            DeathMode::Cycle => [Death::Close, Death::Reset, Death::Silence][(serial % 3) as usize],
             DeathMode::Close => Death::Close,
             DeathMode::Reset => Death::Reset,
             DeathMode::Silence => Death::Silence,
@@ -156,7 +158,12 @@ impl Overrides {
 
 impl Fate {
     /// Draws one session's fate. `deadline` (the create's `timeoutSeconds`) caps the lifetime.
-    pub(crate) fn draw(config: &Config, overrides: Overrides, deadline: Option<Duration>) -> Self {
+    pub(crate) fn draw(
+        config: &Config,
+        overrides: Overrides,
+        deadline: Option<Duration>,
+        serial: u64,
+    ) -> Self {
         let mut rng = rand::rng();
         let mode = overrides.death.unwrap_or(config.death);
         let (nominal, after) = match overrides.lifetime {
@@ -182,7 +189,7 @@ impl Fate {
             };
         }
         Fate {
-            death: Death::resolve(mode),
+            death: Death::resolve(mode, serial),
             after,
             nominal,
             page_fault,
@@ -227,7 +234,7 @@ mod tests {
         let config = Config::new().death(DeathMode::Close);
         let m = meta(json!({"chaos.death": "reset", "chaos.lifetimeMs": 1500}));
         let o = Overrides::from_metadata(Some(&m), &Config::new()).unwrap();
-        let fate = Fate::draw(&config, o, None);
+        let fate = Fate::draw(&config, o, None, 0);
         assert_eq!(fate.death, Death::Reset);
         assert_eq!(fate.after, Duration::from_millis(1500));
     }
@@ -236,15 +243,19 @@ mod tests {
     fn doa_wins_and_deadline_caps() {
         let m = meta(json!({"chaos.death": "doa"}));
         let o = Overrides::from_metadata(Some(&m), &Config::new()).unwrap();
-        assert_eq!(Fate::draw(&Config::new(), o, None).death, Death::OnArrival);
         assert_eq!(
-            Fate::draw(&Config::new().doa(1.0), Overrides::default(), None).death,
+            Fate::draw(&Config::new(), o, None, 0).death,
+            Death::OnArrival
+        );
+        assert_eq!(
+            Fate::draw(&Config::new().doa(1.0), Overrides::default(), None, 0).death,
             Death::OnArrival
         );
         let capped = Fate::draw(
             &Config::new(),
             Overrides::default(),
             Some(Duration::from_secs(60)),
+            0,
         );
         assert_eq!(capped.after, Duration::from_secs(60));
     }
@@ -273,11 +284,11 @@ mod tests {
 
     #[test]
     fn page_faults_come_from_metadata_or_config() {
-        let none = Fate::draw(&Config::new(), Overrides::default(), None);
+        let none = Fate::draw(&Config::new(), Overrides::default(), None, 0);
         assert_eq!(none.page_fault, None);
 
         let configured = Config::new().page_fault(PageFault::Crash, Duration::from_secs(3));
-        let fate = Fate::draw(&configured, Overrides::default(), None);
+        let fate = Fate::draw(&configured, Overrides::default(), None, 0);
         assert_eq!(
             fate.page_fault,
             Some((PageFault::Crash, Duration::from_secs(3)))
@@ -286,7 +297,7 @@ mod tests {
         let both = meta(json!({"chaos.pageFault": "close", "chaos.pageFaultAfterMs": 250}));
         let o = Overrides::from_metadata(Some(&both), &Config::new()).unwrap();
         assert_eq!(
-            Fate::draw(&configured, o, None).page_fault,
+            Fate::draw(&configured, o, None, 0).page_fault,
             Some((PageFault::Close, Duration::from_millis(250)))
         );
 
@@ -294,25 +305,36 @@ mod tests {
         let kind = meta(json!({"chaos.pageFault": "close"}));
         let o = Overrides::from_metadata(Some(&kind), &configured).unwrap();
         assert_eq!(
-            Fate::draw(&configured, o, None).page_fault,
+            Fate::draw(&configured, o, None, 0).page_fault,
             Some((PageFault::Close, Duration::from_secs(3)))
         );
         let when = meta(json!({"chaos.pageFaultAfterMs": 100}));
         let o = Overrides::from_metadata(Some(&when), &configured).unwrap();
         assert_eq!(
-            Fate::draw(&configured, o, None).page_fault,
+            Fate::draw(&configured, o, None, 0).page_fault,
             Some((PageFault::Crash, Duration::from_millis(100)))
         );
 
         // Dead on arrival, nothing to fault.
-        let doa = Fate::draw(&configured.clone().doa(1.0), Overrides::default(), None);
+        let doa = Fate::draw(&configured.clone().doa(1.0), Overrides::default(), None, 0);
         assert_eq!(doa.page_fault, None);
+    }
+
+    #[test]
+    fn cycle_meets_every_mode_in_turn() {
+        let deaths: Vec<_> = (0..4)
+            .map(|n| Death::resolve(DeathMode::Cycle, n))
+            .collect();
+        assert_eq!(
+            deaths,
+            [Death::Close, Death::Reset, Death::Silence, Death::Close]
+        );
     }
 
     #[test]
     fn mixed_resolves_to_a_concrete_death() {
         for _ in 0..50 {
-            assert_ne!(Death::resolve(DeathMode::Mixed), Death::OnArrival);
+            assert_ne!(Death::resolve(DeathMode::Mixed, 0), Death::OnArrival);
         }
     }
 }

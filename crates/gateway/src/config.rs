@@ -23,16 +23,21 @@ pub enum DeathMode {
     /// One of [`Close`](DeathMode::Close), [`Reset`](DeathMode::Reset) or
     /// [`Silence`](DeathMode::Silence), picked at random per session.
     Mixed,
+    /// [`Close`](DeathMode::Close), [`Reset`](DeathMode::Reset) and
+    /// [`Silence`](DeathMode::Silence) in turn, by the order sessions are created: every mode
+    /// met, deterministically.
+    Cycle,
 }
 
 impl DeathMode {
-    /// The lowercase name used on the wire (`close`, `reset`, `silence`, `mixed`).
+    /// The lowercase name used on the wire (`close`, `reset`, `silence`, `mixed`, `cycle`).
     pub fn as_str(self) -> &'static str {
         match self {
             DeathMode::Close => "close",
             DeathMode::Reset => "reset",
             DeathMode::Silence => "silence",
             DeathMode::Mixed => "mixed",
+            DeathMode::Cycle => "cycle",
         }
     }
 }
@@ -43,13 +48,13 @@ impl fmt::Display for DeathMode {
     }
 }
 
-/// The text was not one of `close`, `reset`, `silence`, `mixed`.
+/// The text was not one of `close`, `reset`, `silence`, `mixed`, `cycle`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseDeathModeError(());
 
 impl fmt::Display for ParseDeathModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("expected one of close, reset, silence, mixed")
+        f.write_str("expected one of close, reset, silence, mixed, cycle")
     }
 }
 
@@ -64,6 +69,7 @@ impl FromStr for DeathMode {
             "reset" => Ok(DeathMode::Reset),
             "silence" => Ok(DeathMode::Silence),
             "mixed" => Ok(DeathMode::Mixed),
+            "cycle" => Ok(DeathMode::Cycle),
             _ => Err(ParseDeathModeError(())),
         }
     }

@@ -209,7 +209,7 @@ impl Gateway {
                 "no session with this id on this gateway",
             )
         })?;
-        match self.shared.kill(id, Some(Death::resolve(mode))).await {
+        match self.shared.kill(id, Some(Death::resolve(mode, 0))).await {
             Ok(death) => Ok(death.mode()),
             Err(KillError::Unknown) => Err(Error::new(
                 ErrorKind::UnknownSession,

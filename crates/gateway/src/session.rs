@@ -214,6 +214,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Faults,
     registry: Mutex<Registry>,
     panics: AtomicUsize,
+    /// Sessions created so far (for [`DeathMode::Cycle`](crate::DeathMode::Cycle)).
+    created: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -225,6 +227,7 @@ impl Shared {
             faults: Faults::default(),
             registry: Mutex::new(Registry::default()),
             panics: AtomicUsize::new(0),
+            created: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -315,7 +318,10 @@ impl Shared {
         deadline: Option<Duration>,
     ) -> Result<Snapshot, CreateError> {
         let slot = self.reserve_slot()?;
-        let fate = Fate::draw(&self.config, overrides, deadline);
+        let serial = self
+            .created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let fate = Fate::draw(&self.config, overrides, deadline, serial);
         let browser = Browser::launch(&self.config.chromium, &self.processes)
             .await
             .map_err(CreateError::Launch)?;

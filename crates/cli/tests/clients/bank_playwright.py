@@ -86,7 +86,7 @@ with sync_playwright() as p:
     }
     record()
 
-    if TWOSITE and ATTEMPT > 1:
+    if TWOSITE and progress.get("seeded"):  # what an earlier entry seeded must be back
         page.goto(TWOSITE)
         seen["twositeReport"] = page.evaluate("twosite.report()")
         record()

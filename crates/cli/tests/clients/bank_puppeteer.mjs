@@ -85,7 +85,7 @@ seen.pages = (await browser.pages()).map((p) => p.url());
 seen.urlAtStart = page.url();
 record();
 
-if (TWOSITE && ATTEMPT > 1) {
+if (TWOSITE && progress.seeded) { // what an earlier entry seeded must be back
   await page.goto(TWOSITE);
   seen.twositeReport = await page.evaluate(() => twosite.report());
   record();

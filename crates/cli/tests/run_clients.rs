@@ -1,0 +1,240 @@
+//! `outlive run -- CMD` with real foreign clients: a Python Playwright script and a Node
+//! Puppeteer script sign in to Aurora Bank once, checkpoint their progress through the control
+//! URL, seed every kind of client-side state (the twosite app), and survive browser deaths
+//! (through the gateway, over the Solari provider) and page crashes: one sign-in, one
+//! transfer, every piece of state back, `OUTLIVE_ATTEMPT` counting, nothing left behind.
+//!
+//! The clients come from `scripts/clients` (run by `scripts/test`): Playwright from PyPI in a
+//! virtualenv, puppeteer-core from npm, under `target/clients/`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+/// Where `scripts/clients` installs the clients.
+fn clients() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients");
+    assert!(
+        dir.join("venv/bin/python").exists()
+            && dir.join("node/node_modules/puppeteer-core").exists(),
+        "the real clients are missing: run scripts/clients (scripts/test does)"
+    );
+    dir
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(name)
+}
+
+/// Aurora Bank, the twosite app and a gateway.
+struct Bed {
+    bank: aurora::Aurora,
+    twosite: aurora::twosite::TwoSite,
+    gateway: gateway::Gateway,
+    bank_config: aurora::Config,
+}
+
+impl Bed {
+    async fn start(gateway: gateway::Config) -> Bed {
+        let bank_config = aurora::Config::new();
+        Bed {
+            bank: aurora::spawn(bank_config.clone()).await.unwrap(),
+            twosite: aurora::twosite::spawn().await.unwrap(),
+            gateway: gateway::spawn(gateway).await.unwrap(),
+            bank_config,
+        }
+    }
+
+    /// `outlive run` over the gateway's Solari API with `flags`, running `cmd` with the bank's
+    /// details in its environment; answers its exit code, stderr and result directory.
+    async fn run(&self, flags: &[&str], cmd: &[&str], polls: u32) -> Outcome {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_outlive"))
+            .arg("run")
+            .args(["--solari-url", self.gateway.base_url()])
+            .arg("--event-file")
+            .arg(dir.path().join("event.json"))
+            .args(flags)
+            .arg("--")
+            .args(cmd)
+            .env("SOLARI_API_KEY", self.gateway.api_key())
+            .env("BANK_URL", self.bank.base_url())
+            .env("BANK_USER", self.bank_config.username())
+            .env("BANK_PASSWORD", self.bank_config.password())
+            .env(
+                "BANK_TOTP_SECRET",
+                self.bank_config.totp_secret().as_base32(),
+            )
+            .env("TWOSITE_URL", self.twosite.app_url())
+            .env("POLLS", polls.to_string())
+            .env("POLL_MS", "400")
+            .env("RESULT_DIR", dir.path())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(240), out)
+            .await
+            .expect("outlive run ends")
+            .unwrap();
+        Outcome {
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            dir,
+        }
+    }
+
+    async fn finish(self) {
+        support::assert_gateway_clean(&self.gateway).await;
+        let status = self.gateway.shutdown().await.unwrap();
+        assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+        let _ = self.twosite.shutdown().await;
+        let _ = self.bank.shutdown().await;
+    }
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stderr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Outcome {
+    fn json(&self, name: &str) -> Value {
+        let path = self.dir.path().join(name);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\nstderr:\n{}", path.display(), self.stderr));
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+/// A gateway whose sessions die `lifetime` after creation the way `death` says, each page
+/// crashing once 6 s after its session's creation.
+fn dying(death: gateway::DeathMode, lifetime: Duration) -> gateway::Config {
+    gateway::Config::new()
+        .lifetime(lifetime)
+        .jitter(Duration::ZERO)
+        .death(death)
+        .page_fault(gateway::PageFault::Crash, Duration::from_secs(6))
+        .max_sessions(3)
+}
+
+/// What every client run must show: completed, through at least `deaths` browser deaths and
+/// one page crash, one sign-in and one transfer in all, every entry after the first resumed
+/// with its progress and its state, and no process of the script left.
+async fn assert_survived(bed: &Bed, run: &Outcome, polls: u32, deaths: u32, marker: &str) {
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let event = run.json("event.json");
+    eprintln!("{event}");
+    assert_eq!(event["outcome"], "completed", "{event}");
+    assert!(
+        event["relaunches"].as_u64().unwrap() >= u64::from(deaths),
+        "{event}"
+    );
+    assert!(event["pageRecoveries"].as_u64().unwrap() >= 1, "{event}");
+    let result = run.json("result.json");
+    assert_eq!(result["polls"], polls, "{result}");
+    let attempts = event["attempts"].as_u64().unwrap();
+    let seen: Vec<u64> = result["attempts_seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_u64().unwrap())
+        .collect();
+    assert_eq!(seen.last(), Some(&attempts), "{result}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+
+    // One sign-in completed (password and TOTP) and one transfer, however many entries. (A
+    // password step cut before its TOTP was never a sign-in: the next entry starts it over.)
+    let counters = bed.bank.counters();
+    assert_eq!(
+        (counters.totps_accepted, counters.transfers),
+        (1, 1),
+        "{counters:?}"
+    );
+
+    for attempt in 2..=attempts {
+        let name = format!("attempt-{attempt}.json");
+        if !run.dir.path().join(&name).exists() {
+            continue; // cut before it wrote anything
+        }
+        let a = run.json(&name);
+        assert_eq!(a["signedInHere"], false, "{a}");
+        if a["progressIn"].is_null() {
+            continue; // a death before the first checkpoint
+        }
+        assert!(a["resumedFromUrl"].is_string(), "{a}");
+        for poll in a["polls"].as_array().into_iter().flatten() {
+            assert_ne!(poll["pref"], "MISSING", "localStorage lost: {a}");
+            assert_eq!(poll["broken"], false, "{a}");
+        }
+        if let Some(report) = a.get("twositeReport").filter(|r| !r.is_null()) {
+            let report: aurora::twosite::Report = serde_json::from_value(report.clone()).unwrap();
+            assert_eq!(report.missing(), Vec::<&str>::new(), "state lost: {a}");
+        }
+    }
+    assert_no_process(marker);
+}
+
+/// No process whose command line carries `marker` is alive.
+fn assert_no_process(marker: &str) {
+    let left: Vec<_> = procfs::process::all_processes()
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            p.cmdline()
+                .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
+        })
+        .map(|p| p.pid)
+        .collect();
+    assert!(left.is_empty(), "processes left: {left:?}");
+}
+
+fn marker() -> String {
+    format!("outlive-test-{}", uuid::Uuid::new_v4().simple())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playwright_script_survives_deaths_and_a_page_crash() {
+    let clients = clients();
+    let bed = Bed::start(dying(gateway::DeathMode::Cycle, Duration::from_secs(9))).await;
+    let marker = marker();
+    let python = clients.join("venv/bin/python");
+    let run = bed
+        .run(
+            &["--checkpoint-every", "1s", "--heartbeat", "500ms"],
+            &[
+                python.to_str().unwrap(),
+                script("bank_playwright.py").to_str().unwrap(),
+                &marker,
+            ],
+            16,
+        )
+        .await;
+    assert_survived(&bed, &run, 16, 2, &marker).await;
+    bed.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
+    let clients = clients();
+    let bed = Bed::start(dying(gateway::DeathMode::Silence, Duration::from_secs(9))).await;
+    let marker = marker();
+    // Node resolves puppeteer-core from the script's own directory upwards.
+    let copy = clients.join(format!("node/{marker}.mjs"));
+    std::fs::copy(script("bank_puppeteer.mjs"), &copy).unwrap();
+    let run = bed
+        .run(
+            &["--checkpoint-every", "1s", "--heartbeat", "500ms"],
+            &["node", copy.to_str().unwrap()],
+            16,
+        )
+        .await;
+    let _ = std::fs::remove_file(&copy);
+    assert_survived(&bed, &run, 16, 2, &marker).await;
+    bed.finish().await;
+}
