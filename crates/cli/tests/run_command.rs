@@ -1,0 +1,357 @@
+//! `outlive run -- CMD` as a command line: exit statuses, signals, bad input and the control
+//! URL, on local Chromium. (The clients surviving deaths: `run_clients.rs`.)
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// `outlive run` with its temp directory (and so its Chromium profiles) under `tmp`.
+fn outlive(tmp: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outlive"));
+    cmd.env("TMPDIR", tmp).kill_on_drop(true);
+    cmd
+}
+
+/// No process whose command line mentions `marker` (a Chromium's profile lives under the
+/// test's temp directory; a command carries the directory in its arguments).
+fn assert_nothing_left(marker: &Path) {
+    let marker = marker.to_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = procfs::process::all_processes()
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                p.cmdline()
+                    .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
+            })
+            .map(|p| p.pid)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "processes left: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn status(mut cmd: Command) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("outlive ends")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_command_that_fails_with_its_browser_alive_is_not_retried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let event = tmp.path().join("event.json");
+    let mut cmd = outlive(tmp.path());
+    cmd.arg("run").arg("--event-file").arg(&event).args([
+        "--",
+        "sh",
+        "-c",
+        "test -n \"$OUTLIVE_CDP_URL\" && exit 3",
+    ]);
+    let (code, stderr) = status(cmd).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    let e: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
+    assert_eq!(
+        (e["outcome"].as_str(), e["attempts"].as_u64()),
+        (Some("failed"), Some(1))
+    );
+    assert!(
+        stderr.contains("outlive: failed"),
+        "the summary line: {stderr}"
+    );
+    assert_nothing_left(tmp.path());
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_is_launched() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, expected, says) in [
+        (vec!["run"], 64, "--"),
+        (vec!["run", "--"], 64, "CMD"),
+        (
+            vec!["run", "--", "no-such-command-outlive"],
+            127,
+            "command not found",
+        ),
+        (
+            vec!["run", "--", "/no/such/file"],
+            127,
+            "no such executable",
+        ),
+        (
+            vec!["run", "--no-such-flag", "--", "true"],
+            64,
+            "--no-such-flag",
+        ),
+        (
+            vec!["run", "--rotate", "sometimes", "--", "true"],
+            64,
+            "expected:",
+        ),
+        (
+            vec!["run", "--max-relaunches", "5000", "--", "true"],
+            64,
+            "max_relaunches",
+        ),
+        (
+            vec!["run", "--cdp-url", "http://x/", "--", "true"],
+            64,
+            "ws://",
+        ),
+    ] {
+        let mut cmd = outlive(tmp.path());
+        cmd.args(&args);
+        let (code, stderr) = status(cmd).await;
+        assert_eq!(code, Some(expected), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?} should say {says:?}: {stderr}"
+        );
+    }
+    // Nothing was launched: no profile was made.
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// A command that writes its environment to `dir/env`, then waits for `dir/done`.
+fn waiting(dir: &Path) -> Vec<String> {
+    let d = dir.display();
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "env > {d}/env.tmp && mv {d}/env.tmp {d}/env; while [ ! -f {d}/done ]; do sleep 0.05; done"
+        ),
+    ]
+}
+
+/// Waits for the command's environment file; answers its `OUTLIVE_*` variables.
+async fn command_env(dir: &Path, child: &mut Child) -> std::collections::HashMap<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(dir.join("env")) {
+            return text
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .filter(|(k, _)| k.starts_with("OUTLIVE_"))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "outlive ended before the command started"
+        );
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One raw HTTP/1.1 request to 127.0.0.1:`port`; answers the status and the body.
+async fn http(port: u16, request: String) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+fn post(host: &str, path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn get(host: &str, path: &str, extra: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")
+}
+
+#[tokio::test]
+async fn the_control_url_and_the_endpoint_answer_and_refuse_as_documented() {
+    let tmp = tempfile::tempdir().unwrap();
+    let event = tmp.path().join("event.json");
+    let mut cmd = outlive(tmp.path());
+    cmd.arg("run")
+        .arg("--event-file")
+        .arg(&event)
+        .arg("--")
+        .args(waiting(tmp.path()));
+    let mut child = cmd.spawn().unwrap();
+    let env = command_env(tmp.path(), &mut child).await;
+    for var in [
+        "OUTLIVE_CDP_URL",
+        "OUTLIVE_CDP_HTTP",
+        "OUTLIVE_CONTROL_URL",
+        "OUTLIVE_ATTEMPT",
+        "OUTLIVE_RUN_ID",
+    ] {
+        assert!(env.contains_key(var), "{var} missing: {env:?}");
+    }
+    assert_eq!(env["OUTLIVE_ATTEMPT"], "1");
+    assert!(!env.contains_key("OUTLIVE_PROGRESS") && !env.contains_key("OUTLIVE_RESUMED_FROM_URL"));
+    let control = url::Url::parse(&env["OUTLIVE_CONTROL_URL"]).unwrap();
+    let port = control.port().unwrap();
+    let host = format!("127.0.0.1:{port}");
+    let token_path = control.path().to_owned();
+    assert!(
+        !token_path.ends_with('/') && token_path.len() > 20,
+        "{token_path}"
+    );
+
+    // Discovery, as Chromium answers it.
+    let (code, body) = http(port, get(&host, "/json/version", "")).await;
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["webSocketDebuggerUrl"], env["OUTLIVE_CDP_URL"]);
+    assert_eq!(http(port, get(&host, "/json/version/", "")).await.0, 200);
+
+    // Checkpoints with progress, holds.
+    let cp = format!("{token_path}/checkpoint");
+    let (code, body) = http(port, post(&host, &cp, r#"{"step": 1, "note": "é"}"#)).await;
+    assert_eq!((code, body.as_str()), (200, r#"{"checkpointed":true}"#));
+    assert_eq!(
+        http(port, post(&host, &cp, "")).await.0,
+        200,
+        "no progress is fine"
+    );
+    let (code, body) = http(port, post(&host, &format!("{token_path}/hold"), "")).await;
+    assert_eq!((code, body.as_str()), (200, r#"{"held":1}"#));
+    let release = format!("{token_path}/release");
+    assert_eq!(
+        http(port, post(&host, &release, "")).await,
+        (200, r#"{"held":0}"#.into())
+    );
+    let (code, body) = http(port, post(&host, &release, "")).await;
+    assert_eq!(code, 409, "{body}");
+
+    // Refused, with the reason, and the run goes on.
+    let cases = [
+        (
+            post(&host, "/0123456789abcdef0123456789abcdef/checkpoint", "{}"),
+            404,
+            "no such path",
+        ),
+        (
+            post(&host, &format!("{token_path}/nap"), ""),
+            404,
+            "unknown control action",
+        ),
+        (post(&host, &cp, "{not json"), 400, "not JSON"),
+        (
+            post(
+                &host,
+                &cp,
+                &format!("\"{}\"", "x".repeat(outlive::MAX_PROGRESS_BYTES)),
+            ),
+            413,
+            "bytes",
+        ),
+        (get(&host, &cp, ""), 405, "POST"),
+        (
+            get(&host, "/json/version", "Origin: https://evil.example\r\n"),
+            403,
+            "Origin",
+        ),
+        (get("evil.example:80", "/json/version", ""), 403, "Host"),
+        (
+            get(&format!("localhost:{}", port + 1), "/json/version", ""),
+            403,
+            "Host",
+        ),
+        (
+            get(
+                &host,
+                url::Url::parse(&env["OUTLIVE_CDP_URL"]).unwrap().path(),
+                "Origin: http://127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+            ),
+            403,
+            "Origin",
+        ),
+        (
+            get(
+                &host,
+                "/devtools/browser/not-the-id",
+                "Upgrade: websocket\r\n",
+            ),
+            404,
+            "no such path",
+        ),
+    ];
+    for (request, expected, says) in cases {
+        let (code, body) = http(port, request.clone()).await;
+        assert_eq!(code, expected, "{request}\n{body}");
+        assert!(body.contains(says), "{request}: {body} should say {says}");
+    }
+    assert_eq!(
+        http(port, post(&host, &cp, "[1,2]")).await.0,
+        200,
+        "still running"
+    );
+
+    std::fs::write(tmp.path().join("done"), "").unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap()
+        .code();
+    assert_eq!(code, Some(0));
+    let e: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
+    assert_eq!(e["outcome"], "completed");
+    assert!(e["checkpointCount"].as_u64().unwrap() >= 3, "{e}");
+    assert_nothing_left(tmp.path());
+}
+
+#[tokio::test]
+async fn sigterm_ends_the_command_and_the_browser() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().display();
+    let mut cmd = outlive(tmp.path());
+    // The command ignores SIGTERM (and so does its child): only the SIGKILL after
+    // --kill-after ends it.
+    cmd.args(["run", "--kill-after", "2s", "--", "sh", "-c"])
+        .arg(format!(
+            "trap '' TERM; env > {d}/env.tmp && mv {d}/env.tmp {d}/env; sleep 300 & wait; sleep 300"
+        ));
+    let mut child = cmd.spawn().unwrap();
+    command_env(tmp.path(), &mut child).await;
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(7), child.wait())
+        .await
+        .expect("exits within --kill-after + 5 s")
+        .unwrap()
+        .code();
+    assert_eq!(code, Some(143));
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "the kill delay was given"
+    );
+    assert_nothing_left(tmp.path());
+}
