@@ -238,3 +238,121 @@ async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
     assert_survived(&bed, &run, 16, 2, &marker).await;
     bed.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sees_nothing_of_outlive_across_checkpoints_and_a_restore() {
+    let clients = clients();
+    let bed = Bed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(7))
+            .jitter(Duration::ZERO)
+            .max_sessions(3),
+    )
+    .await;
+    let marker = marker();
+    let recorder = format!(
+        "if [ \"$OUTLIVE_ATTEMPT\" = 1 ]; then exec sleep 300; fi; \
+         NAV_URLS=\"$TWOSITE_URL $BANK_URL/login\" DURATION_MS=3000 exec {} {} {marker}",
+        clients.join("venv/bin/python").display(),
+        script("record_frames.py").display(),
+    );
+    // The first entry only lets periodic checkpoints be taken, then meets the death; the
+    // recorder runs on the restored browser, with checkpoints every 300 ms and its own.
+    let run = bed
+        .run(
+            &["--checkpoint-every", "300ms"],
+            &["sh", "-c", &recorder],
+            0,
+        )
+        .await;
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let frames = run.json("frames.json");
+    let verdict = &frames["verdict"];
+    assert_eq!(verdict["clean"], true, "{verdict}");
+    let event = run.json("event.json");
+    assert_eq!(
+        (event["outcome"].as_str(), event["attempts"].as_u64()),
+        (Some("completed"), Some(2))
+    );
+    assert!(event["checkpointCount"].as_u64().unwrap() >= 5, "{event}");
+    assert_no_process(&marker);
+    bed.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_one_endpoint_across_a_death() {
+    use tokio::io::AsyncBufReadExt;
+    let clients = clients();
+    let bed = Bed::start(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(10))
+            .jitter(Duration::ZERO)
+            .max_sessions(3),
+    )
+    .await;
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_outlive"))
+        .args(["serve", "--checkpoint-every", "1s", "--heartbeat", "500ms"])
+        .args(["--solari-url", bed.gateway.base_url()])
+        .env("SOLARI_API_KEY", bed.gateway.api_key())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let mut urls = std::collections::HashMap::new();
+    while urls.len() < 3 {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("serve prints its URLs");
+        if let Some((k, v)) = line.split_once('=') {
+            urls.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let client = Command::new(clients.join("venv/bin/python"))
+        .arg(script("serve_client.py"))
+        .env("OUTLIVE_CDP_URL", &urls["OUTLIVE_CDP_URL"])
+        .env("OUTLIVE_CONTROL_URL", &urls["OUTLIVE_CONTROL_URL"])
+        .env("BANK_URL", bed.bank.base_url())
+        .env("BANK_USER", bed.bank_config.username())
+        .env("BANK_PASSWORD", bed.bank_config.password())
+        .env(
+            "BANK_TOTP_SECRET",
+            bed.bank_config.totp_secret().as_base32(),
+        )
+        .env("RESULT_DIR", dir.path())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(150), client)
+        .await
+        .expect("the client ends")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("serve.json")).unwrap())
+            .unwrap();
+    assert_eq!(result["checkpointed"], true, "{result}");
+    assert!(result["closedWith"].is_string(), "{result}");
+    assert_eq!(result["pagesAfter"], 1, "{result}");
+    assert_eq!(result["signedInAfter"], true, "{result}");
+    assert_ne!(result["prefAfter"], "MISSING", "{result}");
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), serve.wait())
+        .await
+        .expect("serve stops on SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    bed.finish().await;
+}

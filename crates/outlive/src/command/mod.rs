@@ -221,13 +221,14 @@ where
     let (stop_tx, stop_rx) = watch::channel(false);
     let run = crate::outlive(
         provider,
-        |_page, ctx| {
+        |page, ctx| {
             let front = &front;
             let mut stop = stop_rx.clone();
             async move {
                 let Some(endpoint) = ctx.link().endpoint.clone() else {
                     return Ok(());
                 };
+                only_this_page(&endpoint, page.target_id().as_ref()).await;
                 let _served = front.serve(endpoint, ctx.clone());
                 let _ = stop.wait_for(|s| *s).await;
                 Ok(())
