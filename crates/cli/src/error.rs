@@ -70,6 +70,8 @@ pub enum ErrorKind {
         /// The task.
         task: String,
     },
+    /// A benchmark step failed (a client script, a run it measures); the source says which.
+    Bench,
     /// A result file, or the directory it goes in, could not be written.
     Write {
         /// The file or directory.
@@ -144,6 +146,7 @@ impl fmt::Display for Error {
                 }
             }
             ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
+            ErrorKind::Bench => f.write_str("a benchmark step failed"),
             ErrorKind::UnknownTask { name, known } => write!(
                 f,
                 "no task named {name:?}; the tasks are: {}",

@@ -92,6 +92,16 @@ enum Command {
         /// Kills per death mode for the detection latency.
         #[arg(long, default_value_t = 5)]
         kills: u32,
+        /// Only the foreign-client figures: a Playwright script straight to a session against
+        /// the same script under `outlive run` (needs `scripts/clients`).
+        #[arg(long)]
+        foreign_only: bool,
+        /// The Python with Playwright the foreign-client figures run.
+        #[arg(long, default_value = "target/clients/venv/bin/python")]
+        python: std::path::PathBuf,
+        /// Rounds of the foreign-client figures (each phase once per arm).
+        #[arg(long, default_value_t = 3)]
+        foreign_rounds: u32,
     },
     /// Measure how long a provider's sessions really live: create, hold idle, note when the
     /// connection dies, repeat. Without --base-url, probes an embedded gateway.
@@ -288,7 +298,20 @@ async fn main() -> anyhow::Result<()> {
             durable_runs,
             samples,
             kills,
+            foreign_only,
+            python,
+            foreign_rounds,
         } => {
+            if foreign_only {
+                let config = outlive_cli::lab::foreign::ForeignConfig {
+                    python,
+                    rounds: foreign_rounds,
+                    out,
+                };
+                let report = outlive_cli::lab::foreign::run(&config).await?;
+                print!("{}", outlive_cli::lab::foreign::summary(&report));
+                return Ok(());
+            }
             let survival = bench::SurvivalConfig {
                 tasks,
                 lifetime,

@@ -4,6 +4,8 @@
 //! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
 //! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
 //!   audit.
+//! * [`foreign`] — `outlive bench --foreign-only`: a Playwright script straight to a session
+//!   against the same script under `outlive run`.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 
 use std::path::Path;
@@ -13,6 +15,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind};
 
 pub mod bench;
+pub mod foreign;
 pub mod soak;
 pub mod timeline;
 

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_tungstenite::WebSocketStream;
-use async_tungstenite::tokio::{TokioAdapter, connect_async_with_config};
+use async_tungstenite::tokio::TokioAdapter;
 use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -185,6 +185,9 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // Small CDP commands and the tail of big replies must not wait for an ACK (Nagle +
+        // delayed ACK cost up to 40 ms per message).
+        let _ = stream.set_nodelay(true);
         let state = state.clone();
         crate::quiet::spawn(async move {
             let mut closed = state.closed.subscribe();
@@ -436,13 +439,9 @@ where
             .await;
         }
     };
-    let upstream =
-        match connect_async_with_config(current.endpoint.expose(), Some(ws_config())).await {
-            Ok((ws, _)) => ws,
-            Err(_) => {
-                return close(&mut client, CloseCode::Error, "the browser is unreachable").await;
-            }
-        };
+    let Some(upstream) = connect_upstream(&current.endpoint).await else {
+        return close(&mut client, CloseCode::Error, "the browser is unreachable").await;
+    };
     tracing::debug!(
         generation = current.generation,
         "client connected to the browser"
@@ -508,6 +507,28 @@ where
             .await;
         }
     }
+}
+
+/// A websocket to the browser, `TCP_NODELAY` set (see `accept`).
+async fn connect_upstream(
+    endpoint: &CdpEndpoint,
+) -> Option<WebSocketStream<async_tungstenite::tokio::ConnectStream>> {
+    let url = url::Url::parse(endpoint.expose()).ok()?;
+    let host = url
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let port = url.port_or_known_default()?;
+    let socket = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+    let _ = socket.set_nodelay(true);
+    let (ws, _) = async_tungstenite::tokio::client_async_tls_with_config(
+        endpoint.expose(),
+        socket,
+        Some(ws_config()),
+    )
+    .await
+    .ok()?;
+    Some(ws)
 }
 
 async fn close<S>(client: &mut WebSocketStream<S>, code: CloseCode, reason: &str)
