@@ -15,27 +15,12 @@ fn outlive(tmp: &Path) -> Command {
     cmd
 }
 
+mod support;
+
 /// No process whose command line mentions `marker` (a Chromium's profile lives under the
 /// test's temp directory; a command carries the directory in its arguments).
 fn assert_nothing_left(marker: &Path) {
-    let marker = marker.to_str().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<_> = procfs::process::all_processes()
-            .unwrap()
-            .flatten()
-            .filter(|p| {
-                p.cmdline()
-                    .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
-            })
-            .map(|p| p.pid)
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "processes left: {left:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::assert_no_process(marker.to_str().unwrap());
 }
 
 async fn status(mut cmd: Command) -> (Option<i32>, String) {

@@ -545,6 +545,21 @@ impl Ctx {
         &self.inner.link
     }
 
+    /// What the next entry will resume from if this one is cut now: the newest checkpoint's
+    /// URL and time, and the progress saved with it.
+    pub(crate) fn next_resume(&self) -> (Option<ResumedFrom>, Option<Progress>) {
+        match self.inner.store.latest() {
+            Some(cp) => (
+                Some(ResumedFrom {
+                    url: cp.url.clone(),
+                    checkpoint_at: cp.at,
+                }),
+                cp.progress.clone(),
+            ),
+            None => (None, None),
+        }
+    }
+
     /// The progress this entry resumed with, as the JSON it was saved as.
     pub(crate) fn progress_json(&self) -> Option<&str> {
         self.inner.restored_progress.as_ref().map(|p| p.as_str())

@@ -231,3 +231,28 @@ pub async fn run_instant<T: Clone>(
     )
     .await
 }
+
+/// Waits (up to 5 s) until no process whose command line mentions `marker` is alive; panics
+/// with the pids left otherwise.
+pub fn assert_no_process(marker: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = procfs::process::all_processes()
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                p.cmdline()
+                    .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
+            })
+            .map(|p| p.pid)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes left: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -22,6 +22,7 @@ mod front;
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use chromiumoxide::Page;
@@ -180,13 +181,13 @@ where
         .map_err(|e| RunError::Outlive(listen_error(e)))?;
     let endpoints = Endpoints::of(&front);
     let (stop_tx, stop_rx) = watch::channel(None::<i32>);
-    let previous = std::sync::Mutex::new(None::<Gone>);
+    let programs = Programs::default();
     let run = crate::outlive(
         provider,
         |page, ctx| {
-            let (front, endpoints, previous) = (&front, &endpoints, &previous);
+            let (front, endpoints, programs) = (&front, &endpoints, &programs);
             let stop = stop_rx.clone();
-            async move { entry(front, endpoints, command, previous, page, ctx, stop).await }
+            async move { entry(front, endpoints, command, programs, page, ctx, stop).await }
         },
         options,
     );
@@ -252,22 +253,108 @@ fn listen_error(e: std::io::Error) -> Error {
     .with_source(e)
 }
 
+/// What a program is started with: its attempt, and what it resumes from.
+#[derive(Clone, PartialEq, Eq)]
+struct Start {
+    run_id: String,
+    attempt: u32,
+    resumed_from: Option<crate::ResumedFrom>,
+    progress: Option<String>,
+}
+
+impl Start {
+    fn of(ctx: &Ctx) -> Start {
+        Start {
+            run_id: ctx.link().run_id.clone(),
+            attempt: ctx.attempt(),
+            resumed_from: ctx.resumed_from().cloned(),
+            progress: ctx.progress_json().map(str::to_owned),
+        }
+    }
+
+    /// What the entry after `ctx`'s will start with, if `ctx`'s is cut now.
+    fn after(ctx: &Ctx) -> Start {
+        let (resumed_from, progress) = ctx.next_resume();
+        Start {
+            run_id: ctx.link().run_id.clone(),
+            attempt: ctx.attempt() + 1,
+            resumed_from,
+            progress: progress.map(|p| p.as_str().to_owned()),
+        }
+    }
+}
+
+/// The run's programs: the last one started (gone before the next starts), and the next one,
+/// started early.
+#[derive(Default)]
+struct Programs {
+    last: std::sync::Mutex<Option<Gone>>,
+    /// Started as soon as a cut entry's program was gone, for the entry expected next: its
+    /// start-up (an interpreter, a driver) overlaps the replacement browser's launch and
+    /// restore; its client waits at the endpoint for the browser to be served.
+    early: Arc<std::sync::Mutex<Option<(Start, Child)>>>,
+    /// The task starting it, owned: it ends with the run.
+    starter: std::sync::Mutex<Option<crate::task::AbortOnDrop>>,
+}
+
+impl Programs {
+    /// The program for `start`: the one started early if it was started for exactly that,
+    /// else a fresh one, once the last is gone.
+    async fn take(
+        &self,
+        command: &Command,
+        endpoints: &Endpoints,
+        start: &Start,
+    ) -> std::io::Result<Child> {
+        let early = self.early.lock().expect("programs poisoned").take();
+        match early {
+            Some((s, child)) if &s == start => {
+                *self.last.lock().expect("programs poisoned") = Some(child.gone());
+                return Ok(child);
+            }
+            Some((_, child)) => drop(child.terminate().await),
+            None => {}
+        }
+        self.starter.lock().expect("programs poisoned").take();
+        let last = self.last.lock().expect("programs poisoned").take();
+        if let Some(gone) = last {
+            gone.wait().await;
+        }
+        let child = Child::spawn(process(command, endpoints, start), command.kill_after)?;
+        *self.last.lock().expect("programs poisoned") = Some(child.gone());
+        Ok(child)
+    }
+
+    /// After `ctx`'s entry was cut: once its program is gone, starts the next one early.
+    fn start_next(&self, command: &Command, endpoints: &Endpoints, ctx: &Ctx) {
+        let start = Start::after(ctx);
+        let last = self.last.lock().expect("programs poisoned").clone();
+        let (cmd, kill_after) = (process(command, endpoints, &start), command.kill_after);
+        let early = self.early.clone();
+        let task = crate::quiet::spawn(async move {
+            if let Some(gone) = last {
+                gone.wait().await;
+            }
+            if let Ok(child) = Child::spawn(cmd, kill_after) {
+                tracing::debug!(attempt = start.attempt, "the next command started early");
+                *early.lock().expect("programs poisoned") = Some((start, child));
+            }
+        });
+        *self.starter.lock().expect("programs poisoned") = Some(crate::task::AbortOnDrop(task));
+    }
+}
+
 /// One entry: the browser served to the program, the program run until it exits (or the
 /// entry is dropped, which ends it).
 async fn entry(
     front: &Front,
     endpoints: &Endpoints,
     command: &Command,
-    previous: &std::sync::Mutex<Option<Gone>>,
+    programs: &Programs,
     page: Page,
     ctx: Ctx,
     mut stop: watch::Receiver<Option<i32>>,
 ) -> Result<(), CommandFailed> {
-    // At most one program alive: the last entry's is gone before this one starts.
-    let gone = previous.lock().expect("previous poisoned").take();
-    if let Some(gone) = gone {
-        gone.wait().await;
-    }
     if let Some(sig) = *stop.borrow() {
         return Err(CommandFailed::Stopped(sig));
     }
@@ -278,9 +365,11 @@ async fn entry(
     };
     only_this_page(&endpoint, page.target_id().as_ref()).await;
     let served = front.serve(endpoint, ctx.clone());
-    let child = Child::spawn(process(command, endpoints, &ctx), command.kill_after)
+    // At most one program alive: the last entry's is gone before this one starts.
+    let child = programs
+        .take(command, endpoints, &Start::of(&ctx))
+        .await
         .map_err(CommandFailed::Spawn)?;
-    *previous.lock().expect("previous poisoned") = Some(child.gone());
     tracing::info!(attempt = ctx.attempt(), "command started");
 
     let status = tokio::select! {
@@ -289,7 +378,9 @@ async fn entry(
             // The browser or page failed (or the task moves to a successor): the program's
             // connection is closed now, so its pending calls fail; it may still exit by
             // itself within the grace, after which this entry is dropped and it is ended.
+            // The next entry's program starts as soon as this one is gone.
             served.stop();
+            programs.start_next(command, endpoints, &ctx);
             child.wait().await
         }
         Ok(sig) = stop.wait_for(Option::is_some) => {
@@ -323,23 +414,23 @@ fn failure(status: ExitStatus) -> CommandFailed {
 }
 
 /// The program with its `OUTLIVE_*` environment.
-fn process(command: &Command, endpoints: &Endpoints, ctx: &Ctx) -> tokio::process::Command {
+fn process(command: &Command, endpoints: &Endpoints, start: &Start) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&command.program);
     cmd.args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
         .env("OUTLIVE_CDP_URL", &endpoints.cdp_url)
         .env("OUTLIVE_CDP_HTTP", &endpoints.cdp_http)
         .env("OUTLIVE_CONTROL_URL", &endpoints.control_url)
-        .env("OUTLIVE_ATTEMPT", ctx.attempt().to_string())
-        .env("OUTLIVE_RUN_ID", &ctx.link().run_id)
+        .env("OUTLIVE_ATTEMPT", start.attempt.to_string())
+        .env("OUTLIVE_RUN_ID", &start.run_id)
         .env_remove("OUTLIVE_RESUMED_FROM_URL")
         .env_remove("OUTLIVE_RESUMED_FROM_AT")
         .env_remove("OUTLIVE_PROGRESS");
-    if let Some(r) = ctx.resumed_from() {
+    if let Some(r) = &start.resumed_from {
         cmd.env("OUTLIVE_RESUMED_FROM_URL", &r.url)
             .env("OUTLIVE_RESUMED_FROM_AT", rfc3339(r.checkpoint_at));
     }
-    if let Some(p) = ctx.progress_json() {
+    if let Some(p) = &start.progress {
         cmd.env("OUTLIVE_PROGRESS", p);
     }
     cmd.stdin(std::process::Stdio::inherit());
