@@ -193,16 +193,23 @@ async fn a_playwright_script_survives_deaths_and_a_page_crash() {
     let python = clients.join("venv/bin/python");
     let run = bed
         .run(
-            &["--checkpoint-every", "1s", "--heartbeat", "500ms"],
+            &[
+                "--checkpoint-every",
+                "1s",
+                "--heartbeat",
+                "500ms",
+                "--max-relaunches",
+                "20",
+            ],
             &[
                 python.to_str().unwrap(),
                 script("bank_playwright.py").to_str().unwrap(),
                 &marker,
             ],
-            24,
+            40,
         )
         .await;
-    assert_survived(&bed, &run, 24, 2, &marker).await;
+    assert_survived(&bed, &run, 40, 2, &marker).await;
     bed.finish().await;
 }
 
@@ -216,13 +223,20 @@ async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
     std::fs::copy(script("bank_puppeteer.mjs"), &copy).unwrap();
     let run = bed
         .run(
-            &["--checkpoint-every", "1s", "--heartbeat", "500ms"],
+            &[
+                "--checkpoint-every",
+                "1s",
+                "--heartbeat",
+                "500ms",
+                "--max-relaunches",
+                "20",
+            ],
             &["node", copy.to_str().unwrap()],
-            24,
+            40,
         )
         .await;
     let _ = std::fs::remove_file(&copy);
-    assert_survived(&bed, &run, 24, 2, &marker).await;
+    assert_survived(&bed, &run, 40, 2, &marker).await;
     bed.finish().await;
 }
 
