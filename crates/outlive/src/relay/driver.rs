@@ -1,0 +1,357 @@
+//! The relay's task: the one loop that reads both sockets and the handle's requests, asks the
+//! [`Watchdog`] what each means, and hands every write to a forwarding half
+//! ([`forward`](super::forward)). It never awaits a socket write, so a deadline fires on time
+//! however stuck a write is.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_tungstenite::tungstenite::{Error as WsError, Message};
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, sleep_until};
+
+use super::forward::{self, Flows, Outbox};
+use super::socket::{self, ClientRx, Upstream, UpstreamRx, classify};
+use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
+use super::wire::{self, Head};
+use super::{Control, ControlRx, DeathCause, Heartbeat, Signals};
+
+/// After a death, how long the client may still take what was queued for it before the
+/// browser died (it was read first, so chromiumoxide gets it, as it would without queues).
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// Why the loop ended.
+enum End {
+    /// The browser connection died: publish it, let the client take what is queued, close.
+    Died(DeathCause),
+    /// chromiumoxide went away: outlive is done with this browser.
+    ClientGone,
+}
+
+/// What the relay's task is given.
+pub(super) struct Task {
+    /// Where the one client connects, and the path it must ask for.
+    pub listener: TcpListener,
+    pub path: String,
+    pub upstream: Upstream,
+    /// How the upstream socket's writes go.
+    pub flows: Flows,
+    pub heartbeat: Heartbeat,
+    pub signals: Signals,
+    pub control: ControlRx,
+    /// Ends the relay at once.
+    pub cut: oneshot::Receiver<()>,
+}
+
+/// The relay's task, from accepting the client to the end of the connection.
+pub(super) async fn run(task: Task) {
+    let Task {
+        listener,
+        path,
+        upstream,
+        flows,
+        heartbeat,
+        signals,
+        mut control,
+        mut cut,
+    } = task;
+    let (up_sink, mut up) = upstream.split();
+    let Some((client, early)) =
+        socket::accept_client(listener, path, &mut up, &mut control, &mut cut, &signals).await
+    else {
+        return;
+    };
+    let (client_sink, mut client) = client.split();
+    let (mut driver, ends) = Driver::new(heartbeat, signals, flows);
+    let QueueEnds {
+        own,
+        mut written,
+        to_browser,
+        to_client,
+    } = ends;
+    let browser_writer = forward::write(up_sink, Some(own), to_browser);
+    let client_writer = forward::write(client_sink, None, to_client);
+    tokio::pin!(browser_writer, client_writer);
+    for c in early {
+        driver.on_control(c);
+    }
+    let end = tokio::select! {
+        biased;
+        _ = &mut cut => return,
+        written = &mut browser_writer => match written {
+            Err(e) => End::Died(classify(&e)),
+            Ok(()) => End::ClientGone,
+        },
+        _ = &mut client_writer => End::ClientGone,
+        end = driver.run(&mut up, &mut client, &mut control, &mut written) => end,
+    };
+    let End::Died(cause) = end else {
+        return;
+    };
+    driver.signals.die(cause);
+    // What the browser sent before it died still reaches the client, within `DRAIN`.
+    let to_client = driver.to_client;
+    tokio::select! {
+        _ = &mut cut => {}
+        _ = tokio::time::sleep(DRAIN) => {}
+        _ = async {
+            to_client.close().await;
+            let _ = client_writer.await;
+        } => {}
+    }
+}
+
+/// The writers' ends of the driver's queues.
+struct QueueEnds {
+    own: forward::Own,
+    written: mpsc::UnboundedReceiver<Written>,
+    to_browser: mpsc::Receiver<Message>,
+    to_client: mpsc::Receiver<Message>,
+}
+
+/// The loop's state: the watchdog, the two directions' outboxes, and who waits for replies
+/// to the relay's own messages.
+struct Driver {
+    dog: Watchdog,
+    signals: Signals,
+    to_browser: Outbox,
+    /// The relay's own messages to the browser (probes, calls) with their ids, written
+    /// before the queue.
+    own: mpsc::Sender<(u64, Message)>,
+    to_client: Outbox,
+    flows: Flows,
+    /// Probes the handle asked for: id → whom to tell.
+    probes: Vec<(u64, oneshot::Sender<()>)>,
+    /// Calls of outlive's own: id → whom to hand the reply.
+    calls: HashMap<u64, oneshot::Sender<String>>,
+}
+
+type Incoming = Option<Result<Message, WsError>>;
+
+impl Driver {
+    fn new(heartbeat: Heartbeat, signals: Signals, flows: Flows) -> (Driver, QueueEnds) {
+        let (to_browser, browser_rx) = Outbox::new();
+        let (to_client, client_rx) = Outbox::new();
+        let (own, own_rx) = mpsc::channel(forward::OWN_QUEUE);
+        let (written_tx, written) = mpsc::unbounded_channel();
+        let ends = QueueEnds {
+            own: forward::Own {
+                messages: own_rx,
+                written: written_tx,
+                flows: flows.clone(),
+            },
+            written,
+            to_browser: browser_rx,
+            to_client: client_rx,
+        };
+        let driver = Driver {
+            dog: Watchdog::new(heartbeat, Instant::now()),
+            signals,
+            to_browser,
+            own,
+            to_client,
+            flows,
+            probes: Vec::new(),
+            calls: HashMap::new(),
+        };
+        (driver, ends)
+    }
+
+    async fn run(
+        &mut self,
+        up: &mut UpstreamRx,
+        client: &mut ClientRx,
+        control: &mut ControlRx,
+        written: &mut mpsc::UnboundedReceiver<Written>,
+    ) -> End {
+        loop {
+            self.dog.on_flow(self.flows.now());
+            let deadline = self.dog.next_deadline(Instant::now());
+            // While the client does not take what the browser sends, nothing more is read from
+            // the browser, and no silence is judged: the answers may be waiting unread.
+            let client_clear = self.to_client.is_clear();
+            let browser_clear = self.to_browser.is_clear();
+            let step = tokio::select! {
+                biased;
+                msg = up.next(), if client_clear => self.on_browser_message(msg),
+                msg = client.next(), if client_clear && browser_clear => self.on_client_message(msg),
+                Some(c) = control.recv() => {
+                    self.on_control(c);
+                    Ok(())
+                }
+                Some(w) = written.recv() => {
+                    self.dog.on_written(w);
+                    Ok(())
+                }
+                () = self.to_browser.make_room(), if !browser_clear => Ok(()),
+                () = self.to_client.make_room(), if !client_clear => Ok(()),
+                () = sleep_until(deadline), if client_clear => self.on_deadline(),
+            };
+            if let Err(end) = step {
+                return end;
+            }
+        }
+    }
+
+    fn on_browser_message(&mut self, msg: Incoming) -> Result<(), End> {
+        let now = Instant::now();
+        match msg {
+            Some(Ok(Message::Text(text))) => {
+                match self.dog.on_message(Some(text.as_bytes()), now) {
+                    Verdict::Consumed => {}
+                    Verdict::Own(id) => self.answer(id, text.as_str()),
+                    Verdict::Forward(failure) => {
+                        wire::trace("from browser", text.as_bytes());
+                        self.to_client.push(Message::Text(text));
+                        if let Some(f) = failure {
+                            self.fail_page(f);
+                        }
+                    }
+                }
+            }
+            Some(Ok(m @ Message::Binary(_))) => {
+                self.dog.on_message(None, now);
+                self.to_client.push(m);
+            }
+            Some(Ok(Message::Close(_))) | None => return Err(End::Died(DeathCause::Closed)),
+            Some(Ok(_)) => {
+                self.dog.on_message(None, now);
+            }
+            Some(Err(e)) => return Err(End::Died(classify(&e))),
+        }
+        Ok(())
+    }
+
+    fn on_client_message(&mut self, msg: Incoming) -> Result<(), End> {
+        match msg {
+            Some(Ok(Message::Text(text))) => {
+                wire::trace("to browser", text.as_bytes());
+                let verdict = self
+                    .dog
+                    .on_command(&Head::of(text.as_bytes()), Instant::now());
+                match verdict {
+                    Outbound::Forward => self.to_browser.push(Message::Text(text)),
+                    // A command to a failed page: answered at once, never sent.
+                    Outbound::Refuse { id, session } => self.to_client.push(wire::page_error(
+                        id,
+                        &session,
+                        "the page failed earlier",
+                    )),
+                }
+            }
+            Some(Ok(m @ Message::Binary(_))) => self.to_browser.push(m),
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return Err(End::ClientGone),
+        }
+        Ok(())
+    }
+
+    fn on_deadline(&mut self) -> Result<(), End> {
+        // The socket may have drained since the deadline was computed.
+        self.dog.on_flow(self.flows.now());
+        match self.dog.on_deadline(Instant::now()) {
+            None => {}
+            Some(Action::Probe(id)) => self.send_own(id, wire::probe_message(id)),
+            Some(Action::ProbeStall {
+                page_id,
+                browser_id,
+                session,
+            }) => {
+                self.send_own(page_id, wire::page_probe_message(page_id, &session));
+                self.send_own(browser_id, wire::probe_message(browser_id));
+            }
+            Some(Action::Silent) => return Err(End::Died(DeathCause::Silence)),
+            Some(Action::PageFailed(f)) => self.fail_page(f),
+        }
+        Ok(())
+    }
+
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::Probe(reply) => {
+                let id = self.dog.next_id();
+                self.wait_probe(id, reply);
+                self.send_own(id, wire::probe_message(id));
+            }
+            Control::ProbePage(reply) => {
+                // No page, or a failed one: `reply` is dropped, and the probe fails at once.
+                if let Some((id, session)) = self.dog.page_probe() {
+                    self.wait_probe(id, reply);
+                    self.send_own(id, wire::page_probe_message(id, &session));
+                }
+            }
+            Control::Watch(page) => self.dog.watch(page),
+            Control::Call {
+                session,
+                method,
+                params,
+                reply,
+            } => {
+                let id = self.dog.next_id();
+                self.calls.retain(|_, r| !r.is_closed());
+                self.calls.insert(id, reply);
+                self.send_own(id, wire::call_message(id, &session, method, params));
+            }
+            Control::Frames(reply) => {
+                let _ = reply.send(self.dog.frames());
+            }
+            Control::PageFailed(generation) => {
+                if let Some(f) = self.dog.fail_watched(generation) {
+                    self.fail_page(f);
+                }
+            }
+            Control::Retire {
+                target_id,
+                session_id,
+                crash,
+            } => {
+                if crash {
+                    let id = self.dog.next_id();
+                    self.send_own(id, wire::crash_message(id, &session_id));
+                }
+                let id = self.dog.next_id();
+                self.send_own(id, wire::close_target_message(id, &target_id));
+            }
+        }
+    }
+
+    fn wait_probe(&mut self, id: u64, reply: oneshot::Sender<()>) {
+        self.probes.retain(|(_, r)| !r.is_closed());
+        self.probes.push((id, reply));
+    }
+
+    /// Queues message `id` of the relay's own for the browser, without waiting.
+    fn send_own(&mut self, id: u64, message: Message) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.own.try_send((id, message)) {
+            tracing::debug!("the browser socket has not moved for long; an own message is dropped");
+        }
+    }
+
+    /// A reply to one of the relay's own messages: hands it to whoever waits for it.
+    fn answer(&mut self, id: u64, text: &str) {
+        if let Some(reply) = self.calls.remove(&id) {
+            let _ = reply.send(text.to_owned());
+            return;
+        }
+        if let Some(at) = self.probes.iter().position(|(pid, _)| *pid == id) {
+            let (_, reply) = self.probes.swap_remove(at);
+            let _ = reply.send(());
+        }
+    }
+
+    /// Publishes the page's failure, then answers each of its commands in flight with an
+    /// error (later ones are refused as they come).
+    fn fail_page(&mut self, f: PageFailure) {
+        self.signals.fail_page(f.generation, f.cause);
+        let why = match f.cause {
+            DeathCause::PageCrashed => "the page crashed",
+            DeathCause::PageClosed => "the page was closed",
+            _ => "the page stopped answering",
+        };
+        for id in f.commands {
+            self.to_client.push(wire::page_error(id, &f.session, why));
+        }
+    }
+}

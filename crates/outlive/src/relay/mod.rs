@@ -1,0 +1,503 @@
+//! The loopback relay outlive owns between chromiumoxide and the browser's endpoint.
+//!
+//! chromiumoxide 0.9 does not surface a dead connection reliably (its handler stream never
+//! ends, and page calls hang on a reset or a silent socket), so outlive sits in the middle:
+//! every frame passes through the relay, which therefore sees a close frame, a reset or an
+//! EOF first, and which asks the browser for a sign of life (`Browser.getVersion` under a
+//! private message id) whenever the connection has been quiet for a heartbeat interval.
+//! The first sign of death is published on a `watch` channel *before* the client side is
+//! cut, so anything chromiumoxide sees afterwards is already explained.
+//!
+//! The relay also watches the task's **page** (one target and its flattened CDP session):
+//! a renderer crash (`Inspector.targetCrashed`, `Target.targetCrashed`), the target destroyed
+//! or detached by anyone but outlive, and a hung page — a command on the page outstanding for
+//! half a heartbeat interval makes the relay ask the page (`Runtime.evaluate` of a constant) and the
+//! browser (`Browser.getVersion`) at once; the browser answering and the page not within the
+//! heartbeat timeout is a hung page. A page failure is published on its own channel, then every
+//! command in flight on that page is answered with a CDP error at once, and so is every later
+//! command to it: nothing the task awaits hangs on a dead target (chromiumoxide would wait for
+//! its 30–60 s request timeout). The browser connection stays up for the next page.
+//!
+//! # Parts
+//!
+//! * this module — the handle the rest of outlive holds ([`Relay`], [`Calls`],
+//!   [`DeathSender`]), the deaths it publishes ([`Death`], [`DeathCause`]) and the requests
+//!   it passes to the relay's task (`Control`);
+//! * `driver` — the relay's task: one loop that reads both sockets and the handle's requests,
+//!   asks the watchdog what each means, and never awaits a socket write. While the client
+//!   does not take what the browser sends, it reads nothing more from the browser and
+//!   judges no silence (the answers may be waiting unread);
+//! * `forward` — the forwarding halves: per direction a bounded queue and a writer, so a
+//!   write stuck on a half-open socket holds up only that writer (and, by back-pressure, the
+//!   reading of the side feeding it), never a deadline; the relay's own messages go first
+//!   and are reported once written; under the upstream socket, its flow (when a write that
+//!   had waited for room got it, and how long it waited): what tells a slow socket from a
+//!   stuck one;
+//! * `watchdog` — the judgement, without I/O: heartbeats, silence while commands wait, the
+//!   page's stalls, navigations and failures, as state with `on_message`, `on_command`,
+//!   `next_deadline` and `on_deadline` (unit-tested with made-up instants);
+//! * `wire` — reading CDP frames on bytes (id, method, session; the page events) and writing
+//!   the relay's own messages;
+//! * `socket` — opening the upstream websocket and accepting the client's.
+
+mod driver;
+mod forward;
+mod socket;
+mod watchdog;
+mod wire;
+
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::endpoint::CdpEndpoint;
+use crate::error::{Error, ErrorKind};
+use crate::task::AbortOnDrop;
+
+/// What ended an entry: the browser connection died, or (the `Page*` causes) only the task's
+/// page did, in a browser that lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeathCause {
+    /// The endpoint sent a websocket close frame, or closed the TCP connection cleanly.
+    Closed,
+    /// The TCP connection was reset or failed with an I/O error.
+    Reset,
+    /// No answer to a heartbeat within the heartbeat timeout: a half-open, silent connection.
+    Silence,
+    /// The provider reported the browser gone (the local process exited).
+    ProcessExit,
+    /// A page call failed and the browser did not answer an on-demand probe.
+    ProbeFailed,
+    /// The task's page crashed (its renderer died: out of memory, "Aw, Snap!"); the browser
+    /// lives on.
+    PageCrashed,
+    /// The task's page target was closed or detached by something other than outlive (the
+    /// site, another CDP client, the provider).
+    PageClosed,
+    /// The task's page stopped answering (its main thread is stuck, e.g. in an endless
+    /// script) while the browser still answers.
+    PageHung,
+}
+
+impl DeathCause {
+    /// A short stable name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeathCause::Closed => "closed",
+            DeathCause::Reset => "reset",
+            DeathCause::Silence => "silence",
+            DeathCause::ProcessExit => "process_exit",
+            DeathCause::ProbeFailed => "probe_failed",
+            DeathCause::PageCrashed => "page_crashed",
+            DeathCause::PageClosed => "page_closed",
+            DeathCause::PageHung => "page_hung",
+        }
+    }
+
+    /// Whether only the page failed: the browser may still be alive, and a fresh page in it
+    /// can take over.
+    pub fn is_page(self) -> bool {
+        matches!(
+            self,
+            DeathCause::PageCrashed | DeathCause::PageClosed | DeathCause::PageHung
+        )
+    }
+}
+
+/// A death and the moment it was detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Death {
+    /// What the relay saw.
+    pub cause: DeathCause,
+    /// When it saw it.
+    pub at: Instant,
+}
+
+/// Heartbeat settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heartbeat {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+/// The page the relay watches: a target and its flattened session, numbered so that a
+/// failure of an earlier page is never taken for one of the current page.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchedPage {
+    pub target_id: String,
+    pub session_id: String,
+    pub generation: u64,
+}
+
+/// A page failure: which page (generation) and the death.
+type PageDeath = Option<(u64, Death)>;
+
+/// The receiving end of the handle's requests.
+type ControlRx = mpsc::UnboundedReceiver<Control>;
+
+/// What the relay's handle asks of its task.
+enum Control {
+    /// Ask the browser for a sign of life; answer when it replies.
+    Probe(oneshot::Sender<()>),
+    /// Ask the watched page for a sign of life; answer when it replies.
+    ProbePage(oneshot::Sender<()>),
+    /// Watch this page from now on.
+    Watch(WatchedPage),
+    /// The handle declared the watched page failed: fail its commands as for any page death.
+    PageFailed(u64),
+    /// Done with a failed page: crash its renderer first if it hangs (so no new page can
+    /// share the stuck process), then close its target. Replies are not awaited.
+    Retire {
+        target_id: String,
+        session_id: String,
+        crash: bool,
+    },
+    /// Send a command of outlive's own on `session` and hand back the raw reply.
+    Call {
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+        reply: oneshot::Sender<String>,
+    },
+    /// The sessions of the out-of-process frames (cross-site iframes) of the watched page.
+    Frames(oneshot::Sender<Vec<String>>),
+}
+
+/// Resolves with the first death published on `rx`.
+pub(crate) async fn wait_death(rx: &mut watch::Receiver<Option<Death>>) -> Death {
+    loop {
+        if let Some(d) = *rx.borrow_and_update() {
+            return d;
+        }
+        if rx.changed().await.is_err() {
+            // The relay is gone without reporting; treat it as a closed connection.
+            return Death {
+                cause: DeathCause::Closed,
+                at: Instant::now(),
+            };
+        }
+    }
+}
+
+/// Resolves with the failure of page `generation`.
+pub(crate) async fn wait_page_death(rx: &mut watch::Receiver<PageDeath>, generation: u64) -> Death {
+    loop {
+        if let Some((g, d)) = *rx.borrow_and_update() {
+            if g == generation {
+                return d;
+            }
+        }
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Records the failure of page `generation` unless one is recorded; returns the recorded one.
+fn declare_page(tx: &watch::Sender<PageDeath>, generation: u64, cause: DeathCause) -> Death {
+    let mut recorded = Death {
+        cause,
+        at: Instant::now(),
+    };
+    tx.send_if_modified(|d| match d {
+        Some((g, existing)) if *g == generation => {
+            recorded = *existing;
+            false
+        }
+        _ => {
+            *d = Some((generation, recorded));
+            true
+        }
+    });
+    recorded
+}
+
+/// Reports a death to the relay's watchers; the first report wins.
+#[derive(Clone)]
+pub(crate) struct DeathSender(watch::Sender<Option<Death>>);
+
+impl DeathSender {
+    /// Records `cause` now unless a death is already recorded; returns the recorded one.
+    pub fn declare(&self, cause: DeathCause) -> Death {
+        let mut recorded = Death {
+            cause,
+            at: Instant::now(),
+        };
+        self.0.send_if_modified(|d| match d {
+            Some(existing) => {
+                recorded = *existing;
+                false
+            }
+            None => {
+                *d = Some(recorded);
+                true
+            }
+        });
+        recorded
+    }
+}
+
+/// A running relay. Dropping it stops the relay task and closes both sockets.
+pub(crate) struct Relay {
+    client_url: String,
+    death: watch::Receiver<Option<Death>>,
+    death_tx: watch::Sender<Option<Death>>,
+    page_death: watch::Receiver<PageDeath>,
+    page_death_tx: watch::Sender<PageDeath>,
+    /// The generation of the page being watched (0: none yet).
+    page_generation: u64,
+    control: mpsc::UnboundedSender<Control>,
+    cut_tx: Option<oneshot::Sender<()>>,
+    _task: AbortOnDrop,
+}
+
+impl Relay {
+    /// Connects to `upstream`, then listens on 127.0.0.1 for exactly one client.
+    pub async fn start(
+        upstream: &CdpEndpoint,
+        heartbeat: Heartbeat,
+        connect_timeout: Duration,
+    ) -> Result<Relay, Error> {
+        let flows = forward::Flows::default();
+        let connect = socket::connect_upstream(upstream, flows.clone());
+        let upstream_ws = tokio::time::timeout(connect_timeout, connect)
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Connect,
+                    format!(
+                        "no websocket connection to {} within {:?}",
+                        upstream.redacted(),
+                        connect_timeout
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Connect,
+                    format!(
+                        "could not open the CDP websocket at {}",
+                        upstream.redacted()
+                    ),
+                )
+                .with_source(socket::ws_error_without_url(e))
+            })?;
+
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| {
+            Error::new(ErrorKind::Io, "could not bind the relay on 127.0.0.1").with_source(e)
+        })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Io, "relay address").with_source(e))?
+            .port();
+        // A random path: any local process can reach the port, none can guess the path.
+        let path = format!(
+            "/devtools/browser/outlive-{}",
+            uuid::Uuid::new_v4().simple()
+        );
+        let client_url = format!("ws://127.0.0.1:{port}{path}");
+
+        let (death_tx, death) = watch::channel(None);
+        let (page_death_tx, page_death) = watch::channel(None);
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let (cut_tx, cut_rx) = oneshot::channel();
+        let task = crate::quiet::spawn(driver::run(driver::Task {
+            listener,
+            path,
+            upstream: upstream_ws,
+            flows,
+            heartbeat,
+            signals: Signals {
+                death: death_tx.clone(),
+                page_death: page_death_tx.clone(),
+            },
+            control: control_rx,
+            cut: cut_rx,
+        }));
+        Ok(Relay {
+            client_url,
+            death,
+            death_tx,
+            page_death,
+            page_death_tx,
+            page_generation: 0,
+            control,
+            cut_tx: Some(cut_tx),
+            _task: AbortOnDrop(task),
+        })
+    }
+
+    /// The `ws://127.0.0.1:…` URL chromiumoxide connects to.
+    pub fn client_url(&self) -> &str {
+        &self.client_url
+    }
+
+    /// The death, if one was detected.
+    pub fn death(&self) -> Option<Death> {
+        *self.death.borrow()
+    }
+
+    /// A receiver for [`wait_death`], usable without borrowing the relay.
+    pub fn watch(&self) -> watch::Receiver<Option<Death>> {
+        self.death.clone()
+    }
+
+    /// Resolves with the first death the relay detects.
+    pub async fn died(&mut self) -> Death {
+        wait_death(&mut self.death).await
+    }
+
+    /// A handle other tasks use to report a death they noticed first.
+    pub fn death_sender(&self) -> DeathSender {
+        DeathSender(self.death_tx.clone())
+    }
+
+    /// Records a death learned elsewhere (process exit, failed probe); the first one wins.
+    pub fn declare(&self, cause: DeathCause) -> Death {
+        DeathSender(self.death_tx.clone()).declare(cause)
+    }
+
+    /// Asks the browser for a sign of life now. `true` if it answered within `timeout`.
+    pub async fn probe(&self, timeout: Duration) -> bool {
+        self.death().is_none() && self.ask(Control::Probe, timeout).await
+    }
+
+    /// Asks the watched page for a sign of life now. `true` if it answered within `timeout`.
+    pub async fn probe_page(&self, timeout: Duration) -> bool {
+        self.page_death().is_none() && self.ask(Control::ProbePage, timeout).await
+    }
+
+    async fn ask(&self, control: fn(oneshot::Sender<()>) -> Control, timeout: Duration) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(control(tx)).is_ok()
+            && matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+    }
+
+    /// Watches `target_id` (attached as `session_id`) as the task's page from now on; a
+    /// failure of the page watched before is no longer reported.
+    pub fn watch_page(&mut self, target_id: String, session_id: String) {
+        self.page_generation += 1;
+        let _ = self.control.send(Control::Watch(WatchedPage {
+            target_id,
+            session_id,
+            generation: self.page_generation,
+        }));
+    }
+
+    /// The failure of the watched page, if one was detected.
+    pub fn page_death(&self) -> Option<Death> {
+        match *self.page_death.borrow() {
+            Some((g, d)) if g == self.page_generation && g > 0 => Some(d),
+            _ => None,
+        }
+    }
+
+    /// A receiver and the watched page's generation, for [`wait_page_death`].
+    pub fn page_watch(&self) -> (watch::Receiver<PageDeath>, u64) {
+        (self.page_death.clone(), self.page_generation)
+    }
+
+    /// Records a failure of the watched page learned elsewhere (an unanswered on-demand
+    /// probe); its commands are failed as for any page death.
+    pub fn declare_page(&self, cause: DeathCause) -> Death {
+        let death = declare_page(&self.page_death_tx, self.page_generation, cause);
+        let _ = self.control.send(Control::PageFailed(self.page_generation));
+        death
+    }
+
+    /// Disposes of a failed page: crashes its renderer first when `crash` (a hung page), then
+    /// closes its target. Does not wait for either.
+    pub fn retire_page(&self, target_id: String, session_id: String, crash: bool) {
+        let _ = self.control.send(Control::Retire {
+            target_id,
+            session_id,
+            crash,
+        });
+    }
+
+    /// A handle for commands of outlive's own (checkpoint reads in cross-site frames).
+    pub fn calls(&self) -> Calls {
+        Calls {
+            control: self.control.clone(),
+        }
+    }
+
+    /// Closes the client side at once, so chromiumoxide stops talking to a dead browser.
+    pub fn cut(&mut self) {
+        if let Some(tx) = self.cut_tx.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Sends commands of outlive's own through the relay, on any session of the browser —
+/// chromiumoxide has no handle on the sessions of out-of-process frames, the relay sees them.
+#[derive(Clone)]
+pub(crate) struct Calls {
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl Calls {
+    /// Calls with no relay behind them (a page connected directly, in tests): no frame
+    /// sessions, every call unanswered.
+    #[cfg(test)]
+    pub fn detached() -> Calls {
+        Calls {
+            control: mpsc::unbounded_channel().0,
+        }
+    }
+
+    /// The sessions of the watched page's out-of-process frames (cross-site iframes).
+    pub async fn frame_sessions(&self) -> Vec<String> {
+        let (tx, rx) = oneshot::channel();
+        if self.control.send(Control::Frames(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay
+    /// is gone or no reply came within `timeout`.
+    pub async fn call(
+        &self,
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<String> {
+        let (reply, rx) = oneshot::channel();
+        self.control
+            .send(Control::Call {
+                session,
+                method,
+                params,
+                reply,
+            })
+            .ok()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+}
+
+/// The channels the relay task publishes deaths on.
+struct Signals {
+    death: watch::Sender<Option<Death>>,
+    page_death: watch::Sender<PageDeath>,
+}
+
+impl Signals {
+    /// Publishes the browser's death (unless one is published already).
+    fn die(&self, cause: DeathCause) {
+        DeathSender(self.death.clone()).declare(cause);
+    }
+
+    /// Publishes the failure of page `generation` (unless one is published already).
+    fn fail_page(&self, generation: u64, cause: DeathCause) {
+        declare_page(&self.page_death, generation, cause);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,255 @@
+//! The relay end to end over loopback sockets, without Chromium: an upstream written here
+//! accepts the relay's websocket, answers a few frames, then stops reading its socket for
+//! good (a half-open browser), or reads it slowly (a slow link); a raw websocket client in
+//! place of chromiumoxide sends a multi-MB command through the relay meanwhile.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use async_tungstenite::tungstenite::Message;
+use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::*;
+
+const HEARTBEAT: Heartbeat = Heartbeat {
+    interval: Duration::from_millis(500),
+    timeout: Duration::from_millis(1000),
+};
+/// The multi-MB command: far more than the kernel buffers between relay and upstream hold.
+const BIG: usize = 24 << 20;
+/// What a loaded machine may add to a detection.
+const TOLERANCE: Duration = Duration::from_millis(500);
+
+/// How the upstream behaves.
+#[derive(Clone, Copy)]
+enum Upstream {
+    /// Answers the client's commands and the relay's probes until it has answered this many
+    /// client commands, then stops reading (and writing) for good.
+    StopsAfterCommands(usize),
+    /// Answers only the relay's own probes, and stops for good after answering the first.
+    StopsAfterHeartbeat,
+    /// Answers everything, reading its socket 64 KiB per 10 ms (about 4 MB/s measured).
+    Slow,
+}
+
+/// A fake browser on 127.0.0.1 (with a small receive buffer, so the relay's writes fill the
+/// kernel buffers quickly). Reports the moment it stopped.
+async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 << 10).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(4).unwrap();
+    let url = format!(
+        "ws://{}/devtools/browser/fake",
+        listener.local_addr().unwrap()
+    );
+    let (stopped_tx, stopped) = oneshot::channel();
+    let mut stopped_tx = Some(stopped_tx);
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let slow = matches!(how, Upstream::Slow);
+        let stream = Throttled {
+            inner: stream,
+            pause: None,
+            slow,
+        };
+        let mut ws =
+            async_tungstenite::tokio::accept_async_with_config(stream, Some(socket::ws_config()))
+                .await
+                .unwrap();
+        let mut commands = 0;
+        while let Some(Ok(m)) = ws.next().await {
+            let Message::Text(text) = m else { continue };
+            let Some(id) = wire::Head::of(text.as_bytes()).id else {
+                continue;
+            };
+            let own = id >= wire::OWN_ID_BASE;
+            if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
+                continue;
+            }
+            let reply = format!(r#"{{"id":{id},"result":{{}}}}"#);
+            ws.send(Message::Text(reply.into())).await.unwrap();
+            commands += usize::from(!own);
+            let stop = match how {
+                Upstream::StopsAfterCommands(n) => commands == n,
+                Upstream::StopsAfterHeartbeat => own,
+                Upstream::Slow => false,
+            };
+            if stop {
+                if let Some(tx) = stopped_tx.take() {
+                    let _ = tx.send(Instant::now());
+                }
+                // Holds the socket open, never reading it again.
+                std::future::pending::<()>().await;
+            }
+        }
+    });
+    (CdpEndpoint::new(url).unwrap(), stopped)
+}
+
+/// The upstream's socket, read 64 KiB per 10 ms when `slow`.
+struct Throttled {
+    inner: TcpStream,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    slow: bool,
+}
+
+impl AsyncRead for Throttled {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.slow {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
+        }
+        if let Some(pause) = self.pause.as_mut() {
+            futures::ready!(pause.as_mut().poll(cx));
+            self.pause = None;
+        }
+        let room = buf.remaining().min(64 << 10);
+        let mut small = ReadBuf::new(buf.initialize_unfilled_to(room));
+        futures::ready!(Pin::new(&mut self.inner).poll_read(cx, &mut small))?;
+        let n = small.filled().len();
+        buf.advance(n);
+        self.pause = Some(Box::pin(tokio::time::sleep(Duration::from_millis(10))));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Throttled {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+type ClientWs = async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>;
+
+/// The relay in front of `endpoint`, and a raw client connected to it.
+async fn relay_and_client(endpoint: &CdpEndpoint) -> (Relay, ClientWs) {
+    let relay = Relay::start(endpoint, HEARTBEAT, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (client, _) = async_tungstenite::tokio::connect_async(relay.client_url())
+        .await
+        .unwrap();
+    (relay, client)
+}
+
+fn command(id: u64, payload: usize) -> Message {
+    let text = format!(
+        r#"{{"id":{id},"method":"Runtime.evaluate","sessionId":"S","params":{{"expression":"'{}'"}}}}"#,
+        "x".repeat(payload)
+    );
+    Message::Text(text.into())
+}
+
+/// Sends command `id` and waits for its reply.
+async fn call(client: &mut ClientWs, id: u64) {
+    client.send(command(id, 16)).await.unwrap();
+    loop {
+        match client.next().await {
+            Some(Ok(Message::Text(t))) if wire::Head::of(t.as_bytes()).id == Some(id) => return,
+            Some(Ok(_)) => {}
+            other => panic!("no reply to {id}: {other:?}"),
+        }
+    }
+}
+
+/// Sends the multi-MB command (without waiting for the relay to read it all), then waits
+/// for the relay's verdict; returns the death and how long after `stopped` it came.
+async fn big_command_then_death(
+    relay: &mut Relay,
+    client: ClientWs,
+    stopped: Instant,
+) -> (Death, Duration) {
+    let (mut tx, mut rx) = client.split();
+    let send = tokio::spawn(async move {
+        let _ = tx.send(command(99, BIG)).await;
+        tx
+    });
+    let drain = tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
+    let death = tokio::time::timeout(Duration::from_secs(30), relay.died())
+        .await
+        .expect("the relay noticed nothing in 30 s");
+    send.abort();
+    drain.abort();
+    (death, death.at.saturating_duration_since(stopped))
+}
+
+#[tokio::test]
+async fn a_half_open_upstream_during_a_multi_mb_command_is_silence_within_interval_plus_timeout() {
+    // The waiting path is armed (two replies measured the round trip).
+    let (endpoint, stopped) = upstream(Upstream::StopsAfterCommands(2)).await;
+    let (mut relay, mut client) = relay_and_client(&endpoint).await;
+    call(&mut client, 1).await;
+    call(&mut client, 2).await;
+    let stopped = stopped.await.unwrap();
+    let (death, after) = big_command_then_death(&mut relay, client, stopped).await;
+    eprintln!("waiting path: silence {after:?} after the upstream stopped reading");
+    assert_eq!(death.cause, DeathCause::Silence);
+    assert!(
+        after <= HEARTBEAT.interval + HEARTBEAT.timeout + TOLERANCE,
+        "{after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_half_open_upstream_during_a_multi_mb_command_is_noticed_by_the_heartbeat_alone() {
+    // No command was ever answered, so only the idle heartbeat watches.
+    let (endpoint, stopped) = upstream(Upstream::StopsAfterHeartbeat).await;
+    let (mut relay, client) = relay_and_client(&endpoint).await;
+    let stopped = stopped.await.unwrap();
+    let (death, after) = big_command_then_death(&mut relay, client, stopped).await;
+    eprintln!("heartbeat path: silence {after:?} after the upstream stopped reading");
+    assert_eq!(death.cause, DeathCause::Silence);
+    let bound = HEARTBEAT.interval + HEARTBEAT.timeout;
+    assert!(after + Duration::from_millis(100) >= bound, "{after:?}");
+    assert!(after <= bound + TOLERANCE, "{after:?}");
+}
+
+#[tokio::test]
+async fn a_multi_mb_command_over_a_slow_link_is_not_silence() {
+    let (endpoint, _) = upstream(Upstream::Slow).await;
+    let (relay, mut client) = relay_and_client(&endpoint).await;
+    call(&mut client, 1).await;
+    call(&mut client, 2).await;
+    let sent = Instant::now();
+    client.send(command(3, BIG)).await.unwrap();
+    // The reply comes once the upstream has read all of it, slowly.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), client.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) if wire::Head::of(t.as_bytes()).id == Some(3) => break,
+            Ok(Some(Ok(_))) => {}
+            other => panic!(
+                "no reply to the big command: {other:?} (death: {:?})",
+                relay.death()
+            ),
+        }
+    }
+    let took = sent.elapsed();
+    eprintln!("slow link: the multi-MB command took {took:?}");
+    assert!(
+        took > HEARTBEAT.interval + HEARTBEAT.timeout,
+        "the link was not slow enough to show anything: {took:?}"
+    );
+    assert_eq!(relay.death(), None);
+    // Probes queued behind the command were answered after it: still alive a while later.
+    call(&mut client, 4).await;
+    tokio::time::sleep(HEARTBEAT.interval + HEARTBEAT.timeout).await;
+    assert_eq!(relay.death(), None);
+}

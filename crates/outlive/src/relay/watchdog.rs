@@ -1,0 +1,394 @@
+//! The relay's judgement, without I/O: heartbeats, silence while commands wait, the page's
+//! stalls, navigations and failures, kept as state that the driver feeds and asks.
+//!
+//! Inputs (each with the time it happened): [`Watchdog::on_message`] for every message from
+//! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_flow`]
+//! for how the upstream socket's writes go, and the handle's requests ([`Watchdog::watch`],
+//! [`Watchdog::fail_watched`], …). Outputs: what to do with a message ([`Verdict`],
+//! [`Outbound`]), and at [`Watchdog::next_deadline`] the driver calls
+//! [`Watchdog::on_deadline`], which answers the [`Action`] due then: a probe to send, a
+//! silent death, a page failure. Nothing here reads a clock or a socket, so every timing rule
+//! is unit-tested with made-up instants (`watchdog/tests.rs`).
+//!
+//! **Probes queued behind a big write.** A probe queued behind a multi-MB command cannot be
+//! answered before that command has crossed, so its clock starts only when it was written
+//! ([`Watchdog::on_written`]); and even then the kernel's send buffer may still hold what
+//! was written before it. Linux wakes a writer that waits for room once a third of the send
+//! buffer is acknowledged, so a *stall* (a write waiting for room, ended by a *drain*) lasts
+//! about the time a third of the buffer takes to cross; a probe written after a drain
+//! starts its clock three stalls later (at most the heartbeat timeout later). A probe not
+//! yet written is judged only once the socket has not drained for the heartbeat timeout
+//! since it was queued. So on a slow but live link, where the socket keeps draining, no
+//! silence is declared, and on a half-open one, where it stops, the silence comes within
+//! heartbeat interval + timeout of the last message heard: the heartbeat goes out an
+//! interval after it, and is judged a timeout later whether it was written or stuck behind
+//! the command. Writes that never had to wait say nothing (the kernel takes them whether the
+//! peer reads or not), so they hold nothing off.
+
+mod page;
+mod silence;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::page::{PageState, StallProbe};
+use self::silence::Waiting;
+use super::wire::{self, Head, Inbound};
+use super::{DeathCause, Heartbeat, WatchedPage};
+
+/// What the driver must do when a deadline passed.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Action {
+    /// Ask the browser for a sign of life (`Browser.getVersion`) under this id.
+    Probe(u64),
+    /// A page command stalled: ask the page (`page_id`, on `session`) and the browser
+    /// (`browser_id`) at once.
+    ProbeStall {
+        page_id: u64,
+        browser_id: u64,
+        session: String,
+    },
+    /// Nothing came from the browser in time: the connection is silent.
+    Silent,
+    /// The watched page failed.
+    PageFailed(PageFailure),
+}
+
+/// The watched page failed: publish it, then answer its commands in flight with an error.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct PageFailure {
+    pub generation: u64,
+    pub cause: DeathCause,
+    pub session: String,
+    /// The page's commands in flight, which will never be answered now.
+    pub commands: Vec<u64>,
+}
+
+/// What the driver does with a message from the browser.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Forward it to the client; then, if the message said so, fail the page.
+    Forward(Option<PageFailure>),
+    /// A reply to one of the relay's own messages: answer whoever waits for it.
+    Own(u64),
+    /// A reply the watchdog itself waited for: nothing more to do.
+    Consumed,
+}
+
+/// What the driver does with a command from the client.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Outbound {
+    Forward,
+    /// A command to a failed page: answer it with an error at once, never send it.
+    Refuse {
+        id: u64,
+        session: String,
+    },
+}
+
+/// How the upstream socket's writes go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Flow {
+    /// When a write last got room after waiting for it (a drain).
+    pub drained: Option<Instant>,
+    /// How long that write had waited.
+    pub last_stall: Duration,
+}
+
+/// One of the relay's own messages went into the upstream socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Written {
+    /// The message's id.
+    pub id: u64,
+    /// When the socket took its last byte.
+    pub at: Instant,
+    /// The socket's flow then.
+    pub flow: Flow,
+}
+
+/// The relay's state of mind about the browser and the task's page.
+pub(super) struct Watchdog {
+    heartbeat: Heartbeat,
+    next_id: u64,
+    /// When anything last came from the browser.
+    last_heard: Instant,
+    /// How the upstream socket's writes go.
+    flow: Flow,
+    /// The idle heartbeat out: its id and when it was sent.
+    heartbeat_sent: Option<(u64, Instant)>,
+    /// Probes out that were written: id → when their clock started.
+    clocks: BTreeMap<u64, Instant>,
+    silence: Waiting,
+    page: PageState,
+}
+
+impl Watchdog {
+    /// A watchdog for a connection that was last heard from at `now`.
+    pub fn new(heartbeat: Heartbeat, now: Instant) -> Watchdog {
+        Watchdog {
+            heartbeat,
+            next_id: wire::OWN_ID_BASE,
+            last_heard: now,
+            flow: Flow::default(),
+            heartbeat_sent: None,
+            clocks: BTreeMap::new(),
+            silence: Waiting::default(),
+            page: PageState::default(),
+        }
+    }
+
+    /// A fresh id for a message of the relay's own.
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// When probe `id`, sent at `sent` and unanswered for `timeout`, is judged: `timeout`
+    /// after its clock started once written; not written yet, once the socket has not
+    /// drained for the heartbeat timeout since it was sent.
+    fn judged_at(&self, id: u64, sent: Instant, timeout: Duration) -> Instant {
+        match self.clocks.get(&id) {
+            Some(started) => *started + timeout,
+            None => {
+                let moved = self.flow.drained.map_or(sent, |d| d.max(sent));
+                moved + timeout.max(self.heartbeat.timeout)
+            }
+        }
+    }
+
+    /// The ids of the probes out: heartbeat, fast probe, page stall probe.
+    fn probes_out(&self) -> [Option<u64>; 3] {
+        [
+            self.heartbeat_sent.map(|(id, _)| id),
+            self.silence.probe.map(|(id, _)| id),
+            self.page.stall_probe.as_ref().map(|p| p.page_id),
+        ]
+    }
+
+    /// One of the relay's own messages was written: a probe's clock starts, once what the
+    /// send buffer held before it may have crossed (three stalls after the last drain, at
+    /// most the heartbeat timeout).
+    pub fn on_written(&mut self, written: Written) {
+        let out = self.probes_out();
+        self.clocks.retain(|id, _| out.contains(&Some(*id)));
+        if !out.contains(&Some(written.id)) {
+            return;
+        }
+        let crossed = written
+            .flow
+            .drained
+            .map(|drained| drained + (written.flow.last_stall * 3).min(self.heartbeat.timeout));
+        let started = crossed.map_or(written.at, |c| c.max(written.at));
+        self.clocks.insert(written.id, started);
+    }
+
+    /// A message from the browser: `Some(text)`, or `None` for any other data or control
+    /// frame. Anything at all is a sign of life.
+    pub fn on_message(&mut self, text: Option<&[u8]>, now: Instant) -> Verdict {
+        self.last_heard = now;
+        self.heartbeat_sent = None;
+        let Some(bytes) = text else {
+            self.silence.heard(None, now);
+            return Verdict::Forward(None);
+        };
+        match wire::inbound(bytes) {
+            Inbound::Reply(id) if id >= wire::OWN_ID_BASE => {
+                if self.silence.heard(Some(id), now) {
+                    return Verdict::Consumed;
+                }
+                self.page.own_reply(id);
+                Verdict::Own(id)
+            }
+            Inbound::Reply(id) => {
+                self.silence.heard(None, now);
+                self.silence.replied(id, now);
+                self.page.replied(id);
+                Verdict::Forward(None)
+            }
+            Inbound::Event(method) => {
+                self.silence.heard(None, now);
+                let Some(event) = wire::page_event(&method, bytes) else {
+                    return Verdict::Forward(None);
+                };
+                self.page.track_navigation(&event);
+                self.page.track_frames(&event);
+                let failure = self.page.failure(&event);
+                Verdict::Forward(failure.and_then(|cause| self.fail_page(cause)))
+            }
+            Inbound::Other => {
+                self.silence.heard(None, now);
+                Verdict::Forward(None)
+            }
+        }
+    }
+
+    /// A command from the client.
+    pub fn on_command(&mut self, head: &Head<'_>, now: Instant) -> Outbound {
+        if let (Some(id), Some(session)) = (head.id, head.session_id.as_deref()) {
+            if self.page.dead_sessions.contains(session) {
+                return Outbound::Refuse {
+                    id,
+                    session: session.to_owned(),
+                };
+            }
+            self.page
+                .on_command(id, session, head.method.as_deref(), now);
+        }
+        if let Some(id) = head.id {
+            self.silence.sent(id, now);
+        }
+        Outbound::Forward
+    }
+
+    /// How the upstream socket's writes go now.
+    pub fn on_flow(&mut self, flow: Flow) {
+        self.flow = flow;
+    }
+
+    /// The next moment [`Watchdog::on_deadline`] may have something to do.
+    pub fn next_deadline(&mut self, now: Instant) -> Instant {
+        [self.silence_due(now), self.stall_due()]
+            .into_iter()
+            .flatten()
+            .fold(self.heartbeat_due(), Instant::min)
+    }
+
+    fn heartbeat_due(&self) -> Instant {
+        match self.heartbeat_sent {
+            Some((id, sent)) => self.judged_at(id, sent, self.heartbeat.timeout),
+            None => self.last_heard + self.heartbeat.interval,
+        }
+    }
+
+    fn silence_due(&mut self, now: Instant) -> Option<Instant> {
+        match self.silence.probe {
+            Some((id, sent)) => {
+                Some(self.judged_at(id, sent, self.silence.timeout(self.heartbeat)))
+            }
+            None => self.silence.probe_due(self.last_heard, self.heartbeat, now),
+        }
+    }
+
+    fn stall_due(&self) -> Option<Instant> {
+        self.page.deadline(self.heartbeat, |id, sent| {
+            self.judged_at(id, sent, self.heartbeat.timeout)
+        })
+    }
+
+    /// What is due at `now`, if anything: the fast probe (or the silence it ends in), the
+    /// page's stall probe (or the hang or silence it ends in), the heartbeat (or the silence).
+    pub fn on_deadline(&mut self, now: Instant) -> Option<Action> {
+        if self.silence_due(now).is_some_and(|d| d <= now) {
+            if self.silence.probe.is_some() {
+                tracing::debug!(timeout = ?self.silence.timeout(self.heartbeat), rtt = ?self.silence.rtt(), "nothing from the browser while commands wait, probe unanswered");
+                return Some(Action::Silent);
+            }
+            let id = self.next_id();
+            self.silence.probe = Some((id, now));
+            tracing::trace!(quiet = ?self.silence.quiet(self.heartbeat), "commands wait on a quiet browser; asking it");
+            return Some(Action::Probe(id));
+        }
+        if self.stall_due().is_some_and(|d| d <= now) {
+            return self.on_stall(now);
+        }
+        if self.heartbeat_due() > now {
+            return None;
+        }
+        if self.heartbeat_sent.is_some() {
+            tracing::debug!(timeout = ?self.heartbeat.timeout, "heartbeat unanswered");
+            return Some(Action::Silent);
+        }
+        let id = self.next_id();
+        self.heartbeat_sent = Some((id, now));
+        Some(Action::Probe(id))
+    }
+
+    fn on_stall(&mut self, now: Instant) -> Option<Action> {
+        match self.page.stall_probe.take() {
+            // The page did not answer in time.
+            Some(probe) if probe.browser_answered => {
+                tracing::debug!(timeout = ?self.heartbeat.timeout, "page probe unanswered while the browser answers");
+                self.fail_page(DeathCause::PageHung).map(Action::PageFailed)
+            }
+            // Neither answered: the connection is silent, the browser is gone.
+            Some(_) => {
+                tracing::debug!(timeout = ?self.heartbeat.timeout, "page and browser probes unanswered");
+                Some(Action::Silent)
+            }
+            // A command has been outstanding for half an interval: ask the page and the browser.
+            None => {
+                let session = self.page.watched.as_ref()?.session_id.clone();
+                let (page_id, browser_id) = (self.next_id(), self.next_id());
+                self.page.stall_probe = Some(StallProbe {
+                    page_id,
+                    browser_id,
+                    sent: now,
+                    browser_answered: false,
+                });
+                self.page.last_stall_probe = Some(now);
+                tracing::debug!(stalled = ?self.page.pending.first_key_value().map(|(_, t)| now - *t), "a page command stalled; probing the page");
+                Some(Action::ProbeStall {
+                    page_id,
+                    browser_id,
+                    session,
+                })
+            }
+        }
+    }
+
+    /// Watches `page` from now on.
+    pub fn watch(&mut self, page: WatchedPage) {
+        self.page.watch(page);
+    }
+
+    /// The handle declared page `generation` failed (hung): fail it here too, if it is still
+    /// the watched page and not failed yet.
+    pub fn fail_watched(&mut self, generation: u64) -> Option<PageFailure> {
+        let watched = self.page.watched.as_ref()?;
+        if watched.generation != generation || self.page.failed() {
+            return None;
+        }
+        self.fail_page(DeathCause::PageHung)
+    }
+
+    /// An id and the session for an on-demand page probe, unless no page is watched or it
+    /// failed.
+    pub fn page_probe(&mut self) -> Option<(u64, String)> {
+        let session = self.page.live_session()?.to_owned();
+        Some((self.next_id(), session))
+    }
+
+    /// The sessions of the watched page's out-of-process frames.
+    pub fn frames(&self) -> Vec<String> {
+        self.page.frames.iter().cloned().collect()
+    }
+
+    /// Marks the watched page failed: its session is dead from now on, and its commands in
+    /// flight are handed back to be answered with an error.
+    fn fail_page(&mut self, cause: DeathCause) -> Option<PageFailure> {
+        let watched = self.page.watched.as_ref()?;
+        if self.page.failed() {
+            return None;
+        }
+        let (generation, session) = (watched.generation, watched.session_id.clone());
+        self.page.failed_generation = generation;
+        self.page.dead_sessions.insert(session.clone());
+        self.page.stall_probe = None;
+        let commands: Vec<u64> = std::mem::take(&mut self.page.pending).into_keys().collect();
+        for id in &commands {
+            self.silence.in_flight.remove(id);
+        }
+        Some(PageFailure {
+            generation,
+            cause,
+            session,
+            commands,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

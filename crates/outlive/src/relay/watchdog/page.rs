@@ -1,0 +1,214 @@
+//! The relay's view of the task's page: its commands, its navigations (which gate the stall
+//! probe), its out-of-process frames, and the events that say it failed.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use tokio::time::Instant;
+
+use crate::relay::wire::PageEvent;
+use crate::relay::{DeathCause, Heartbeat, WatchedPage};
+
+/// A page probe sent because a command on the page stalled, with a browser probe beside it.
+pub(super) struct StallProbe {
+    pub page_id: u64,
+    pub browser_id: u64,
+    pub sent: Instant,
+    pub browser_answered: bool,
+}
+
+/// The relay's view of the task's page.
+#[derive(Default)]
+pub(super) struct PageState {
+    pub watched: Option<WatchedPage>,
+    /// Commands in flight on the watched page: id → when sent. chromiumoxide's ids grow, so
+    /// the first is the oldest.
+    pub pending: BTreeMap<u64, Instant>,
+    /// Sessions of failed pages: every command to them is answered with an error at once.
+    pub dead_sessions: HashSet<String>,
+    pub stall_probe: Option<StallProbe>,
+    pub last_stall_probe: Option<Instant>,
+    /// Navigation commands in flight on the watched page (`Page.navigate`, …): answered only
+    /// when the navigation commits.
+    navigations: HashSet<u64>,
+    /// A navigation of the page's main frame has started and not yet committed or stopped.
+    navigating: bool,
+    /// The generation of the last page that failed (0: none).
+    pub failed_generation: u64,
+    /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
+    pub frames: BTreeSet<String>,
+}
+
+impl PageState {
+    /// Watches `page` from now on; what was known of the previous one goes, but not which
+    /// sessions failed.
+    pub fn watch(&mut self, page: WatchedPage) {
+        self.pending.clear();
+        self.stall_probe = None;
+        self.last_stall_probe = None;
+        self.navigations.clear();
+        self.navigating = false;
+        self.frames.clear();
+        self.watched = Some(page);
+    }
+
+    pub fn failed(&self) -> bool {
+        self.watched
+            .as_ref()
+            .is_some_and(|w| w.generation == self.failed_generation)
+    }
+
+    /// The watched page's session, unless it failed.
+    pub fn live_session(&self) -> Option<&str> {
+        let w = self.watched.as_ref()?;
+        (!self.failed()).then_some(w.session_id.as_str())
+    }
+
+    /// A client command `id` (`method`) on `session`.
+    pub fn on_command(&mut self, id: u64, session: &str, method: Option<&str>, now: Instant) {
+        if self
+            .watched
+            .as_ref()
+            .is_none_or(|w| w.session_id != session)
+        {
+            return;
+        }
+        self.pending.insert(id, now);
+        if matches!(
+            method,
+            Some("Page.navigate" | "Page.reload" | "Page.navigateToHistoryEntry")
+        ) {
+            self.navigations.insert(id);
+            self.stall_probe = None;
+        }
+    }
+
+    /// A reply to a client command.
+    pub fn replied(&mut self, id: u64) {
+        self.pending.remove(&id);
+        self.navigations.remove(&id);
+    }
+
+    /// A reply to one of the relay's own messages.
+    pub fn own_reply(&mut self, id: u64) {
+        if let Some(probe) = self.stall_probe.as_mut() {
+            if probe.browser_id == id {
+                probe.browser_answered = true;
+            } else if probe.page_id == id {
+                self.stall_probe = None;
+            }
+        }
+    }
+
+    /// Whether the page is between a navigation's start and its commit. Chromium holds
+    /// DevTools messages for a page while its navigation is pending, so a probe then would
+    /// go unanswered by a healthy page: no stall probing until the navigation commits (a
+    /// navigation is bounded by its own timeouts).
+    pub fn is_navigating(&self) -> bool {
+        self.navigating || !self.navigations.is_empty()
+    }
+
+    /// When the stall logic next needs attention; `judged_at` says when the stall probe
+    /// (its page probe's id, and when it was sent) is judged.
+    pub fn deadline(
+        &self,
+        heartbeat: Heartbeat,
+        judged_at: impl Fn(u64, Instant) -> Instant,
+    ) -> Option<Instant> {
+        if self.is_navigating() {
+            return None;
+        }
+        if let Some(probe) = &self.stall_probe {
+            return Some(judged_at(probe.page_id, probe.sent));
+        }
+        let (_, oldest) = self.pending.first_key_value()?;
+        // Half an interval: the hung page is then declared within interval + timeout of the
+        // stalled command being sent, probe round trip included.
+        let stalled_after = heartbeat.interval / 2;
+        let mut due = *oldest + stalled_after;
+        if let Some(last) = self.last_stall_probe {
+            due = due.max(last + stalled_after);
+        }
+        Some(due)
+    }
+
+    /// Follows the watched page's main-frame navigations (its frame id is its target id).
+    pub fn track_navigation(&mut self, event: &PageEvent) {
+        let Some(watched) = self.watched.as_ref() else {
+            return;
+        };
+        let starts = matches!(
+            event.method.as_str(),
+            "Page.frameRequestedNavigation" | "Page.frameStartedNavigating"
+        );
+        let ends = matches!(
+            event.method.as_str(),
+            "Page.frameNavigated" | "Page.frameStoppedLoading"
+        );
+        if !(starts || ends) || event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+            return;
+        }
+        let main_frame = match (&event.params.frame_id, &event.params.frame) {
+            (Some(id), _) => *id == watched.target_id,
+            (None, Some(f)) => f.parent_id.is_none() && f.id == watched.target_id,
+            _ => false,
+        };
+        if main_frame {
+            self.navigating = starts;
+            if starts {
+                self.stall_probe = None;
+            }
+        }
+    }
+
+    /// Follows the out-of-process frames (cross-site iframes) attached under the watched page.
+    pub fn track_frames(&mut self, event: &PageEvent) {
+        let Some(watched) = self.watched.as_ref() else {
+            return;
+        };
+        if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+            return;
+        }
+        let Some(session) = event.params.session_id.clone() else {
+            return;
+        };
+        match event.method.as_str() {
+            "Target.attachedToTarget"
+                if event
+                    .params
+                    .target_info
+                    .as_ref()
+                    .is_some_and(|t| t.kind == "iframe") =>
+            {
+                self.frames.insert(session);
+            }
+            "Target.detachedFromTarget" => {
+                self.frames.remove(&session);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `event` reports the watched page's failure, and how.
+    pub fn failure(&self, event: &PageEvent) -> Option<DeathCause> {
+        let watched = self.watched.as_ref()?;
+        if self.failed() {
+            return None;
+        }
+        let on_target = event.params.target_id.as_deref() == Some(watched.target_id.as_str());
+        let on_session = |s: &Option<String>| s.as_deref() == Some(watched.session_id.as_str());
+        match event.method.as_str() {
+            "Inspector.targetCrashed" if on_session(&event.session_id) => {
+                Some(DeathCause::PageCrashed)
+            }
+            "Target.targetCrashed" if on_target => Some(DeathCause::PageCrashed),
+            "Target.targetDestroyed" if on_target => Some(DeathCause::PageClosed),
+            "Target.detachedFromTarget"
+                if event.session_id.is_none()
+                    && (on_target || on_session(&event.params.session_id)) =>
+            {
+                Some(DeathCause::PageClosed)
+            }
+            _ => None,
+        }
+    }
+}

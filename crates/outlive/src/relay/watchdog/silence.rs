@@ -1,0 +1,102 @@
+//! Silence while the task waits: the fast path beside the idle heartbeat.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::relay::Heartbeat;
+
+/// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
+const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
+
+/// Silence while the task waits. When commands are in flight and *nothing at all* has come
+/// from the browser for a few round trips, the relay asks the browser (`Browser.getVersion`)
+/// at once instead of waiting for the idle heartbeat; no answer and still nothing else from
+/// the browser within a timeout scaled to the round trip is a silent death. An idle
+/// connection is left to the heartbeat: no extra traffic.
+#[derive(Default)]
+pub(super) struct Waiting {
+    /// Every client command in flight: id → when it was sent.
+    pub in_flight: HashMap<u64, Instant>,
+    /// Recent reply latencies; the smallest is the round trip (long-running commands only
+    /// add large samples, which the minimum ignores).
+    samples: VecDeque<Duration>,
+    /// The fast probe in flight: its id and when it was sent.
+    pub probe: Option<(u64, Instant)>,
+    /// Fast probes answered since the last reply to a command: each doubles the quiet time
+    /// before the next, so a long silent command costs a handful of probes, not a stream.
+    pub answered: u32,
+}
+
+impl Waiting {
+    /// The round trip; zero before any was measured (the fast path is off until then).
+    pub fn rtt(&self) -> Duration {
+        self.samples.iter().min().copied().unwrap_or_default()
+    }
+
+    /// How long the browser may be quiet while commands are in flight before it is asked.
+    pub fn quiet(&self, heartbeat: Heartbeat) -> Duration {
+        let base = (self.rtt() * 4).max(Duration::from_millis(250));
+        base.saturating_mul(1 << self.answered.min(8))
+            .min(heartbeat.interval)
+    }
+
+    /// How long the fast probe may go unanswered (with nothing else heard) before the
+    /// browser counts as silent.
+    pub fn timeout(&self, heartbeat: Heartbeat) -> Duration {
+        (self.rtt() * 8)
+            .max(Duration::from_millis(600))
+            .min(heartbeat.timeout)
+    }
+
+    pub fn sample(&mut self, rtt: Duration) {
+        if self.samples.len() == 16 {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(rtt);
+    }
+
+    pub fn sent(&mut self, id: u64, now: Instant) {
+        self.in_flight.insert(id, now);
+    }
+
+    /// A reply to a client command.
+    pub fn replied(&mut self, id: u64, now: Instant) {
+        if let Some(sent) = self.in_flight.remove(&id) {
+            self.sample(now - sent);
+            self.answered = 0;
+        }
+    }
+
+    /// Anything at all came from the browser: it is alive. Answers whether `reply_to` (a
+    /// reply's id) was the fast probe.
+    pub fn heard(&mut self, reply_to: Option<u64>, now: Instant) -> bool {
+        match self.probe.take() {
+            Some((id, sent)) if reply_to == Some(id) => {
+                self.sample(now - sent);
+                self.answered += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the fast probe is due, if no probe is out: `quiet` after the later of the last
+    /// message heard and the oldest command in flight.
+    pub fn probe_due(
+        &mut self,
+        last_heard: Instant,
+        heartbeat: Heartbeat,
+        now: Instant,
+    ) -> Option<Instant> {
+        self.in_flight
+            .retain(|_, sent| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE);
+        // Until a reply has shown what a round trip costs, the heartbeat alone watches.
+        if self.samples.is_empty() {
+            return None;
+        }
+        let oldest = *self.in_flight.values().min()?;
+        Some(last_heard.max(oldest) + self.quiet(heartbeat))
+    }
+}

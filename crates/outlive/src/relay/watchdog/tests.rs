@@ -1,0 +1,571 @@
+//! The watchdog's timing rules with made-up instants: no socket, no Chromium, no sleeping.
+
+use std::time::Duration;
+
+use super::silence::Waiting;
+use super::*;
+
+const HEARTBEAT: Heartbeat = Heartbeat {
+    interval: Duration::from_secs(1),
+    timeout: Duration::from_secs(2),
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn head<'a>(id: u64, method: &'a str, session: Option<&'a str>) -> Head<'a> {
+    Head {
+        id: Some(id),
+        method: Some(method.into()),
+        session_id: session.map(Into::into),
+    }
+}
+
+fn reply(id: u64) -> Vec<u8> {
+    format!(r#"{{"id":{id},"result":{{}}}}"#).into_bytes()
+}
+
+/// A browser and a socket the watchdog runs against, in made-up time. The browser answers
+/// the relay's browser probes `rtt` after they were written (or never), never a page probe.
+/// The socket's writer is busy with a big write from `busy.0` until `busy.1` (or for good),
+/// draining at `drains`; the relay's own messages queued meanwhile are written when it ends.
+struct Sim {
+    dog: Watchdog,
+    t0: Instant,
+    now: Instant,
+    rtt: Option<Duration>,
+    /// Replies on their way: when they arrive, and their id.
+    replies: Vec<(Instant, u64)>,
+    busy: Option<(Instant, Option<Instant>)>,
+    drains: Vec<Instant>,
+    /// Own messages waiting for the writer: their ids, and whether the browser answers them.
+    queued: Vec<(u64, bool)>,
+    /// Every action but a silence, with when it came (since `t0`).
+    log: Vec<(Duration, Action)>,
+}
+
+impl Sim {
+    fn new(rtt: Option<Duration>) -> Sim {
+        let t0 = Instant::now();
+        Sim {
+            dog: Watchdog::new(HEARTBEAT, t0),
+            t0,
+            now: t0,
+            rtt,
+            replies: Vec::new(),
+            busy: None,
+            drains: Vec::new(),
+            queued: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn at(&self, d: Duration) -> Instant {
+        self.t0 + d
+    }
+
+    /// A big write starts at `from` (since `t0`) and never ends: the socket does not drain.
+    fn stuck_from(&mut self, from: Duration) {
+        self.busy = Some((self.t0 + from, None));
+    }
+
+    /// A big write starts at `from`, the socket draining every `every` until `to` (since
+    /// `t0`); then the write is stuck for good, or done if `done`.
+    fn draining(&mut self, from: Duration, to: Duration, every: Duration, done: bool) {
+        self.busy = Some((self.t0 + from, done.then_some(self.t0 + to)));
+        let mut t = from + every;
+        while t <= to {
+            self.drains.push(self.t0 + t);
+            t += every;
+        }
+    }
+
+    fn busy_now(&self) -> bool {
+        self.busy
+            .is_some_and(|(from, until)| from <= self.now && until.is_none_or(|u| self.now < u))
+    }
+
+    /// The socket's flow now: each stall began at the drain before (or when the write began).
+    fn flow(&self) -> Flow {
+        let drained = self
+            .drains
+            .iter()
+            .filter(|d| **d <= self.now)
+            .max()
+            .copied();
+        let last_stall = drained.map_or(Duration::ZERO, |d| {
+            let before = self.drains.iter().filter(|e| **e < d).max().copied();
+            d - before.or(self.busy.map(|b| b.0)).unwrap_or(d)
+        });
+        Flow {
+            drained,
+            last_stall,
+        }
+    }
+
+    /// The next moment the socket changes.
+    fn next_socket_change(&self) -> Option<Instant> {
+        let (from, until) = self.busy?;
+        let drains = self.drains.iter().copied();
+        drains
+            .chain([from])
+            .chain(until)
+            .filter(|t| *t > self.now)
+            .min()
+    }
+
+    /// Writes the own messages queued, unless the writer is busy.
+    fn write_queued(&mut self) {
+        if self.busy_now() {
+            return;
+        }
+        for (id, answered) in std::mem::take(&mut self.queued) {
+            let written = Written {
+                id,
+                at: self.now,
+                flow: self.flow(),
+            };
+            self.dog.on_written(written);
+            if let (true, Some(rtt)) = (answered, self.rtt) {
+                self.replies.push((self.now + rtt, id));
+            }
+        }
+    }
+
+    /// Runs until `until` (since `t0`): `Some(when)` if the connection was declared silent.
+    fn run_until(&mut self, until: Duration) -> Option<Duration> {
+        let end = self.at(until);
+        for _ in 0..100_000 {
+            self.dog.on_flow(self.flow());
+            let deadline = self.dog.next_deadline(self.now);
+            let reply = self.replies.iter().map(|r| r.0).min();
+            let next = [Some(deadline), reply, self.next_socket_change()]
+                .into_iter()
+                .flatten()
+                .min()
+                .expect("a deadline")
+                .max(self.now);
+            if next > end {
+                self.now = end;
+                return None;
+            }
+            self.now = next;
+            self.write_queued();
+            self.deliver();
+            self.dog.on_flow(self.flow());
+            if deadline <= self.now {
+                if let Some(silent) = self.on_deadline() {
+                    return Some(silent);
+                }
+            }
+        }
+        panic!("the watchdog made no progress");
+    }
+
+    fn deliver(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = self.replies.drain(..).partition(|r| r.0 <= now);
+        self.replies = later;
+        for (_, id) in due {
+            self.dog.on_message(Some(&reply(id)), now);
+        }
+    }
+
+    fn on_deadline(&mut self) -> Option<Duration> {
+        let since = self.now - self.t0;
+        let action = self.dog.on_deadline(self.now)?;
+        match &action {
+            Action::Silent => return Some(since),
+            Action::Probe(id) => self.queued.push((*id, true)),
+            Action::ProbeStall {
+                page_id,
+                browser_id,
+                ..
+            } => {
+                self.queued.push((*page_id, false));
+                self.queued.push((*browser_id, true));
+            }
+            Action::PageFailed(_) => {}
+        }
+        self.write_queued();
+        self.log.push((since, action));
+        None
+    }
+
+    /// The watchdog watching page 1 (target `T`, session `S`).
+    fn watching(mut self) -> Sim {
+        self.dog.watch(WatchedPage {
+            target_id: "T".into(),
+            session_id: "S".into(),
+            generation: 1,
+        });
+        self
+    }
+
+    /// A client command `id` goes out now.
+    fn command(&mut self, id: u64, method: &str, session: Option<&str>) {
+        let out = self.dog.on_command(&head(id, method, session), self.now);
+        assert_eq!(out, Outbound::Forward);
+    }
+
+    /// A message from the browser arrives now.
+    fn hear(&mut self, text: &str) -> Verdict {
+        self.dog.on_message(Some(text.as_bytes()), self.now)
+    }
+}
+
+#[test]
+fn an_idle_connection_is_asked_each_interval_and_silent_after_interval_plus_timeout() {
+    let mut sim = Sim::new(Some(ms(5)));
+    assert_eq!(sim.run_until(ms(3000)), None);
+    let probes: Vec<_> = sim.log.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        probes,
+        [ms(1000), ms(2005)],
+        "one heartbeat an interval after the last answer"
+    );
+    // The browser stops answering: the next heartbeat goes unanswered for the timeout.
+    sim.rtt = None;
+    assert_eq!(sim.run_until(ms(10_000)), Some(ms(3010 + 2000)));
+}
+
+#[test]
+fn a_write_stuck_on_a_half_open_socket_is_silence_within_interval_plus_timeout() {
+    // The heartbeat alone watches (no round trip measured yet): a multi-MB command goes out
+    // at once, the socket never drains, nothing comes back. The heartbeat queued behind the
+    // command is never written, and judged once the socket has not drained for the timeout.
+    let mut sim = Sim::new(None);
+    sim.command(1, "Runtime.evaluate", Some("S"));
+    sim.stuck_from(ms(1));
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert_eq!(silent, HEARTBEAT.interval + HEARTBEAT.timeout);
+    assert_eq!(sim.log.len(), 1, "{:?}", sim.log);
+
+    // With a round trip measured, the waiting path asks sooner (250 ms); stuck behind the
+    // command, its probe gets the heartbeat timeout rather than its own 600 ms.
+    let mut sim = Sim::new(None);
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    assert_eq!(
+        sim.hear(std::str::from_utf8(&reply(1)).unwrap()),
+        Verdict::Forward(None)
+    );
+    sim.now += ms(8);
+    sim.command(2, "Runtime.evaluate", None);
+    sim.stuck_from(ms(11));
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert!(matches!(sim.log[..], [(t, Action::Probe(_)), ..] if t == ms(10 + 250)));
+    assert_eq!(silent, ms(10 + 250) + HEARTBEAT.timeout);
+    assert!(silent <= HEARTBEAT.interval + HEARTBEAT.timeout);
+
+    // Written (the socket took it), the waiting path's own timeout: 250 + 600 ms.
+    let mut sim = Sim::new(None);
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.now += ms(8);
+    sim.command(2, "Runtime.evaluate", None);
+    assert_eq!(sim.run_until(ms(60_000)), Some(ms(10 + 250 + 600)));
+}
+
+#[test]
+fn a_slow_write_that_keeps_draining_is_not_silence() {
+    let mut sim = Sim::new(None);
+    // A measured round trip, so both the waiting path and the heartbeat are armed.
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    // A 40 MB command over a slow link: its write waits for room, the socket draining
+    // every 700 ms (a third of the send buffer acknowledged) for 5 s; then it stops.
+    sim.command(2, "Runtime.evaluate", None);
+    sim.draining(ms(100), ms(5000), ms(700), false);
+    assert_eq!(sim.run_until(ms(5000)), None, "{:?}", sim.log);
+    assert_eq!(
+        sim.log.len(),
+        2,
+        "the fast probe and the heartbeat, each once: {:?}",
+        sim.log
+    );
+    // Both probes wait behind the write: judged once it has not drained for the timeout.
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert_eq!(silent, ms(5000) + HEARTBEAT.timeout);
+}
+
+#[test]
+fn a_probe_written_after_a_slow_write_waits_for_the_send_buffer_to_cross() {
+    // The write ends at 5 s; the probes behind it go out then, behind a send buffer that
+    // takes three stalls (2.1 s, at most the heartbeat timeout: 2 s) to cross.
+    let mut sim = Sim::new(None);
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.command(2, "Runtime.evaluate", None);
+    sim.draining(ms(100), ms(5000), ms(700), true);
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert_eq!(silent, ms(5000) + HEARTBEAT.timeout + ms(600));
+    // A browser that answers once the buffer has crossed is alive (until the next probe).
+    let mut sim = Sim::new(Some(ms(1900)));
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.command(2, "Runtime.evaluate", None);
+    sim.draining(ms(100), ms(5000), ms(700), true);
+    assert_eq!(sim.run_until(ms(7500)), None, "{:?}", sim.log);
+}
+
+#[test]
+fn writes_that_never_waited_do_not_hold_the_silence_off() {
+    // A silent browser whose kernel still takes small commands: they never wait, so they do
+    // not count as the peer reading.
+    let mut sim = Sim::new(None);
+    for id in 1..=25 {
+        sim.command(id, "Runtime.evaluate", None);
+        assert_eq!(sim.run_until(ms(id * 100)), None);
+    }
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert_eq!(silent, HEARTBEAT.interval + HEARTBEAT.timeout);
+}
+
+#[test]
+fn a_stalled_page_command_is_probed_after_half_an_interval_and_hung_after_the_timeout() {
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    sim.command(7, "Runtime.evaluate", Some("S"));
+    assert_eq!(sim.run_until(ms(3000)), None);
+    let kinds: Vec<_> = sim
+        .log
+        .iter()
+        .map(|(t, a)| (*t, std::mem::discriminant(a)))
+        .collect();
+    assert_eq!(kinds[0].0, ms(500), "{:?}", sim.log);
+    assert!(matches!(sim.log[0].1, Action::ProbeStall { ref session, .. } if session == "S"));
+    let failed = sim
+        .log
+        .iter()
+        .find(|(_, a)| matches!(a, Action::PageFailed(_)))
+        .expect("a page failure");
+    assert_eq!(failed.0, ms(500 + 2000));
+    assert_eq!(
+        failed.1,
+        Action::PageFailed(PageFailure {
+            generation: 1,
+            cause: DeathCause::PageHung,
+            session: "S".into(),
+            commands: vec![7],
+        })
+    );
+    // A later command to the failed page is refused; the browser lives on.
+    let refused = sim
+        .dog
+        .on_command(&head(8, "Runtime.evaluate", Some("S")), sim.now);
+    assert_eq!(
+        refused,
+        Outbound::Refuse {
+            id: 8,
+            session: "S".into()
+        }
+    );
+    assert_eq!(sim.dog.page_probe(), None);
+}
+
+#[test]
+fn neither_page_nor_browser_answering_the_stall_probe_is_silence() {
+    let mut sim = Sim::new(None).watching();
+    sim.command(7, "Runtime.evaluate", Some("S"));
+    assert_eq!(sim.run_until(ms(60_000)), Some(ms(500 + 2000)));
+}
+
+#[test]
+fn no_stall_probe_while_the_main_frame_navigates() {
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    sim.command(7, "Page.navigate", Some("S"));
+    assert_eq!(sim.run_until(ms(3000)), None);
+    assert!(
+        sim.log.iter().all(|(_, a)| matches!(a, Action::Probe(_))),
+        "{:?}",
+        sim.log
+    );
+    // Committed (the reply), but the frame has started navigating and not yet finished: a
+    // command sent meanwhile is not probed either.
+    sim.hear(
+        r#"{"method":"Page.frameStartedNavigating","params":{"frameId":"T"},"sessionId":"S"}"#,
+    );
+    sim.hear(r#"{"id":7,"result":{}}"#);
+    sim.command(8, "Runtime.evaluate", Some("S"));
+    let sent = sim.now - sim.t0;
+    assert_eq!(sim.run_until(ms(5000)), None);
+    assert!(sim.log.iter().all(|(_, a)| matches!(a, Action::Probe(_))));
+    // Navigated: the stalled command is probed at once (it is older than half an interval).
+    sim.hear(r#"{"method":"Page.frameNavigated","params":{"frame":{"id":"T","loaderId":"L"}},"sessionId":"S"}"#);
+    let navigated = sim.now - sim.t0;
+    assert!(navigated - sent > ms(500));
+    assert_eq!(sim.run_until(ms(5001)), None);
+    assert!(matches!(sim.log.last(), Some((t, Action::ProbeStall { .. })) if *t == navigated));
+}
+
+#[test]
+fn page_events_fail_the_page_once_and_hand_back_its_commands() {
+    let mut sim = Sim::new(None).watching();
+    sim.command(3, "Runtime.evaluate", Some("S"));
+    sim.command(4, "DOM.getDocument", Some("S"));
+    sim.command(5, "Target.getTargets", None);
+    // Another target's crash is not the page's.
+    let other = r#"{"method":"Target.targetCrashed","params":{"targetId":"U"}}"#;
+    assert_eq!(sim.hear(other), Verdict::Forward(None));
+    let crash = r#"{"method":"Inspector.targetCrashed","params":{},"sessionId":"S"}"#;
+    assert_eq!(
+        sim.hear(crash),
+        Verdict::Forward(Some(PageFailure {
+            generation: 1,
+            cause: DeathCause::PageCrashed,
+            session: "S".into(),
+            commands: vec![3, 4],
+        }))
+    );
+    assert_eq!(sim.hear(crash), Verdict::Forward(None), "failed once");
+    // A fresh page: its closing by someone else is a failure of its own.
+    sim.dog.watch(WatchedPage {
+        target_id: "T2".into(),
+        session_id: "S2".into(),
+        generation: 2,
+    });
+    assert_eq!(sim.dog.fail_watched(1), None, "an earlier page");
+    let closed =
+        r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"S2","targetId":"T2"}}"#;
+    assert!(matches!(
+        sim.hear(closed),
+        Verdict::Forward(Some(PageFailure {
+            generation: 2,
+            cause: DeathCause::PageClosed,
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn out_of_process_frames_are_followed() {
+    let mut sim = Sim::new(None).watching();
+    sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"F1","targetInfo":{"type":"iframe","targetId":"X"}},"sessionId":"S"}"#);
+    sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"W1","targetInfo":{"type":"worker","targetId":"Y"}},"sessionId":"S"}"#);
+    assert_eq!(sim.dog.frames(), ["F1"]);
+    sim.hear(
+        r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"F1"},"sessionId":"S"}"#,
+    );
+    assert!(sim.dog.frames().is_empty());
+}
+
+#[test]
+fn recognises_only_its_own_replies() {
+    let mut sim = Sim::new(None);
+    let id = sim.dog.next_id();
+    assert_eq!(id, wire::OWN_ID_BASE);
+    assert_eq!(
+        sim.hear(r#"{"id":1900000000,"result":{}}"#),
+        Verdict::Own(id)
+    );
+    assert_eq!(sim.hear(r#"{"id":12,"result":{}}"#), Verdict::Forward(None));
+    assert_eq!(
+        sim.hear(r#"{"method":"Page.loadEventFired"}"#),
+        Verdict::Forward(None)
+    );
+    assert_eq!(sim.hear(r#"{"id":"#), Verdict::Forward(None));
+    // Re-serialised by a proxy, with the id last.
+    assert_eq!(
+        sim.hear(r#"{"result":{"product":"Chrome"},"id":1900000007}"#),
+        Verdict::Own(1_900_000_007)
+    );
+    assert_eq!(sim.hear(r#"{"result":{},"id":19}"#), Verdict::Forward(None));
+    // The fast probe's reply is the watchdog's own business.
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(r#"{"id":1,"result":{}}"#);
+    sim.command(2, "Runtime.evaluate", None);
+    let due = sim.dog.next_deadline(sim.now);
+    sim.now = due;
+    let Some(Action::Probe(probe)) = sim.dog.on_deadline(due) else {
+        panic!("the fast probe")
+    };
+    let text = String::from_utf8(reply(probe)).unwrap();
+    assert_eq!(sim.hear(&text), Verdict::Consumed);
+}
+
+#[test]
+fn the_utf8_frame_that_panicked_is_forwarded() {
+    let mut sim = Sim::new(None).watching();
+    let text = format!(
+        r#"{{"method":"Page.{}é","params":{{}},"sessionId":"S"}}"#,
+        "x".repeat(34)
+    );
+    assert!(!text.is_char_boundary(r#"{"method":""#.len() + 40));
+    assert_eq!(sim.hear(&text), Verdict::Forward(None));
+}
+
+#[test]
+fn an_idle_connection_is_left_to_the_heartbeat() {
+    let mut w = Waiting::default();
+    let now = Instant::now();
+    assert_eq!(w.probe_due(now, HEARTBEAT, now), None);
+    w.sent(7, now);
+    assert_eq!(
+        w.probe_due(now, HEARTBEAT, now),
+        None,
+        "no round trip measured yet"
+    );
+    w.in_flight.clear();
+    w.sent(1, now);
+    w.replied(1, now + ms(2));
+    assert_eq!(w.probe_due(now, HEARTBEAT, now), None, "nothing in flight");
+}
+
+#[test]
+fn a_waiting_command_on_a_quiet_browser_is_asked_about_within_a_second() {
+    let mut w = Waiting::default();
+    let t0 = Instant::now();
+    // A measured round trip of 2 ms.
+    w.sent(1, t0);
+    w.replied(1, t0 + ms(2));
+    assert_eq!(w.rtt(), ms(2));
+    // A long command goes out; then nothing comes back.
+    w.sent(2, t0 + ms(10));
+    let probe_at = w.probe_due(t0, HEARTBEAT, t0).unwrap();
+    assert_eq!(probe_at, t0 + ms(10 + 250));
+    let silent_at = probe_at + w.timeout(HEARTBEAT);
+    assert_eq!(silent_at, probe_at + ms(600));
+    assert!(silent_at - (t0 + ms(10)) <= Duration::from_secs(1));
+}
+
+#[test]
+fn anything_heard_clears_the_probe_and_answers_back_off() {
+    let mut w = Waiting::default();
+    let t0 = Instant::now();
+    w.sent(1, t0);
+    w.probe = Some((99, t0));
+    // An event (not the probe's reply): alive, and no back-off.
+    assert!(!w.heard(None, t0 + ms(5)));
+    assert!(w.probe.is_none());
+    assert_eq!(w.answered, 0);
+    // The probe's reply: alive, and the next quiet period doubles.
+    w.probe = Some((100, t0));
+    let before = w.quiet(HEARTBEAT);
+    assert!(w.heard(Some(100), t0 + ms(1)));
+    assert_eq!(w.quiet(HEARTBEAT), before * 2);
+    // Capped by the heartbeat interval; a reply to a command resets the back-off.
+    w.answered = 20;
+    assert_eq!(w.quiet(HEARTBEAT), HEARTBEAT.interval);
+    w.replied(1, t0 + ms(3));
+    assert_eq!(w.answered, 0);
+}
+
+#[test]
+fn the_timeouts_scale_with_the_round_trip_and_stay_within_the_heartbeat() {
+    let mut w = Waiting::default();
+    w.sample(ms(100));
+    assert_eq!(w.quiet(HEARTBEAT), ms(400));
+    assert_eq!(w.timeout(HEARTBEAT), ms(800));
+    let slow = Heartbeat {
+        interval: ms(300),
+        timeout: ms(500),
+    };
+    assert_eq!(w.quiet(slow), ms(300));
+    assert_eq!(w.timeout(slow), ms(500));
+}
