@@ -35,6 +35,9 @@ def emit(record):
 with sync_playwright() as pw:
     browser = pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
     page = browser.contexts[0].pages[0]
+    # The same viewport in both arms: outlive's page is 1280 x 800, a fresh tab 800 x 600, and
+    # a screenshot's or a screencast frame's cost grows with its pixels.
+    page.set_viewport_size({"width": 1280, "height": 800})
     connected = time.time()
     record = {"phase": PHASE, "attempt": ATTEMPT, "startedMs": STARTED * 1000, "connectedMs": connected * 1000}
     t0 = time.monotonic()
