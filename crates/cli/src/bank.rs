@@ -128,11 +128,12 @@ pub enum BankError {
     Unexpected(String),
 }
 
+/// What the account page shows (or the sign-in page it redirected to).
 #[derive(Deserialize)]
-struct AccountState {
-    path: String,
-    polls: String,
-    pref: String,
+pub(crate) struct AccountState {
+    pub(crate) path: String,
+    pub(crate) polls: String,
+    pub(crate) pref: String,
 }
 
 const ACCOUNT_STATE: &str = r#"({
@@ -153,7 +154,7 @@ impl BankTask {
         }
     }
 
-    async fn eval<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn eval<T: serde::de::DeserializeOwned>(
         &self,
         page: &Page,
         what: &'static str,
@@ -171,14 +172,14 @@ impl BankTask {
             .map_err(|e| BankError::Unexpected(format!("{what}: {e}")))
     }
 
-    async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
+    pub(crate) async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
         let url = format!("{}{path}", self.base_url);
         self.step("navigate", page.goto(NavigateParams::new(url)))
             .await?;
         Ok(())
     }
 
-    async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
+    pub(crate) async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
         self.goto(page, "/account").await?;
         self.eval(page, "read the account page", ACCOUNT_STATE)
             .await
@@ -186,7 +187,7 @@ impl BankTask {
 
     /// Password, then TOTP, through the page's own `fetch` (so the browser stores the
     /// HttpOnly cookies), then the welcome page that writes the localStorage preference.
-    async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
+    pub(crate) async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
         self.goto(page, "/login").await?;
         let body = |pairs: &[(&str, &str)]| {
             form_urlencoded::Serializer::new(String::new())

@@ -7,7 +7,8 @@
 //!
 //! * [`records`] — the serialisable settings, runs and reports;
 //! * `survival` — the two arms and [`survival()`];
-//! * [`rotation`] — reactive against rotation against rotation + standby;
+//! * [`rotation`] — reactive against rotation against rotation + standby, on a short-poll task
+//!   and a long-step one (`wizard`);
 //! * `micro` — checkpoint cost, detection latency and page recovery: [`micro()`];
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
 
@@ -23,6 +24,7 @@ pub mod rotation;
 pub mod storage;
 mod summary;
 mod survival;
+pub mod wizard;
 
 pub use micro::micro;
 pub use records::*;
@@ -90,7 +92,7 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
     };
     if let Some(config) = &plan.rotation {
         println!(
-            "rotation: {} tasks per arm (reactive, rotation, rotation + standby, and a plain session) in turn, lifetime {:?}; this takes about a minute per run",
+            "rotation: {} runs per arm (reactive, rotation, rotation + standby) of the short-poll task in turn, with a plain session, then of the long-step task side by side, lifetime {:?}; this takes about three minutes per run",
             config.tasks, config.lifetime
         );
         let report = rotation::rotation(config, |r| println!("  {r}")).await?;
