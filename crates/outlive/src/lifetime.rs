@@ -150,10 +150,11 @@ impl SafePoints {
     ///   in time.
     /// * Automatic: when the next own checkpoint is likely to come only after the death (the
     ///   work since the last one is lost either way, and a cut now redoes least and starts the
-    ///   successor's life sooner), or it is overdue past `fallback_at` (or the cadence is
-    ///   unknown, the task [may never make one](SafePoints::blind), and `fallback_at` has
-    ///   passed). An own checkpoint expected between `leave_by` and the death is waited for:
-    ///   reacting would have had it.
+    ///   successor's life sooner), or the cadence is unknown, the task [may never make
+    ///   one](SafePoints::blind), and `fallback_at` has passed. An own checkpoint expected
+    ///   before the death is waited for, even when it is late: a cut at an automatic
+    ///   checkpoint would redo everything since the last one, which waiting for it (or for the
+    ///   death, the successor ready) never does more of.
     pub(crate) fn is_safe(
         &self,
         kind: CheckpointKind,
@@ -176,12 +177,12 @@ impl SafePoints {
         if !self.periodic {
             return None;
         }
-        Some(match every {
-            Some(every) if since + every > self.dies_at => since,
-            Some(every) => (since + every).max(self.fallback_at),
-            None if self.blind => self.fallback_at,
-            None => return None,
-        })
+        match every {
+            Some(every) if since + every > self.dies_at => Some(since),
+            Some(_) => None,
+            None if self.blind => Some(self.fallback_at),
+            None => None,
+        }
     }
 }
 
@@ -363,16 +364,12 @@ mod tests {
         let periodic = |now: f64, since: f64, every: Option<f64>| {
             p.is_safe(CheckpointKind::Periodic, t(now), t(since), every.map(secs))
         };
-        // The next own checkpoint due before the death: waited for, unless overdue past the
-        // fallback.
+        // The next own checkpoint due before the death: waited for, even when late.
         assert!(!periodic(15.0, 14.0, Some(5.5)));
+        assert!(!periodic(16.5, 13.0, Some(3.0)), "due at 16 s, late");
         assert!(
-            !periodic(16.5, 13.0, Some(3.0)),
-            "due at 16 s, overdue, before the fallback"
-        );
-        assert!(
-            periodic(17.5, 13.0, Some(4.0)),
-            "due at 17 s, overdue past the fallback"
+            !periodic(17.5, 13.0, Some(4.0)),
+            "due at 17 s, late past the fallback"
         );
         // Due after the death: any automatic checkpoint, at once.
         assert!(periodic(14.5, 14.0, Some(7.0)));

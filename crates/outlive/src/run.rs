@@ -798,8 +798,12 @@ where
                 (Some(s), Some(at), Some(switch), Some(p))
                     if s.is_ready() && !ctx.is_switch_armed() =>
                 {
-                    let too_old =
-                        s.standby && switch.saturating_duration_since(s.born) > p.dies_at / 4;
+                    // A fresh one would be a lead old at the switch anyway: no older than that
+                    // is not too old (under load, launches slow enough to make a lead longer
+                    // than a quarter of the lifetime had every fresh standby replaced again).
+                    let too_old = s.standby
+                        && switch.saturating_duration_since(s.born)
+                            > (p.dies_at / 4).max(p.lead * 2);
                     Some((at, too_old, p))
                 }
                 _ => None,
@@ -1265,11 +1269,16 @@ where
     /// the old standby (the fresh one, still launching, stays for the next entry), else the
     /// successor still launching.
     fn take_standby(&mut self) -> Option<Successor<'r, B::Browser>> {
-        // An old standby close to its own death would only bring the next one: past three
-        // quarters of the lifetime known, it is let go.
-        if let (Some(old), Some(life)) = (&self.stale, self.lifetime.for_standby()) {
-            if old.born.elapsed() > life * 3 / 4 {
-                let old = self.stale.take().expect("checked");
+        // A standby or successor close to its own death would only bring the next one: past
+        // three quarters of the lifetime known, it is let go.
+        if let Some(life) = self.lifetime.for_standby() {
+            for old in [
+                self.stale.take_if(|s| s.born.elapsed() > life * 3 / 4),
+                self.successor.take_if(|s| s.born.elapsed() > life * 3 / 4),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 self.discard_successor(old);
             }
         }
