@@ -9,7 +9,8 @@ use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 #[tokio::test]
 async fn relays_cdp_with_latency_and_closes_on_release() {
     let rtt = Duration::from_millis(200);
-    let gw = support::start(gateway::Config::new().rtt(rtt)).await;
+    // One connection per session here, so that a second one is refused (the default is 4).
+    let gw = support::start(gateway::Config::new().rtt(rtt).connections_per_session(1)).await;
     let session = gw.create().await;
     let url = session.cdp_endpoint.clone();
 
@@ -47,12 +48,29 @@ async fn relays_cdp_with_latency_and_closes_on_release() {
     assert_eq!(
         support::refused_status(&url).await,
         409,
-        "one client per session"
+        "one client per session, as configured"
     );
 
     gw.release(&session.id).await;
     support::expect_close(&mut ws, CloseCode::Away).await;
     assert_eq!(support::refused_status(&url).await, 410, "released");
     assert_eq!(gw.status().chromium_processes, 0);
+    gw.finish().await;
+}
+
+#[tokio::test]
+async fn a_session_takes_several_clients_and_each_meets_its_death() {
+    let gw = support::start(gateway::Config::new()).await;
+    let session = gw.create().await;
+    let url = session.cdp_endpoint.clone();
+    let mut first = support::connect(&url).await;
+    let mut second = support::connect(&url).await;
+    for ws in [&mut first, &mut second] {
+        let reply = support::cdp(ws, 1, "Browser.getVersion").await;
+        assert!(reply["result"]["product"].is_string(), "{reply}");
+    }
+    gw.release(&session.id).await;
+    support::expect_close(&mut first, CloseCode::Away).await;
+    support::expect_close(&mut second, CloseCode::Away).await;
     gw.finish().await;
 }
