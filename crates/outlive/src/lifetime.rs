@@ -150,11 +150,12 @@ impl SafePoints {
     ///   in time.
     /// * Automatic: when the next own checkpoint is likely to come only after the death (the
     ///   work since the last one is lost either way, and a cut now redoes least and starts the
-    ///   successor's life sooner), or the cadence is unknown, the task [may never make
-    ///   one](SafePoints::blind), and `fallback_at` has passed. An own checkpoint expected
-    ///   before the death is waited for, even when it is late: a cut at an automatic
-    ///   checkpoint would redo everything since the last one, which waiting for it (or for the
-    ///   death, the successor ready) never does more of.
+    ///   successor's life sooner); or, from `fallback_at` on, when the task has gone two of
+    ///   its cadences without one (it keeps its progress elsewhere: a cut at an automatic
+    ///   checkpoint costs it no more than a death would), or the cadence is unknown and the
+    ///   task [may never make one](SafePoints::blind). An own checkpoint that is only late
+    ///   (less than a cadence) is waited for: a cut would redo the whole step, which waiting
+    ///   for it (or for the death, the successor ready) never does more of.
     pub(crate) fn is_safe(
         &self,
         kind: CheckpointKind,
@@ -179,7 +180,7 @@ impl SafePoints {
         }
         match every {
             Some(every) if since + every > self.dies_at => Some(since),
-            Some(_) => None,
+            Some(every) => Some((since + every * 2).max(self.fallback_at)),
             None if self.blind => Some(self.fallback_at),
             None => None,
         }
@@ -364,7 +365,11 @@ mod tests {
         let periodic = |now: f64, since: f64, every: Option<f64>| {
             p.is_safe(CheckpointKind::Periodic, t(now), t(since), every.map(secs))
         };
-        // The next own checkpoint due before the death: waited for, even when late.
+        // Two cadences without one, past the fallback: the task keeps its progress elsewhere.
+        assert!(!periodic(16.5, 5.0, Some(2.0)), "before the fallback");
+        assert!(periodic(17.0, 5.0, Some(2.0)), "from the fallback");
+        assert!(periodic(17.5, 13.0, Some(2.0)), "two cadences since 13 s");
+        // The next own checkpoint due before the death: waited for while only late.
         assert!(!periodic(15.0, 14.0, Some(5.5)));
         assert!(!periodic(16.5, 13.0, Some(3.0)), "due at 16 s, late");
         assert!(

@@ -46,8 +46,10 @@ pub struct Viewport {
 /// checkpoints). The successor is launched just in time for that checkpoint, so the task gets
 /// about a whole life on it. An automatic checkpoint is a safe point only as the last resort:
 /// when the task's next own checkpoint is not expected before the death (the work since its
-/// last one is lost either way; a late one is waited for); for a task that has not
-/// checkpointed by itself yet, only once one of its entries has ended without doing so. A rotation that ends an entry in which the task made no checkpoint of its
+/// last one is lost either way), or from the last checkpoint interval before leaving when the
+/// task has gone two of its cadences without one (it keeps its progress elsewhere); an own
+/// checkpoint that is only late is waited for. For a task that has not checkpointed by itself
+/// yet, only once one of its entries has ended without doing so. A rotation that ends an entry in which the task made no checkpoint of its
 /// own counts toward `max_relaunches`, like a death, and the next browser is not left at an
 /// automatic checkpoint. So rotation uses at most one session more than reacting (the task's
 /// last checkpoint before it returns may be a safe point), and the wide event's `redoneMs`
