@@ -458,39 +458,38 @@ async fn close_others(endpoint: &crate::CdpEndpoint, keep: &str) -> Result<(), E
     let (mut ws, _) = async_tungstenite::tokio::connect_async(endpoint.expose())
         .await
         .map_err(cdp)?;
-    ws.send(Message::text(r#"{"id":1,"method":"Target.getTargets"}"#))
-        .await
-        .map_err(cdp)?;
-    let mut pending = 0u32;
-    let mut next_id = 2u64;
-    while let Some(m) = ws.next().await {
-        let Ok(Message::Text(t)) = m else { break };
-        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap_or_default();
-        match v["id"].as_u64() {
-            Some(1) => {
-                for target in v["result"]["targetInfos"].as_array().into_iter().flatten() {
-                    let id = target["targetId"].as_str().unwrap_or_default();
-                    if target["type"] == "page" && id != keep {
-                        let close = serde_json::json!({"id": next_id, "method": "Target.closeTarget", "params": {"targetId": id}});
-                        next_id += 1;
-                        pending += 1;
-                        ws.send(Message::text(close.to_string()))
-                            .await
-                            .map_err(cdp)?;
-                    }
-                }
-                if pending == 0 {
-                    break;
-                }
+    let mut closing = std::collections::HashSet::new();
+    // `Target.closeTarget` answers before the target is gone: ask again until it is, so the
+    // program, which may connect the moment the browser is served, finds one page.
+    for id in 1u64.. {
+        let ask = serde_json::json!({"id": id, "method": "Target.getTargets"});
+        ws.send(Message::text(ask.to_string())).await.map_err(cdp)?;
+        let targets = loop {
+            let Some(Ok(Message::Text(t))) = ws.next().await else {
+                return Ok(());
+            };
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap_or_default();
+            if v["id"].as_u64() == Some(id) {
+                break v;
             }
-            Some(_) => {
-                pending -= 1;
-                if pending == 0 {
-                    break;
-                }
-            }
-            None => {}
+        };
+        let others: Vec<String> = targets["result"]["targetInfos"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["type"] == "page" && t["targetId"] != keep)
+            .filter_map(|t| t["targetId"].as_str().map(str::to_owned))
+            .collect();
+        if others.is_empty() {
+            break;
         }
+        for target in others.into_iter().filter(|t| closing.insert(t.clone())) {
+            let close = serde_json::json!({"id": 0, "method": "Target.closeTarget", "params": {"targetId": target}});
+            ws.send(Message::text(close.to_string()))
+                .await
+                .map_err(cdp)?;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = ws.close(None).await;
     Ok(())
