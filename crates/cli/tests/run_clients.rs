@@ -112,16 +112,21 @@ impl Outcome {
     }
 }
 
+/// A gateway whose sessions close `lifetime` after creation, room for three at once.
+fn lasting(lifetime: Duration) -> gateway::Config {
+    gateway::Config::new()
+        .lifetime(lifetime)
+        .jitter(Duration::ZERO)
+        .max_sessions(3)
+}
+
 /// A gateway whose sessions die `lifetime` after creation the way `death` says, each page
 /// crashing once 7 s after its session's creation (the first entry has time to sign in and
 /// say so on a loaded machine: a sign-in cut before its checkpoint is rightly done again).
 fn dying(death: gateway::DeathMode, lifetime: Duration) -> gateway::Config {
-    gateway::Config::new()
-        .lifetime(lifetime)
-        .jitter(Duration::ZERO)
+    lasting(lifetime)
         .death(death)
         .page_fault(gateway::PageFault::Crash, Duration::from_secs(7))
-        .max_sessions(3)
 }
 
 /// What every client run must show: completed, through at least `deaths` browser deaths and
@@ -243,13 +248,7 @@ async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_sees_nothing_of_outlive_across_checkpoints_and_a_restore() {
     let clients = clients();
-    let bed = Bed::start(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(7))
-            .jitter(Duration::ZERO)
-            .max_sessions(3),
-    )
-    .await;
+    let bed = Bed::start(lasting(Duration::from_secs(7))).await;
     let marker = marker();
     let recorder = format!(
         "if [ \"$OUTLIVE_ATTEMPT\" = 1 ]; then exec sleep 300; fi; \
@@ -284,13 +283,7 @@ async fn the_client_sees_nothing_of_outlive_across_checkpoints_and_a_restore() {
 async fn serve_keeps_one_endpoint_across_a_death() {
     use tokio::io::AsyncBufReadExt;
     let clients = clients();
-    let bed = Bed::start(
-        gateway::Config::new()
-            .lifetime(Duration::from_secs(10))
-            .jitter(Duration::ZERO)
-            .max_sessions(3),
-    )
-    .await;
+    let bed = Bed::start(lasting(Duration::from_secs(10))).await;
     let mut serve = Command::new(env!("CARGO_BIN_EXE_outlive"))
         .args(["serve", "--checkpoint-every", "1s", "--heartbeat", "500ms"])
         .args(["--solari-url", bed.gateway.base_url()])
