@@ -1,13 +1,11 @@
 //! `outlive`: the command. Parses arguments with clap and calls `outlive_cli`: `demo`, `probe`
 //! and `gateway` are the product; `bench` and `soak` are the lab (`outlive_cli::lab`).
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outlive_cli::demo::{self, DemoConfig};
-use outlive_cli::lab::{bench, soak};
-use outlive_cli::probe;
 use outlive_cli::worker as durable_cli;
 
 #[derive(Parser)]
@@ -32,115 +30,16 @@ enum Command {
     /// for clients that reconnect by themselves.
     Serve(outlive_cli::cmd::serve::ServeArgs),
     /// Run the Aurora Bank task through outlive on an embedded gateway whose sessions die.
-    Demo {
-        /// Lifetime of each browser session.
-        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-        /// How long the task's polling takes without deaths.
-        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
-        task: Duration,
-        /// How sessions die: close, reset, silence or mixed.
-        #[arg(long, default_value = "mixed")]
-        death: gateway::DeathMode,
-        /// Probability that a new browser is dead on arrival.
-        #[arg(long, default_value_t = 0.0)]
-        doa: f64,
-        /// Print only the wide event, as JSON, as the last line.
-        #[arg(long)]
-        json: bool,
-    },
+    Demo(outlive_cli::cmd::demo::DemoArgs),
     /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
     /// raw JSON and a summary under --out.
-    Bench {
-        /// Tasks per arm.
-        #[arg(long, default_value_t = 5)]
-        tasks: u32,
-        /// Session lifetime (tasks need 1.2 lifetimes of polling).
-        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-        /// How sessions die: close, reset, silence or mixed.
-        #[arg(long, default_value = "close")]
-        death: gateway::DeathMode,
-        /// Where the raw data and the summary go.
-        #[arg(long, default_value = "docs/measurements")]
-        out: std::path::PathBuf,
-        /// Skip the survival benchmark.
-        #[arg(long)]
-        micro_only: bool,
-        /// Skip the micro-measurements.
-        #[arg(long)]
-        survival_only: bool,
-        /// Only the storage figures (checkpoint and restore cost with big storage).
-        #[arg(long, conflicts_with_all = ["micro_only", "survival_only"])]
-        storage_only: bool,
-        /// Only the rotation benchmark (reactive, rotation, rotation + standby).
-        #[arg(long, conflicts_with_all = ["micro_only", "survival_only", "storage_only"])]
-        rotation_only: bool,
-        /// Only the durable-mode figures (needs --database-url).
-        #[arg(long, requires = "database_url", conflicts_with_all = ["micro_only", "survival_only", "storage_only", "rotation_only"])]
-        durable_only: bool,
-        /// PostgreSQL for the durable-mode figures (the bench creates and drops a database);
-        /// without it they are skipped.
-        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// Runs per durable throughput measurement.
-        #[arg(long, default_value_t = 12)]
-        durable_runs: u32,
-        /// Checkpoints per RTT setting.
-        #[arg(long, default_value_t = 20)]
-        samples: u32,
-        /// Kills per death mode for the detection latency.
-        #[arg(long, default_value_t = 5)]
-        kills: u32,
-        /// Only the foreign-client figures: a Playwright script straight to a session against
-        /// the same script under `outlive run` (needs `scripts/clients`).
-        #[arg(long)]
-        foreign_only: bool,
-        /// The Python with Playwright the foreign-client figures run.
-        #[arg(long, default_value = "target/clients/venv/bin/python")]
-        python: std::path::PathBuf,
-        /// Rounds of the foreign-client figures (each phase once per arm).
-        #[arg(long, default_value_t = 3)]
-        foreign_rounds: u32,
-    },
+    Bench(outlive_cli::cmd::lab::BenchArgs),
     /// Measure how long a provider's sessions really live: create, hold idle, note when the
     /// connection dies, repeat. Without --base-url, probes an embedded gateway.
-    Probe {
-        /// A Solari-compatible API base URL (e.g. `https://api.solari.example`).
-        #[arg(long, requires = "api_key")]
-        base_url: Option<String>,
-        /// The API key (or set SOLARI_API_KEY).
-        #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
-        api_key: Option<String>,
-        /// Sessions to hold, one after another.
-        #[arg(long, default_value_t = 3)]
-        sessions: u32,
-        /// Give up waiting for a death after this long.
-        #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
-        max_hold: Duration,
-        /// CDP heartbeat interval (a heartbeat unanswered for this long is a silent death).
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        heartbeat: Duration,
-        /// Lifetime of the embedded gateway's sessions (without --base-url).
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-    },
+    Probe(outlive_cli::cmd::probe::ProbeArgs),
     /// Many short runs with random deaths of every mode, then a leak audit (sessions,
     /// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
-    Soak {
-        /// Runs in total.
-        #[arg(long, default_value_t = 200)]
-        runs: u32,
-        /// Runs at once.
-        #[arg(long, default_value_t = 2)]
-        concurrency: u32,
-        /// Session lifetime (deaths at lifetime ± lifetime/2).
-        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-        /// Where soak.json goes.
-        #[arg(long, default_value = "docs/measurements")]
-        out: std::path::PathBuf,
-    },
+    Soak(outlive_cli::cmd::lab::SoakArgs),
     /// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
     /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
     /// saved; a run whose worker died is taken over from its newest checkpoint. Without
@@ -205,167 +104,80 @@ enum Command {
         database_url: String,
     },
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
-    Gateway {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:7070")]
-        listen: std::net::SocketAddr,
-        /// The API key clients must send.
-        #[arg(long, default_value = "test-key")]
-        api_key: String,
-        /// Lifetime of each session.
-        #[arg(long, default_value = "600s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-        /// ± jitter on the lifetime.
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        jitter: Duration,
-        /// How sessions die: close, reset, silence or mixed.
-        #[arg(long, default_value = "close")]
-        death: gateway::DeathMode,
-        /// Probability that a new browser is dead on arrival.
-        #[arg(long, default_value_t = 0.0)]
-        doa: f64,
-        /// Answer `ended` for dead sessions instead of `active`.
-        #[arg(long)]
-        honest: bool,
-        /// Added round-trip time per CDP message.
-        #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
-        rtt: Duration,
-        /// Concurrent sessions allowed.
-        #[arg(long, default_value_t = 2)]
-        max_sessions: usize,
-        /// Page chaos: crash (`crash`) or close (`close`) every page of each session, once,
-        /// `--page-fault-after` its creation; the browser lives on.
-        #[arg(long, requires = "page_fault_after")]
-        page_fault: Option<gateway::PageFault>,
-        /// When the page fault strikes (must be shorter than the lifetime).
-        #[arg(long, value_parser = humantime::parse_duration, requires = "page_fault")]
-        page_fault_after: Option<Duration>,
-    },
+    Gateway(outlive_cli::cmd::gateway::GatewayArgs),
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
             // Help and version are not errors; a bad command line is a usage error (EX_USAGE).
-            std::process::exit(if e.use_stderr() {
-                outlive::EXIT_USAGE
+            return Ok(ExitCode::from(if e.use_stderr() {
+                outlive::EXIT_USAGE as u8
             } else {
                 0
-            });
+            }));
         }
     };
     if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
-        if !matches!(cli.command, Command::Gateway { .. }) {
+        if !matches!(cli.command, Command::Gateway(_)) {
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)
                 .init();
         }
     }
+    // Returning (rather than `process::exit`) lets the runtime shut down: every task a command
+    // spawned is dropped, and with it every browser it started and its profile.
     match cli.command {
-        Command::Run(args) => std::process::exit(args.run().await),
-        Command::Serve(args) => std::process::exit(args.run().await),
-        Command::Demo {
-            lifetime,
-            task,
-            death,
-            doa,
-            json,
-        } => {
-            let config = DemoConfig {
-                lifetime,
-                task,
-                death,
-                doa,
-                ..DemoConfig::default()
-            };
-            demo::run_in_terminal(&config, json).await?;
+        // These two end their command and browsers on SIGINT/SIGTERM themselves.
+        Command::Run(args) => Ok(status(args.run().await)),
+        Command::Serve(args) => Ok(status(args.run().await)),
+        Command::Demo(args) => until_interrupted(args.run()).await,
+        Command::Bench(args) => until_interrupted(args.run()).await,
+        Command::Soak(args) => until_interrupted(args.run()).await,
+        Command::Probe(args) => until_interrupted(args.run()).await,
+        Command::Gateway(args) => {
+            let interrupted = outlive_cli::cmd::interrupted();
+            args.run(async {
+                interrupted.await;
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Bench {
-            tasks,
-            lifetime,
-            death,
-            out,
-            micro_only,
-            survival_only,
-            storage_only,
-            rotation_only,
-            durable_only,
-            database_url,
-            durable_runs,
-            samples,
-            kills,
-            foreign_only,
-            python,
-            foreign_rounds,
-        } => {
-            if foreign_only {
-                let config = outlive_cli::lab::foreign::ForeignConfig {
-                    python,
-                    rounds: foreign_rounds,
-                    out,
-                };
-                let report = outlive_cli::lab::foreign::run(&config).await?;
-                print!("{}", outlive_cli::lab::foreign::summary(&report));
-                return Ok(());
-            }
-            let survival = bench::SurvivalConfig {
-                tasks,
-                lifetime,
-                death,
-                checkpoint_every: lifetime / 20,
-                ..Default::default()
-            };
-            let only = micro_only || survival_only || storage_only || rotation_only || durable_only;
-            // Two lifetimes of polling: each run meets two deaths of old age.
-            let rotation = bench::SurvivalConfig {
-                polls: 60,
-                ..survival.clone()
-            };
-            let plan = bench::BenchPlan {
-                survival: (!only || survival_only).then_some(survival),
-                rotation: (!only || rotation_only).then_some(rotation),
-                micro: (!only || micro_only).then_some(bench::MicroConfig { samples, kills }),
-                storage: (!only || storage_only || micro_only).then_some(samples),
-                durable: database_url
-                    .filter(|_| !only || durable_only)
-                    .map(|url| (url, durable_runs)),
-                out,
-            };
-            bench::run(&plan).await?;
+        command => {
+            durable(command).await?;
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Soak {
-            runs,
-            concurrency,
-            lifetime,
-            out,
-        } => {
-            let config = soak::SoakConfig {
-                runs,
-                concurrency,
-                lifetime,
-                ..soak::SoakConfig::default()
-            };
-            soak::run(&config, &out).await?;
+    }
+}
+
+/// An exit status as the process's.
+fn status(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Runs `work` until it ends or SIGINT/SIGTERM arrives. On a signal, `work` is dropped (and,
+/// as `main` returns, every task it spawned), which ends each browser it started and removes
+/// its profile; the exit status is 128 + the signal's number, as a shell's.
+async fn until_interrupted(
+    work: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<ExitCode> {
+    let interrupted = outlive_cli::cmd::interrupted();
+    tokio::select! {
+        done = work => done.map(|()| ExitCode::SUCCESS),
+        signal = interrupted => {
+            eprintln!("outlive: interrupted; its browsers are closed");
+            Ok(status(128 + signal))
         }
-        Command::Probe {
-            base_url,
-            api_key,
-            sessions,
-            max_hold,
-            heartbeat,
-            lifetime,
-        } => {
-            let target = match (base_url, api_key) {
-                (None, _) => probe::Target::Embedded { lifetime },
-                (Some(base_url), Some(api_key)) => probe::Target::Provider { base_url, api_key },
-                (Some(_), None) => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
-            };
-            probe::run(target, sessions, max_hold, heartbeat).await?;
-        }
+    }
+}
+
+/// The durable mode's commands: `worker`, `submit`, `runs`.
+async fn durable(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Worker {
             database_url,
             key_file,
@@ -470,48 +282,7 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Gateway {
-            listen,
-            api_key,
-            lifetime,
-            jitter,
-            death,
-            doa,
-            honest,
-            rtt,
-            max_sessions,
-            page_fault,
-            page_fault_after,
-        } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .init();
-            let config = gateway::Config::new()
-                .api_key(api_key)
-                .lifetime(lifetime)
-                .jitter(jitter)
-                .death(death)
-                .doa(doa)
-                .honest(honest)
-                .rtt(rtt)
-                .max_sessions(max_sessions);
-            let config = match (page_fault, page_fault_after) {
-                (Some(fault), Some(after)) => config.page_fault(fault, after),
-                _ => config,
-            };
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("could not listen on {listen}"))?;
-            println!("gateway listening on http://{}", listener.local_addr()?);
-            gateway::serve(listener, config, async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("the gateway failed")?;
-        }
+        _ => unreachable!("dispatched in main"),
     }
     Ok(())
 }

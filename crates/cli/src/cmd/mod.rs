@@ -2,6 +2,10 @@
 //! command, with its own `run`. The flags they share (the provider, the run options) are
 //! [`ProviderArgs`] and [`RunOptionArgs`].
 
+pub mod demo;
+pub mod gateway;
+pub mod lab;
+pub mod probe;
 pub mod run;
 pub mod serve;
 
@@ -157,13 +161,16 @@ pub fn summary(e: &WideEvent) -> String {
     line
 }
 
-/// The first SIGINT or SIGTERM, as its number.
-pub async fn interrupted() -> i32 {
+/// The first SIGINT or SIGTERM, as its number. The handlers are in place when this returns,
+/// before the future is first polled.
+pub fn interrupted() -> impl Future<Output = i32> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = int.recv() => 2,
-        _ = term.recv() => 15,
+    async move {
+        tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+        }
     }
 }

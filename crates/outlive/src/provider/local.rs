@@ -1,9 +1,14 @@
 //! [`LocalChromium`]: the embedded default provider, a headless Chromium child process.
 
+use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
+use command_fds::{CommandFdExt, FdMapping};
+use nix::fcntl::{Flock, FlockArg, OFlag};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -22,10 +27,18 @@ const CANDIDATES: &[&str] = &[
     "/usr/bin/google-chrome-stable",
 ];
 
+/// What every temporary profile directory's name starts with (`outlive-chromium-XXXXXX`).
+const PROFILE_PREFIX: &str = "outlive-chromium-";
+
+/// The file in a profile directory that its owner holds locked for as long as it lives.
+const OWNER_LOCK: &str = "owner.lock";
+
 /// Flags every launch gets: headless, and quiet on a machine with a closed network.
 const BASE_ARGS: &[&str] = &[
     "--headless",
     "--remote-debugging-port=0",
+    // The lifeline (fds 3 and 4, see `Lifeline`): Chromium closes itself when fd 3 reads EOF.
+    "--remote-debugging-pipe",
     "--remote-debugging-address=127.0.0.1",
     "--disable-gpu",
     "--disable-background-networking",
@@ -176,16 +189,22 @@ impl LocalChromium {
     /// Whatever was started is killed and removed before the error is returned.
     pub async fn start(&self) -> Result<LocalBrowser, Error> {
         let exe = self.resolve_executable()?;
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("outlive-chromium-");
-        let profile = match &self.profile_root {
-            Some(root) => builder.tempdir_in(root),
-            None => builder.tempdir(),
-        }
-        .map_err(|e| {
+        let root = self.profile_root.clone().unwrap_or_else(std::env::temp_dir);
+        sweep_once(&root).await;
+        let profile = tempfile::Builder::new()
+            .prefix(PROFILE_PREFIX)
+            .tempdir_in(&root)
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    "could not create a temporary Chromium profile",
+                )
+                .with_source(e)
+            })?;
+        let owner = claim(profile.path()).map_err(|e| {
             Error::new(
                 ErrorKind::Io,
-                "could not create a temporary Chromium profile",
+                "could not lock the temporary Chromium profile",
             )
             .with_source(e)
         })?;
@@ -221,8 +240,18 @@ impl LocalChromium {
             .kill_on_drop(true)
             // Its own process group, so one signal ends the browser and every helper it forked.
             .process_group(0);
+        let lifeline = Lifeline::attach(&mut cmd).map_err(|e| {
+            Error::new(
+                ErrorKind::Launch,
+                "could not make the pipe that ends Chromium with this process",
+            )
+            .with_source(e)
+        })?;
 
-        let mut child = cmd.spawn().map_err(|e| {
+        let spawned = cmd.spawn();
+        // The command holds the browser's ends of the lifeline: this process must not.
+        drop(cmd);
+        let mut child = spawned.map_err(|e| {
             Error::new(
                 ErrorKind::Launch,
                 format!("could not start {}", exe.display()),
@@ -246,6 +275,8 @@ impl LocalChromium {
             endpoint: None,
             exited,
             drain: None,
+            _lifeline: lifeline,
+            _owner: owner,
         };
 
         let mut lines = BufReader::new(stderr).lines();
@@ -303,10 +334,120 @@ impl Provider for LocalChromium {
     }
 }
 
-/// A running local Chromium: its process group and its temporary profile.
+/// The pipe that ties a browser's life to this process's: Chromium's DevTools pipe
+/// (`--remote-debugging-pipe`, its fds 3 and 4), whose far ends only this value holds.
+/// Nothing is sent over it — outlive speaks to the browser over its websocket — but when
+/// fd 3 reads end-of-file Chromium closes itself, helpers and all (`CloseBrowserSoon` in
+/// Chromium's `devtools_pipe_handler.cc`). That happens when this value is dropped, and
+/// when this process dies however it dies: the kernel closes its descriptors even after a
+/// `SIGKILL` or the OOM killer, when no `Drop` runs.
+///
+/// All four descriptors are created close-on-exec; only the browser's two are made
+/// inheritable, in the browser's own child process, so no other program this process
+/// starts (a command `outlive run` serves) ever holds them.
+#[derive(Debug)]
+struct Lifeline {
+    _to_browser: OwnedFd,
+    _from_browser: OwnedFd,
+}
+
+impl Lifeline {
+    /// Makes the pipes and hands the browser's ends to `cmd` as its fds 3 and 4.
+    fn attach(cmd: &mut Command) -> std::io::Result<Lifeline> {
+        let (browser_reads, to_browser) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (from_browser, browser_writes) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        cmd.fd_mappings(vec![
+            FdMapping {
+                parent_fd: browser_reads,
+                child_fd: 3,
+            },
+            FdMapping {
+                parent_fd: browser_writes,
+                child_fd: 4,
+            },
+        ])
+        .map_err(std::io::Error::other)?;
+        Ok(Lifeline {
+            _to_browser: to_browser,
+            _from_browser: from_browser,
+        })
+    }
+}
+
+/// Locks `dir`'s owner file for as long as the returned file is open. The lock is taken on a
+/// staging name and then renamed into place, so a sweeper never finds an owner file that is
+/// not locked yet.
+fn claim(dir: &Path) -> std::io::Result<Flock<File>> {
+    let staging = dir.join(format!("{OWNER_LOCK}.new"));
+    let file = lock(File::create(&staging)?)?;
+    std::fs::rename(&staging, dir.join(OWNER_LOCK))?;
+    Ok(file)
+}
+
+/// An exclusive `flock` on `file`, without waiting: `WouldBlock` while another holds it.
+fn lock(file: File) -> std::io::Result<Flock<File>> {
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| errno.into())
+}
+
+/// Sweeps `root` once per process: the first launch under a profile root removes what dead
+/// owners left there.
+async fn sweep_once(root: &Path) {
+    static SWEPT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    {
+        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+        if swept.iter().any(|r| r == root) {
+            return;
+        }
+        swept.push(root.to_owned());
+    }
+    let root = root.to_owned();
+    let removed = tokio::task::spawn_blocking(move || sweep_stale_profiles(&root))
+        .await
+        .unwrap_or(0);
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed temporary Chromium profiles left by dead owners"
+        );
+    }
+}
+
+/// Removes the profile directories under `root` whose owner is gone: their owner file's lock
+/// can be taken, which the kernel allows only once the process holding it has ended (however
+/// it ended). Directories without an owner file (being created, or made by an older outlive)
+/// are left alone. Returns how many were removed.
+pub(crate) fn sweep_stale_profiles(root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let is_profile = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(PROFILE_PREFIX));
+        if !is_profile || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(owner) = File::open(dir.join(OWNER_LOCK)) else {
+            continue;
+        };
+        // Held: its owner lives. Taken: its owner is dead, and the lock keeps a second
+        // sweeper from racing this one until the directory is gone.
+        if lock(owner).is_ok() && std::fs::remove_dir_all(&dir).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// A running local Chromium: its process group, its lifeline and its temporary profile.
 ///
 /// Dropping it kills the whole process group with `SIGKILL`, reaps the browser process and
-/// removes the profile directory.
+/// removes the profile directory. If this process dies without running any `Drop` (`SIGKILL`,
+/// the OOM killer), the browser still ends within moments, through its lifeline pipe, and
+/// the profile is removed by the next [`LocalChromium::start`] under the same profile root.
 #[derive(Debug)]
 pub struct LocalBrowser {
     pgid: Pid,
@@ -314,6 +455,9 @@ pub struct LocalBrowser {
     endpoint: Option<CdpEndpoint>,
     exited: watch::Receiver<bool>,
     drain: Option<tokio::task::JoinHandle<()>>,
+    _lifeline: Lifeline,
+    /// Declared last: the owner lock is let go only after the profile is gone.
+    _owner: Flock<File>,
 }
 
 impl LocalBrowser {
@@ -423,5 +567,47 @@ impl Session for LocalBrowser {
 
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
         Box::pin(async move { (*self).close().await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(root: &Path, name: &str) -> PathBuf {
+        let dir = root.join(format!("{PROFILE_PREFIX}{name}"));
+        std::fs::create_dir_all(dir.join("profile")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_sweep_removes_only_profiles_whose_owner_is_gone() {
+        let root = tempfile::tempdir().unwrap();
+        let live = profile(root.path(), "live");
+        let held = claim(&live).unwrap();
+        let dead = profile(root.path(), "dead");
+        drop(claim(&dead).unwrap());
+        // No owner file: being created, or an older outlive's. Not ours to judge.
+        let unowned = profile(root.path(), "unowned");
+        let other = root.path().join("something-else");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join(OWNER_LOCK), "").unwrap();
+
+        assert_eq!(sweep_stale_profiles(root.path()), 1);
+        assert!(live.exists() && !dead.exists() && unowned.exists() && other.exists());
+
+        drop(held);
+        assert_eq!(sweep_stale_profiles(root.path()), 1);
+        assert!(!live.exists());
+    }
+
+    #[test]
+    fn the_owner_file_is_never_seen_unlocked() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = profile(root.path(), "x");
+        let _held = claim(&dir).unwrap();
+        assert!(!dir.join(format!("{OWNER_LOCK}.new")).exists());
+        let f = File::open(dir.join(OWNER_LOCK)).unwrap();
+        assert!(lock(f).is_err(), "locked under its final name");
     }
 }

@@ -1,0 +1,144 @@
+//! The lab's commands: `outlive bench` (the benchmarks, raw data and summaries under `--out`)
+//! and `outlive soak` (many short runs, then a leak audit).
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::lab::{bench, foreign, soak};
+
+/// The survival benchmark (baseline against outlive) and the micro-measurements; writes
+/// raw JSON and a summary under --out.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Tasks per arm.
+    #[arg(long, default_value_t = 5)]
+    pub tasks: u32,
+    /// Session lifetime (tasks need 1.2 lifetimes of polling).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub lifetime: Duration,
+    /// How sessions die: close, reset, silence or mixed.
+    #[arg(long, default_value = "close")]
+    pub death: gateway::DeathMode,
+    /// Where the raw data and the summary go.
+    #[arg(long, default_value = "docs/measurements")]
+    pub out: std::path::PathBuf,
+    /// Skip the survival benchmark.
+    #[arg(long)]
+    pub micro_only: bool,
+    /// Skip the micro-measurements.
+    #[arg(long)]
+    pub survival_only: bool,
+    /// Only the storage figures (checkpoint and restore cost with big storage).
+    #[arg(long, conflicts_with_all = ["micro_only", "survival_only"])]
+    pub storage_only: bool,
+    /// Only the rotation benchmark (reactive, rotation, rotation + standby).
+    #[arg(long, conflicts_with_all = ["micro_only", "survival_only", "storage_only"])]
+    pub rotation_only: bool,
+    /// Only the durable-mode figures (needs --database-url).
+    #[arg(long, requires = "database_url", conflicts_with_all = ["micro_only", "survival_only", "storage_only", "rotation_only"])]
+    pub durable_only: bool,
+    /// PostgreSQL for the durable-mode figures (the bench creates and drops a database);
+    /// without it they are skipped.
+    #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Runs per durable throughput measurement.
+    #[arg(long, default_value_t = 12)]
+    pub durable_runs: u32,
+    /// Checkpoints per RTT setting.
+    #[arg(long, default_value_t = 20)]
+    pub samples: u32,
+    /// Kills per death mode for the detection latency.
+    #[arg(long, default_value_t = 5)]
+    pub kills: u32,
+    /// Only the foreign-client figures: a Playwright script straight to a session against
+    /// the same script under `outlive run` (needs `scripts/clients`).
+    #[arg(long)]
+    pub foreign_only: bool,
+    /// The Python with Playwright the foreign-client figures run.
+    #[arg(long, default_value = "target/clients/venv/bin/python")]
+    pub python: std::path::PathBuf,
+    /// Rounds of the foreign-client figures (each phase once per arm).
+    #[arg(long, default_value_t = 3)]
+    pub foreign_rounds: u32,
+}
+
+impl BenchArgs {
+    /// Runs the benchmarks the flags select.
+    pub async fn run(self) -> anyhow::Result<()> {
+        if self.foreign_only {
+            let config = foreign::ForeignConfig {
+                python: self.python,
+                rounds: self.foreign_rounds,
+                out: self.out,
+            };
+            let report = foreign::run(&config).await?;
+            print!("{}", foreign::summary(&report));
+            return Ok(());
+        }
+        let survival = bench::SurvivalConfig {
+            tasks: self.tasks,
+            lifetime: self.lifetime,
+            death: self.death,
+            checkpoint_every: self.lifetime / 20,
+            ..Default::default()
+        };
+        let only = self.micro_only
+            || self.survival_only
+            || self.storage_only
+            || self.rotation_only
+            || self.durable_only;
+        // Two lifetimes of polling: each run meets two deaths of old age.
+        let rotation = bench::SurvivalConfig {
+            polls: 60,
+            ..survival.clone()
+        };
+        let plan = bench::BenchPlan {
+            survival: (!only || self.survival_only).then_some(survival),
+            rotation: (!only || self.rotation_only).then_some(rotation),
+            micro: (!only || self.micro_only).then_some(bench::MicroConfig {
+                samples: self.samples,
+                kills: self.kills,
+            }),
+            storage: (!only || self.storage_only || self.micro_only).then_some(self.samples),
+            durable: self
+                .database_url
+                .filter(|_| !only || self.durable_only)
+                .map(|url| (url, self.durable_runs)),
+            out: self.out,
+        };
+        Ok(bench::run(&plan).await?)
+    }
+}
+
+/// Many short runs with random deaths of every mode, then a leak audit (sessions,
+/// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Runs in total.
+    #[arg(long, default_value_t = 200)]
+    pub runs: u32,
+    /// Runs at once.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: u32,
+    /// Session lifetime (deaths at lifetime ± lifetime/2).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub lifetime: Duration,
+    /// Where soak.json goes.
+    #[arg(long, default_value = "docs/measurements")]
+    pub out: std::path::PathBuf,
+}
+
+impl SoakArgs {
+    /// Runs the soak and writes its report.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let config = soak::SoakConfig {
+            runs: self.runs,
+            concurrency: self.concurrency,
+            lifetime: self.lifetime,
+            ..soak::SoakConfig::default()
+        };
+        soak::run(&config, &self.out).await?;
+        Ok(())
+    }
+}
