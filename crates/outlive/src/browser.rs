@@ -13,6 +13,7 @@ use futures::StreamExt;
 use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache};
 use crate::ctx::Capturer;
 use crate::error::{Error, ErrorKind};
+use crate::options::Dialogs;
 use crate::options::Options;
 use crate::provider::{Provider, Session};
 use crate::relay::{Death, DeathCause, Heartbeat, Relay};
@@ -58,13 +59,17 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
             interval: options.heartbeat_interval,
             timeout: options.heartbeat_timeout,
         };
-        let relay = match Relay::start(session.endpoint(), heartbeat, CONNECT_TIMEOUT).await {
-            Ok(r) => r,
-            Err(e) => {
-                release_quietly(session).await;
-                return Err(e);
-            }
-        };
+        // A Rust task's dialogs are dismissed unless it says otherwise (a command's client
+        // answers its own: `run_command` sets `Leave`).
+        let dialogs = options.dialogs.unwrap_or(Dialogs::Dismiss);
+        let relay =
+            match Relay::start(session.endpoint(), heartbeat, dialogs, CONNECT_TIMEOUT).await {
+                Ok(r) => r,
+                Err(e) => {
+                    release_quietly(session).await;
+                    return Err(e);
+                }
+            };
         let exited = session.exited();
         match connect(relay, exited, options).await {
             Ok(mut b) => {

@@ -135,7 +135,7 @@ pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
-pub use options::{Diagnostics, Options, Rotation, Viewport};
+pub use options::{Diagnostics, Dialogs, Options, Rotation, Viewport};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };

@@ -71,6 +71,22 @@ pub enum Rotation {
     Expected(Duration),
 }
 
+/// What happens to a JavaScript dialog (`alert`, `confirm`, `prompt`, `beforeunload`) that
+/// the task's page opens. An open dialog blocks the page's scripts; outlive never takes a page
+/// with an open dialog for a hung one, whatever the choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Dialogs {
+    /// Dismiss it at once, as Playwright does with a dialog no handler takes: `alert` closes,
+    /// `confirm` answers false, `prompt` null, `beforeunload` stays on the page.
+    Dismiss,
+    /// Accept it at once: `confirm` answers true, `prompt` its default, `beforeunload` leaves.
+    Accept,
+    /// Leave it to the task (or, under [`run_command`](crate::run_command), its client) to
+    /// answer; the page waits until then.
+    Leave,
+}
+
 type OnEvent = Arc<dyn Fn(&WideEvent) + Send + Sync>;
 pub(crate) type OnMilestone = Arc<dyn Fn(&Milestone) + Send + Sync>;
 
@@ -106,6 +122,7 @@ pub struct Options {
     pub(crate) indexed_db_max_bytes: usize,
     pub(crate) rotation: Rotation,
     pub(crate) standby: bool,
+    pub(crate) dialogs: Option<Dialogs>,
     pub(crate) durable: Option<crate::durable::Durable>,
 }
 
@@ -140,6 +157,7 @@ impl fmt::Debug for Options {
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
+            .field("dialogs", &self.dialogs)
             .field("durable", &self.durable)
             .finish()
     }
@@ -171,8 +189,29 @@ impl Options {
             indexed_db_max_bytes: 16 << 20,
             rotation: Rotation::Off,
             standby: false,
+            dialogs: None,
             durable: None,
         }
+    }
+
+    /// The options of a run whose task is a foreign client: its dialogs are its own unless
+    /// the caller chose otherwise.
+    pub(crate) fn for_a_client(mut self) -> Self {
+        self.dialogs.get_or_insert(Dialogs::Leave);
+        self
+    }
+
+    /// What happens to a JavaScript dialog the task's page opens; see [`Dialogs`].
+    ///
+    /// # Default
+    ///
+    /// [`Dialogs::Dismiss`] for a Rust task; [`Dialogs::Leave`] for a command
+    /// ([`run_command`](crate::run_command), [`serve`](crate::serve)), whose own client
+    /// answers dialogs (Playwright dismisses those no handler takes), so outlive never races
+    /// a handler the script set.
+    pub fn dialogs(mut self, dialogs: Dialogs) -> Self {
+        self.dialogs = Some(dialogs);
+        self
     }
 
     /// Makes the run durable: every checkpoint sealed and saved outside this process, and —

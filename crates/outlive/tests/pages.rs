@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outlive::chromiumoxide::cdp::browser_protocol::page::{CrashParams, NavigateParams};
+use outlive::chromiumoxide::error::CdpError;
 use outlive::{DeathCause, Milestone, Options, Page, WideEvent, outlive_with_event};
 use support::{Kill, Killable, SecondClient, sign_in, text, whoami};
 
@@ -300,6 +301,92 @@ async fn a_slow_navigation_is_not_a_hung_page() {
     )
     .await;
     assert_eq!(name.unwrap(), "slow 3000");
+    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
+    profiles.assert_nothing_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
+    let (site, profiles, provider) = support::start().await;
+    let entries = AtomicU32::new(0);
+    let (answers, e) = outlive_with_event(
+        &provider,
+        |page, _ctx| {
+            let (site, entries) = (&site, &entries);
+            async move {
+                entries.fetch_add(1, Ordering::SeqCst);
+                page.goto(NavigateParams::new(format!("{}/page/dialogs", site.base)))
+                    .await?;
+                // Each blocks the page's script until the dialog is answered.
+                let started = Instant::now();
+                let alert: bool = page
+                    .evaluate("alert('the step is done'), true")
+                    .await?
+                    .into_value()?;
+                let confirm: bool = page.evaluate("confirm('sure?')").await?.into_value()?;
+                let prompt_null: bool = page
+                    .evaluate("prompt('name?', 'x') === null")
+                    .await?
+                    .into_value()?;
+                Ok::<_, CdpError>((alert, confirm, prompt_null, started.elapsed()))
+            }
+        },
+        // Half a second of stall is probed; a page with an open dialog would be "hung" at 1.5 s.
+        Options::new()
+            .heartbeat_interval(Duration::from_millis(1000))
+            .heartbeat_timeout(Duration::from_millis(1000)),
+    )
+    .await;
+    let (alert, confirm, prompt_null, took) = answers.unwrap();
+    assert_eq!(
+        (alert, confirm, prompt_null),
+        (true, false, true),
+        "dismissed"
+    );
+    assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
+    assert_eq!(entries.load(Ordering::SeqCst), 1, "the step is not redone");
+    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
+    profiles.assert_nothing_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
+    use futures::StreamExt;
+    use outlive::chromiumoxide::cdp::browser_protocol::page::{
+        EventJavascriptDialogOpening, HandleJavaScriptDialogParams,
+    };
+    let (site, profiles, provider) = support::start().await;
+    let (answer, e) = outlive_with_event(
+        &provider,
+        |page, _ctx| {
+            let site = &site;
+            async move {
+                page.goto(NavigateParams::new(format!("{}/page/dialogs", site.base)))
+                    .await?;
+                let mut opened = page
+                    .event_listener::<EventJavascriptDialogOpening>()
+                    .await?;
+                let confirm = page.evaluate("confirm('sure?')");
+                // The task takes its time (three heartbeat timeouts), then accepts.
+                let answer = async {
+                    let dialog = opened.next().await.expect("the dialog opens");
+                    assert_eq!(dialog.message, "sure?");
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    page.execute(HandleJavaScriptDialogParams::new(true)).await
+                };
+                let (confirmed, answered) = futures::join!(confirm, answer);
+                answered?;
+                let confirmed: bool = confirmed?.into_value()?;
+                Ok::<_, CdpError>(confirmed)
+            }
+        },
+        Options::new()
+            .dialogs(outlive::Dialogs::Leave)
+            .heartbeat_interval(Duration::from_millis(500))
+            .heartbeat_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    assert!(answer.unwrap(), "the task's own answer");
     assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
     profiles.assert_nothing_left();
 }

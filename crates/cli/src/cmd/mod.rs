@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
+use outlive::{Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Debug, Args)]
@@ -91,9 +91,22 @@ pub struct RunOptionArgs {
     /// Keep a warm standby browser for deaths nobody predicted.
     #[arg(long)]
     pub standby: bool,
+    /// JavaScript dialogs on the page: `leave` them to the script's client (the default for a
+    /// command: Playwright dismisses those no handler takes), `dismiss` or `accept` them.
+    #[arg(long, value_parser = parse_dialogs)]
+    pub dialogs: Option<Dialogs>,
     /// Write the run's wide event here, as JSON.
     #[arg(long)]
     pub event_file: Option<std::path::PathBuf>,
+}
+
+fn parse_dialogs(s: &str) -> Result<Dialogs, String> {
+    match s {
+        "dismiss" => Ok(Dialogs::Dismiss),
+        "accept" => Ok(Dialogs::Accept),
+        "leave" => Ok(Dialogs::Leave),
+        _ => Err("use dismiss, accept or leave".to_owned()),
+    }
 }
 
 fn parse_rotation(s: &str) -> Result<Rotation, String> {
@@ -123,6 +136,9 @@ impl RunOptionArgs {
         }
         if let Some(h) = self.heartbeat {
             o = o.heartbeat_interval(h);
+        }
+        if let Some(d) = self.dialogs {
+            o = o.dialogs(d);
         }
         let file = self.event_file.clone();
         o.on_event(move |e| {

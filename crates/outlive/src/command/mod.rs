@@ -176,6 +176,7 @@ pub async fn run_command<P>(
 where
     P: Provider + ?Sized,
 {
+    let options = options.for_a_client();
     let front = Front::start(options.navigation_timeout)
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;
@@ -215,6 +216,7 @@ pub async fn serve<P>(
 where
     P: Provider + ?Sized,
 {
+    let options = options.for_a_client();
     let front = Front::start(options.navigation_timeout)
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;

@@ -209,6 +209,19 @@ impl Driver {
                             self.fail_page(f);
                         }
                     }
+                    Verdict::AnswerDialog {
+                        id,
+                        session,
+                        accept,
+                    } => {
+                        wire::trace("from browser", text.as_bytes());
+                        self.to_client.push(Message::Text(text));
+                        tracing::debug!(
+                            accept,
+                            "a JavaScript dialog opened on the page; answering it"
+                        );
+                        self.send_own(id, wire::dialog_message(id, &session, accept));
+                    }
                 }
             }
             Some(Ok(m @ Message::Binary(_))) => {

@@ -54,6 +54,7 @@ use tokio::time::Instant;
 
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
+use crate::options::Dialogs;
 use crate::task::AbortOnDrop;
 
 /// What ended an entry: the browser connection died, or (the `Page*` causes) only the task's
@@ -130,6 +131,8 @@ pub(crate) struct WatchedPage {
     pub target_id: String,
     pub session_id: String,
     pub generation: u64,
+    /// What the relay does with a JavaScript dialog the page opens.
+    pub dialogs: Dialogs,
 }
 
 /// A page failure: which page (generation) and the death.
@@ -251,6 +254,7 @@ pub(crate) struct Relay {
     page_generation: u64,
     control: mpsc::UnboundedSender<Control>,
     cut_tx: Option<oneshot::Sender<()>>,
+    dialogs: Dialogs,
     _task: AbortOnDrop,
 }
 
@@ -259,6 +263,7 @@ impl Relay {
     pub async fn start(
         upstream: &CdpEndpoint,
         heartbeat: Heartbeat,
+        dialogs: Dialogs,
         connect_timeout: Duration,
     ) -> Result<Relay, Error> {
         let flows = forward::Flows::default();
@@ -326,6 +331,7 @@ impl Relay {
             page_generation: 0,
             control,
             cut_tx: Some(cut_tx),
+            dialogs,
             _task: AbortOnDrop(task),
         })
     }
@@ -384,6 +390,7 @@ impl Relay {
             target_id,
             session_id,
             generation: self.page_generation,
+            dialogs: self.dialogs,
         }));
     }
 

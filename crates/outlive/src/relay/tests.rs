@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::*;
+use crate::options::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_millis(500),
@@ -141,9 +142,14 @@ type ClientWs = async_tungstenite::WebSocketStream<async_tungstenite::tokio::Con
 
 /// The relay in front of `endpoint`, and a raw client connected to it.
 async fn relay_and_client(endpoint: &CdpEndpoint) -> (Relay, ClientWs) {
-    let relay = Relay::start(endpoint, HEARTBEAT, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let relay = Relay::start(
+        endpoint,
+        HEARTBEAT,
+        Dialogs::Dismiss,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
     let (client, _) = async_tungstenite::tokio::connect_async(relay.client_url())
         .await
         .unwrap();

@@ -75,6 +75,13 @@ pub(super) enum Verdict {
     Own(u64),
     /// A reply the watchdog itself waited for: nothing more to do.
     Consumed,
+    /// A JavaScript dialog opened on the watched page: forward the event, then answer the
+    /// dialog (`Page.handleJavaScriptDialog`) under `id`.
+    AnswerDialog {
+        id: u64,
+        session: String,
+        accept: bool,
+    },
 }
 
 /// What the driver does with a command from the client.
@@ -215,6 +222,14 @@ impl Watchdog {
                 };
                 self.page.track_navigation(&event);
                 self.page.track_frames(&event);
+                if let Some(accept) = self.page.track_dialog(&event) {
+                    let session = event.session_id.unwrap_or_default();
+                    return Verdict::AnswerDialog {
+                        id: self.next_id(),
+                        session,
+                        accept,
+                    };
+                }
                 let failure = self.page.failure(&event);
                 Verdict::Forward(failure.and_then(|cause| self.fail_page(cause)))
             }

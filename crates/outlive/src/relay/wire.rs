@@ -70,8 +70,10 @@ pub(super) fn inbound(bytes: &[u8]) -> Inbound<'_> {
 }
 
 /// The events about a page target or its main frame: the only ones the relay acts on.
-pub(super) const PAGE_EVENTS: [&str; 9] = [
+pub(super) const PAGE_EVENTS: [&str; 11] = [
     "Inspector.targetCrashed",
+    "Page.javascriptDialogOpening",
+    "Page.javascriptDialogClosed",
     "Target.targetCrashed",
     "Target.attachedToTarget",
     "Target.targetDestroyed",
@@ -418,6 +420,16 @@ pub(super) fn call_message(
     let body =
         serde_json::json!({ "id": id, "sessionId": session, "method": method, "params": params });
     Message::Text(body.to_string().into())
+}
+
+/// Outlive's answer to the JavaScript dialog open on `session`.
+pub(super) fn dialog_message(id: u64, session: &str, accept: bool) -> Message {
+    call_message(
+        id,
+        session,
+        "Page.handleJavaScriptDialog",
+        serde_json::json!({ "accept": accept }),
+    )
 }
 
 /// The error answer outlive gives chromiumoxide for a command on a failed page.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use tokio::time::Instant;
 
+use crate::options::Dialogs;
 use crate::relay::wire::PageEvent;
 use crate::relay::{DeathCause, Heartbeat, WatchedPage};
 
@@ -36,6 +37,9 @@ pub(super) struct PageState {
     pub failed_generation: u64,
     /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
     pub frames: BTreeSet<String>,
+    /// A JavaScript dialog is open on the watched page: its scripts wait for an answer, which
+    /// is no hang.
+    dialog_open: bool,
 }
 
 impl PageState {
@@ -48,6 +52,7 @@ impl PageState {
         self.navigations.clear();
         self.navigating = false;
         self.frames.clear();
+        self.dialog_open = false;
         self.watched = Some(page);
     }
 
@@ -107,6 +112,32 @@ impl PageState {
         self.navigating || !self.navigations.is_empty()
     }
 
+    /// Follows the watched page's JavaScript dialogs. Answers `Some(accept)` when the relay is
+    /// to answer the one that just opened.
+    pub fn track_dialog(&mut self, event: &PageEvent) -> Option<bool> {
+        let watched = self.watched.as_ref()?;
+        if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
+            return None;
+        }
+        match event.method.as_str() {
+            "Page.javascriptDialogOpening" => {
+                self.dialog_open = true;
+                // A probe already sent waits behind the dialog too.
+                self.stall_probe = None;
+                match watched.dialogs {
+                    Dialogs::Dismiss => Some(false),
+                    Dialogs::Accept => Some(true),
+                    Dialogs::Leave => None,
+                }
+            }
+            "Page.javascriptDialogClosed" => {
+                self.dialog_open = false;
+                None
+            }
+            _ => None,
+        }
+    }
+
     /// When the stall logic next needs attention; `judged_at` says when the stall probe
     /// (its page probe's id, and when it was sent) is judged.
     pub fn deadline(
@@ -114,7 +145,7 @@ impl PageState {
         heartbeat: Heartbeat,
         judged_at: impl Fn(u64, Instant) -> Instant,
     ) -> Option<Instant> {
-        if self.is_navigating() {
+        if self.is_navigating() || self.dialog_open {
             return None;
         }
         if let Some(probe) = &self.stall_probe {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::silence::Waiting;
 use super::*;
+use crate::options::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_secs(1),
@@ -193,12 +194,18 @@ impl Sim {
         None
     }
 
+    /// The watchdog watching page 1 (target `T`, session `S`), dismissing its dialogs.
+    fn watching(self) -> Sim {
+        self.watching_with(Dialogs::Dismiss)
+    }
+
     /// The watchdog watching page 1 (target `T`, session `S`).
-    fn watching(mut self) -> Sim {
+    fn watching_with(mut self, dialogs: Dialogs) -> Sim {
         self.dog.watch(WatchedPage {
             target_id: "T".into(),
             session_id: "S".into(),
             generation: 1,
+            dialogs,
         });
         self
     }
@@ -428,6 +435,7 @@ fn page_events_fail_the_page_once_and_hand_back_its_commands() {
         target_id: "T2".into(),
         session_id: "S2".into(),
         generation: 2,
+        dialogs: Dialogs::Dismiss,
     });
     assert_eq!(sim.dog.fail_watched(1), None, "an earlier page");
     let closed =
@@ -568,4 +576,80 @@ fn the_timeouts_scale_with_the_round_trip_and_stay_within_the_heartbeat() {
     };
     assert_eq!(w.quiet(slow), ms(300));
     assert_eq!(w.timeout(slow), ms(500));
+}
+
+const DIALOG_OPENING: &str = r#"{"method":"Page.javascriptDialogOpening","params":{"url":"http://a/","message":"hi","type":"alert","hasBrowserHandler":false,"defaultPrompt":""},"sessionId":"S"}"#;
+const DIALOG_CLOSED: &str = r#"{"method":"Page.javascriptDialogClosed","params":{"result":false,"userInput":""},"sessionId":"S"}"#;
+
+#[test]
+fn a_dialog_on_the_watched_page_is_answered_as_the_option_says() {
+    for (dialogs, answer) in [
+        (Dialogs::Dismiss, Some(false)),
+        (Dialogs::Accept, Some(true)),
+        (Dialogs::Leave, None),
+    ] {
+        let mut sim = Sim::new(Some(ms(10))).watching_with(dialogs);
+        let verdict = sim.hear(DIALOG_OPENING);
+        match answer {
+            Some(accept) => assert!(
+                matches!(verdict, Verdict::AnswerDialog { ref session, accept: a, .. } if session == "S" && a == accept),
+                "{dialogs:?}: {verdict:?}"
+            ),
+            None => assert_eq!(verdict, Verdict::Forward(None), "{dialogs:?}"),
+        }
+    }
+    // A dialog on another page's session is not ours to answer.
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    let elsewhere = DIALOG_OPENING.replace(r#""sessionId":"S""#, r#""sessionId":"X""#);
+    assert_eq!(sim.hear(&elsewhere), Verdict::Forward(None));
+}
+
+#[test]
+fn a_page_waiting_on_an_open_dialog_is_never_called_hung() {
+    let mut sim = Sim::new(Some(ms(10))).watching_with(Dialogs::Leave);
+    // The task's command waits behind an alert nobody answers (the page answers no probe).
+    sim.command(7, "Runtime.evaluate", Some("S"));
+    sim.now += ms(100);
+    assert_eq!(sim.hear(DIALOG_OPENING), Verdict::Forward(None));
+    assert_eq!(sim.run_until(ms(30_000)), None);
+    assert!(
+        sim.log.iter().all(|(_, a)| matches!(a, Action::Probe(_))),
+        "only heartbeats while the dialog is open: {:?}",
+        sim.log
+    );
+    // Once it closes, a command that still waits is judged as usual.
+    assert_eq!(sim.hear(DIALOG_CLOSED), Verdict::Forward(None));
+    let closed = sim.now - sim.t0;
+    assert_eq!(sim.run_until(ms(40_000)), None);
+    let stalled = sim
+        .log
+        .iter()
+        .find(|(t, a)| *t >= closed && matches!(a, Action::ProbeStall { .. }));
+    assert!(stalled.is_some(), "{:?}", sim.log);
+    assert!(
+        sim.log
+            .iter()
+            .any(|(t, a)| *t > closed && matches!(a, Action::PageFailed(_)))
+    );
+}
+
+#[test]
+fn a_dialog_that_opens_while_a_stall_probe_is_out_is_no_hang_either() {
+    let mut sim = Sim::new(Some(ms(10))).watching_with(Dialogs::Leave);
+    sim.command(7, "Runtime.evaluate", Some("S"));
+    // The stall probe goes out at 500 ms; the dialog opens before it is judged.
+    assert_eq!(sim.run_until(ms(600)), None);
+    assert!(matches!(
+        sim.log.last(),
+        Some((_, Action::ProbeStall { .. }))
+    ));
+    sim.hear(DIALOG_OPENING);
+    assert_eq!(sim.run_until(ms(30_000)), None);
+    assert!(
+        !sim.log
+            .iter()
+            .any(|(_, a)| matches!(a, Action::PageFailed(_))),
+        "{:?}",
+        sim.log
+    );
 }
