@@ -37,10 +37,10 @@ use chromiumoxide::cdp::browser_protocol::page::{
 };
 use chromiumoxide::cdp::browser_protocol::storage::{
     ClearCookiesParams, EventIndexedDbContentUpdated, EventIndexedDbListUpdated, GetCookiesParams,
-    SetCookiesParams, TrackIndexedDbForStorageKeyParams,
+    SetCookiesParams, TrackIndexedDbForStorageKeyParams, UntrackIndexedDbForStorageKeyParams,
 };
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::{Zeroize, Zeroizing};
@@ -855,8 +855,9 @@ const IDB_READ_IN_FULL_EVERY: Duration = Duration::from_secs(60);
 #[derive(Default)]
 struct IdbState {
     events: Option<IdbEvents>,
-    /// Origins whose (first-party) storage key is tracked on this session.
-    tracked: std::collections::HashSet<String>,
+    /// Origins whose (first-party) storage key is tracked on this session; shared with the
+    /// watcher, which untracks them at the first change.
+    tracked: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Change events seen so far.
     changes: u64,
     last: Option<IdbRead>,
@@ -865,9 +866,44 @@ struct IdbState {
     full_reads: u64,
 }
 
+/// The tracking's one-shot watcher. It waits for the first change event (or the end of the
+/// streams), says so, stops Chromium's tracking and ends, dropping its listeners: however many
+/// transactions a page commits between two captures, at most a few events are ever held.
+/// The next full read starts the tracking again.
 struct IdbEvents {
-    content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
-    list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
+    /// Set once the first change came or the streams ended.
+    changed: Arc<std::sync::atomic::AtomicBool>,
+    _watcher: AbortOnDrop,
+}
+
+impl IdbEvents {
+    fn watch(
+        page: &Page,
+        mut content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
+        mut list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
+        tracked: Arc<Mutex<std::collections::HashSet<String>>>,
+    ) -> IdbEvents {
+        let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, page) = (changed.clone(), page.clone());
+        let watcher = crate::quiet::spawn(async move {
+            futures::future::select(content.next(), list.next()).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop((content, list));
+            let origins: Vec<String> = lock(&tracked).drain().collect();
+            for origin in origins {
+                let untrack = UntrackIndexedDbForStorageKeyParams::new(format!("{origin}/"));
+                let _ = page.execute(untrack).await;
+            }
+        });
+        IdbEvents {
+            changed,
+            _watcher: AbortOnDrop(watcher),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The last full read of the top frame's IndexedDB.
@@ -884,30 +920,17 @@ struct IdbRead {
 }
 
 impl IdbState {
-    /// Counts the events that came; a closed stream ends the tracking (nothing is skipped).
+    /// Notes a change the watcher saw (or the end of its streams): the tracking is over until
+    /// the next full read, and nothing is skipped until then.
     fn drain(&mut self) {
-        let Some(events) = &mut self.events else {
+        let Some(events) = &self.events else {
             return;
         };
-        match (waiting(&mut events.content), waiting(&mut events.list)) {
-            (Some(content), Some(list)) => self.changes += content + list,
-            _ => {
-                self.events = None;
-                self.tracked.clear();
-                self.last = None;
-            }
-        }
-    }
-}
-
-/// How many items `stream` holds ready, taking them; `None` if it ended.
-fn waiting(stream: &mut (impl futures::Stream + Unpin)) -> Option<u64> {
-    let mut n = 0;
-    loop {
-        match stream.next().now_or_never() {
-            Some(Some(_)) => n += 1,
-            Some(None) => return None,
-            None => return Some(n),
+        if events.changed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.changes += 1;
+            self.events = None;
+            lock(&self.tracked).clear();
+            self.last = None;
         }
     }
 }
@@ -956,7 +979,7 @@ impl IdbWatch {
             {
                 state.full_reads += 1;
             }
-            let tracked = state.tracked.contains(origin);
+            let tracked = lock(&state.tracked).contains(origin);
             state.last = Some(IdbRead {
                 origin: origin.to_owned(),
                 hash,
@@ -981,16 +1004,17 @@ impl IdbWatch {
             };
             let mut state = self.0.lock().expect("idb watch poisoned");
             if state.events.is_none() {
-                state.events = Some(IdbEvents { content, list });
+                let tracked = state.tracked.clone();
+                state.events = Some(IdbEvents::watch(page, content, list, tracked));
             }
         }
         // A first-party storage key is the origin with a slash (`Storage.getStorageKey`).
         let track = TrackIndexedDbForStorageKeyParams::new(format!("{origin}/"));
         match page.execute(track).await {
             Ok(_) => {
-                let mut state = self.0.lock().expect("idb watch poisoned");
+                let state = self.0.lock().expect("idb watch poisoned");
                 if state.events.is_some() {
-                    state.tracked.insert(origin.to_owned());
+                    lock(&state.tracked).insert(origin.to_owned());
                 }
             }
             Err(e) => {
@@ -1814,6 +1838,75 @@ mod tests {
             !idb_of(&after_delete).contains("\"other\""),
             "a database deleted is seen"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_indexeddb_commits_leaves_no_events_piled_up() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+        cp.storage.insert(
+            key("https://app.example", "https://app.example"),
+            local(r#"[["k","v"]]"#),
+        );
+        restore(&page, &cp, None).await.unwrap();
+        let commits = |n: u32, tag: &str| {
+            format!(
+                "new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
+                r.onupgradeneeded = () => r.result.createObjectStore('s');
+                r.onsuccess = async () => {{
+                  for (let i = 0; i < {n}; i++) await new Promise(done => {{
+                    const tx = r.result.transaction('s', 'readwrite');
+                    tx.objectStore('s').put('{tag}' + i, 'k'); tx.oncomplete = done; }});
+                  r.result.close(); resolve(1); }};
+                r.onerror = () => reject(r.error); }})"
+            )
+        };
+        let _: i64 = read_value(&page, commits(1, "a")).await;
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let options = CaptureOptions {
+            indexed_db: true,
+            indexed_db_max_bytes: 1 << 20,
+        };
+        let capture = || capture(&page, &calls, &cache, &watch, options);
+        capture().await.unwrap();
+        capture().await.unwrap();
+        let watching = || watch.0.lock().unwrap().events.is_some();
+        assert!(watching(), "tracked after two full reads");
+
+        // 2 000 transactions, one after another: the watcher sees the first and stops the
+        // tracking, so the events of the other 1 999 are neither sent nor held.
+        let _: i64 = read_value(&page, commits(2_000, "b")).await;
+        // The watcher runs on its own task: wait (bounded) for it to have seen the change and
+        // stopped the tracking.
+        let stopped = || {
+            let state = watch.0.lock().unwrap();
+            let seen = state
+                .events
+                .as_ref()
+                .is_some_and(|e| e.changed.load(std::sync::atomic::Ordering::SeqCst));
+            seen && lock(&state.tracked).is_empty()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stopped() {
+            assert!(
+                Instant::now() < deadline,
+                "the watcher saw the change and untracked"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let after = capture().await.unwrap();
+        let idb = after
+            .storage
+            .values()
+            .next()
+            .and_then(|s| s.idb.as_ref())
+            .map(|p| p.json.clone())
+            .unwrap_or_default();
+        assert!(
+            idb.contains("b1999"),
+            "the newest record is captured: {idb}"
+        );
+        assert!(watching(), "tracked again by that full read");
     }
 
     async fn read_value<T: serde::de::DeserializeOwned>(page: &Page, expression: String) -> T {
