@@ -137,7 +137,12 @@ async fn connect(
     }));
 
     let ready = open_page(&browser, options.viewport);
+    let generation = relay.opening();
+    let (mut page_death, _) = relay.page_watch();
     let page = tokio::select! {
+        d = crate::relay::wait_page_death(&mut page_death, generation) => {
+            return Err(Error::new(ErrorKind::Launch, format!("the new browser's first page failed while it was set up ({})", d.cause.as_str())));
+        }
         r = ready => match r {
             Ok(p) => p,
             Err(_) if relay.death().is_some() => {
@@ -262,10 +267,17 @@ impl LiveBrowser for CdpBrowser {
             hung,
         );
         let mut browser_death = self.relay.watch();
+        // A fresh page that crashes (or is closed) before it is set up is given up at once,
+        // not after the open timeout.
+        let generation = self.relay.opening();
+        let (mut fresh_death, _) = self.relay.page_watch();
         let opened = tokio::select! {
             r = tokio::time::timeout(PAGE_OPEN_TIMEOUT, open_page(&self.browser, self.viewport)) => r,
             d = crate::relay::wait_death(&mut browser_death) => {
                 return Err(Error::new(ErrorKind::Cdp, format!("the browser died while a fresh page was opened ({})", d.cause.as_str())));
+            }
+            d = crate::relay::wait_page_death(&mut fresh_death, generation) => {
+                return Err(Error::new(ErrorKind::Cdp, format!("the fresh page failed while it was set up ({})", d.cause.as_str())));
             }
         };
         let page = match opened {

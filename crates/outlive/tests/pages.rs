@@ -30,6 +30,9 @@ enum Break {
     CrashThenCrashTheFreshPage,
     /// The renderer crashes and the whole browser is SIGKILLed at the same moment.
     CrashAndKillTheBrowser,
+    /// The renderer crashes; the fresh page that replaces it crashes the moment its target is
+    /// created, while outlive is still setting it up (before any restore).
+    CrashThenCrashTheFreshPageAtBirth,
 }
 
 #[derive(Default)]
@@ -42,7 +45,12 @@ struct Seen {
     resumed: Vec<bool>,
     /// How long the first call after each break took to fail.
     failed_in: Vec<Duration>,
+    /// When each launch began (its `Launched` milestone, less what it took).
+    launch_began: Vec<Instant>,
 }
+
+/// When the test crashed a fresh page at its birth (`Break::CrashThenCrashTheFreshPageAtBirth`).
+static FRESH_PAGE_CRASHED_AT: Mutex<Option<Instant>> = Mutex::new(None);
 
 struct Outcome {
     event: WideEvent,
@@ -107,6 +115,11 @@ async fn run_task(breaks: &[Break], checkpoint_before_break: bool) -> Outcome {
                     milestones.lock().unwrap().page_failures.push(*cause)
                 }
                 Milestone::Died { cause, .. } => milestones.lock().unwrap().deaths.push(*cause),
+                Milestone::Launched { took } => milestones
+                    .lock()
+                    .unwrap()
+                    .launch_began
+                    .push(Instant::now() - *took),
                 _ => {}
             }),
     )
@@ -160,6 +173,27 @@ async fn break_page(how: Break, page: &Page, ctx: &outlive::Ctx, provider: &Kill
                 let _ = ready_tx.send(());
                 // outlive restores localStorage on a document it serves at this path.
                 second.crash_page_at("__outlive_restore").await;
+                // Keep the connection until the crash is delivered.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            });
+            ready_rx.await.unwrap();
+            assert!(page.execute(CrashParams::default()).await.is_err());
+        }
+        Break::CrashThenCrashTheFreshPageAtBirth => {
+            let mut second = SecondClient::connect(&provider.upstream()).await;
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            let old = target.clone();
+            tokio::spawn(async move {
+                second
+                    .call(
+                        "Target.setDiscoverTargets",
+                        serde_json::json!({ "discover": true }),
+                        None,
+                    )
+                    .await;
+                let _ = ready_tx.send(());
+                second.crash_next_page(&old).await;
+                *FRESH_PAGE_CRASHED_AT.lock().unwrap() = Some(Instant::now());
                 // Keep the connection until the crash is delivered.
                 tokio::time::sleep(Duration::from_secs(5)).await;
             });
@@ -238,6 +272,28 @@ async fn a_crash_of_the_fresh_page_during_its_restore_is_recovered_again() {
     assert_eq!(out.event.relaunches, 0);
     assert_eq!(out.launches, 1);
     assert_eq!(out.seen.page_failures.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_page_that_crashes_while_it_is_set_up_is_given_up_at_once() {
+    let out = run_task(&[Break::CrashThenCrashTheFreshPageAtBirth], true).await;
+    assert_restored(&out);
+    assert_eq!(out.seen.page_failures, vec![DeathCause::PageCrashed]);
+    // The browser that cannot keep a fresh page is replaced; the launch begins right after
+    // the crash (it waited for the 10 s open timeout before).
+    assert_eq!(
+        (out.event.relaunches, out.launches),
+        (1, 2),
+        "{:?}",
+        out.event
+    );
+    let crashed = FRESH_PAGE_CRASHED_AT
+        .lock()
+        .unwrap()
+        .expect("the fresh page was crashed");
+    let relaunched = out.seen.launch_began[1].saturating_duration_since(crashed);
+    eprintln!("relaunch began {relaunched:?} after the fresh page crashed");
+    assert!(relaunched < Duration::from_secs(1), "{relaunched:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -296,6 +296,7 @@ impl Driver {
                 }
             }
             Control::Watch(page) => self.dog.watch(page),
+            Control::Opening(generation) => self.dog.opening(generation),
             Control::Call {
                 session,
                 method,

@@ -149,6 +149,9 @@ enum Control {
     ProbePage(oneshot::Sender<()>),
     /// Watch this page from now on.
     Watch(WatchedPage),
+    /// A page is being opened, to be watched as this generation: the first page target created
+    /// from now on is taken for it, and its crash or close fails that generation at once.
+    Opening(u64),
     /// The handle declared the watched page failed: fail its commands as for any page death.
     PageFailed(u64),
     /// Done with a failed page: crash its renderer first if it hangs (so no new page can
@@ -400,6 +403,14 @@ impl Relay {
             Some((g, d)) if g == self.page_generation && g > 0 => Some(d),
             _ => None,
         }
+    }
+
+    /// A page is about to be opened: its crash or close before it is watched fails the
+    /// returned generation (see [`wait_page_death`]), so its set-up can be given up at once.
+    pub fn opening(&mut self) -> u64 {
+        self.page_generation += 1;
+        let _ = self.control.send(Control::Opening(self.page_generation));
+        self.page_generation
     }
 
     /// A receiver and the watched page's generation, for [`wait_page_death`].

@@ -230,6 +230,9 @@ impl Watchdog {
                         accept,
                     };
                 }
+                if let Some(failure) = self.page.track_opening(&event) {
+                    return Verdict::Forward(Some(failure));
+                }
                 let failure = self.page.failure(&event);
                 Verdict::Forward(failure.and_then(|cause| self.fail_page(cause)))
             }
@@ -357,6 +360,11 @@ impl Watchdog {
     /// Watches `page` from now on.
     pub fn watch(&mut self, page: WatchedPage) {
         self.page.watch(page);
+    }
+
+    /// A page is being opened as `generation`.
+    pub fn opening(&mut self, generation: u64) {
+        self.page.opening(generation);
     }
 
     /// The handle declared page `generation` failed (hung): fail it here too, if it is still

@@ -70,8 +70,9 @@ pub(super) fn inbound(bytes: &[u8]) -> Inbound<'_> {
 }
 
 /// The events about a page target or its main frame: the only ones the relay acts on.
-pub(super) const PAGE_EVENTS: [&str; 11] = [
+pub(super) const PAGE_EVENTS: [&str; 12] = [
     "Inspector.targetCrashed",
+    "Target.targetCreated",
     "Page.javascriptDialogOpening",
     "Page.javascriptDialogClosed",
     "Target.targetCrashed",
@@ -114,6 +115,8 @@ pub(super) struct PageEventParams {
 pub(super) struct TargetInfo {
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(default, rename = "targetId")]
+    pub target_id: Option<String>,
 }
 
 /// `params.frame` of a navigation event.

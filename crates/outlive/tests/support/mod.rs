@@ -293,6 +293,22 @@ impl SecondClient {
 
     /// Waits until a page target navigates to a URL containing `marker` and crashes it then
     /// (discovery must be on: `Target.setDiscoverTargets`).
+    /// Crashes the first page target created after this call (other than `except`) the moment
+    /// it is reported, before anything was done on it. Needs `Target.setDiscoverTargets`.
+    pub async fn crash_next_page(&mut self, except: &str) {
+        let target = loop {
+            let m = self.next_message().await;
+            let info = &m["params"]["targetInfo"];
+            if m["method"] == "Target.targetCreated"
+                && info["type"] == "page"
+                && info["targetId"] != except
+            {
+                break info["targetId"].as_str().unwrap().to_owned();
+            }
+        };
+        self.crash_target(&target).await;
+    }
+
     pub async fn crash_page_at(&mut self, marker: &str) {
         let target = loop {
             let m = self.next_message().await;

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use tokio::time::Instant;
 
+use super::PageFailure;
 use crate::options::Dialogs;
 use crate::relay::wire::PageEvent;
 use crate::relay::{DeathCause, Heartbeat, WatchedPage};
@@ -40,6 +41,14 @@ pub(super) struct PageState {
     /// A JavaScript dialog is open on the watched page: its scripts wait for an answer, which
     /// is no hang.
     dialog_open: bool,
+    /// A page being opened, not watched yet.
+    opening: Option<Opening>,
+}
+
+/// A page being opened: its generation, and its target once it was created.
+struct Opening {
+    generation: u64,
+    target_id: Option<String>,
 }
 
 impl PageState {
@@ -53,6 +62,7 @@ impl PageState {
         self.navigating = false;
         self.frames.clear();
         self.dialog_open = false;
+        self.opening = None;
         self.watched = Some(page);
     }
 
@@ -110,6 +120,51 @@ impl PageState {
     /// navigation is bounded by its own timeouts).
     pub fn is_navigating(&self) -> bool {
         self.navigating || !self.navigations.is_empty()
+    }
+
+    /// A page is being opened as `generation`.
+    pub fn opening(&mut self, generation: u64) {
+        self.opening = Some(Opening {
+            generation,
+            target_id: None,
+        });
+    }
+
+    /// Follows the page being opened: the first page target created after the opening began
+    /// is it (the watched page's own target aside); its crash or destruction before it is
+    /// watched is that generation's failure.
+    pub fn track_opening(&mut self, event: &PageEvent) -> Option<PageFailure> {
+        let opening = self.opening.as_mut()?;
+        let target = event.params.target_info.as_ref().and_then(|t| {
+            (t.kind == "page")
+                .then_some(t.target_id.as_deref())
+                .flatten()
+        });
+        let watched = self.watched.as_ref().map(|w| w.target_id.as_str());
+        match (event.method.as_str(), &opening.target_id) {
+            ("Target.targetCreated", None) if target.is_some() && target != watched => {
+                opening.target_id = target.map(str::to_owned);
+                None
+            }
+            ("Target.targetCrashed" | "Target.targetDestroyed", Some(id))
+                if event.params.target_id.as_ref() == Some(id) =>
+            {
+                let cause = if event.method == "Target.targetCrashed" {
+                    DeathCause::PageCrashed
+                } else {
+                    DeathCause::PageClosed
+                };
+                let generation = opening.generation;
+                self.opening = None;
+                Some(PageFailure {
+                    generation,
+                    cause,
+                    session: String::new(),
+                    commands: Vec::new(),
+                })
+            }
+            _ => None,
+        }
     }
 
     /// Follows the watched page's JavaScript dialogs. Answers `Some(accept)` when the relay is

@@ -653,3 +653,51 @@ fn a_dialog_that_opens_while_a_stall_probe_is_out_is_no_hang_either() {
         sim.log
     );
 }
+
+#[test]
+fn a_page_being_opened_that_crashes_fails_its_generation_at_once() {
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    sim.dog.opening(2);
+    let created = |id: &str, kind: &str| {
+        format!(
+            r#"{{"method":"Target.targetCreated","params":{{"targetInfo":{{"targetId":"{id}","type":"{kind}","title":"","url":"about:blank","attached":false,"canAccessOpener":false}}}}}}"#
+        )
+    };
+    let crashed = |id: &str| {
+        format!(
+            r#"{{"method":"Target.targetCrashed","params":{{"targetId":"{id}","status":"crashed","errorCode":11}}}}"#
+        )
+    };
+    // A worker is no page; the old (watched) page crashing as it is retired is not the new one.
+    assert_eq!(
+        sim.hear(&created("W", "service_worker")),
+        Verdict::Forward(None)
+    );
+    assert_eq!(sim.hear(&created("N", "page")), Verdict::Forward(None));
+    assert!(matches!(
+        sim.hear(&crashed("T")),
+        Verdict::Forward(Some(PageFailure { generation: 1, .. }))
+    ));
+    assert_eq!(
+        sim.hear(&crashed("N")),
+        Verdict::Forward(Some(PageFailure {
+            generation: 2,
+            cause: DeathCause::PageCrashed,
+            session: String::new(),
+            commands: vec![],
+        }))
+    );
+    // Once watched, a page is judged by the usual rules.
+    sim.dog.opening(3);
+    sim.hear(&created("M", "page"));
+    sim.dog.watch(WatchedPage {
+        target_id: "M".into(),
+        session_id: "SM".into(),
+        generation: 3,
+        dialogs: Dialogs::Dismiss,
+    });
+    assert!(matches!(
+        sim.hear(&crashed("M")),
+        Verdict::Forward(Some(PageFailure { generation: 3, ref session, .. })) if session == "SM"
+    ));
+}
