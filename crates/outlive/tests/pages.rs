@@ -446,3 +446,59 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
     assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
     profiles.assert_nothing_left();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_hangs_before_its_navigation_commits_is_noticed() {
+    let (site, profiles, provider) = support::start().await;
+    let navigated_at = Arc::new(Mutex::new(None));
+    let failed_at = Arc::new(Mutex::new(None));
+    let seen = failed_at.clone();
+    let (name, e) = outlive_with_event(
+        &provider,
+        |page, ctx| {
+            let (site, navigated_at) = (&site, &navigated_at);
+            async move {
+                if ctx.attempt() == 1 {
+                    page.goto(NavigateParams::new(format!("{}/page/a", site.base)))
+                        .await?;
+                    // The renderer spins; the next document of the same site needs it to commit.
+                    page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
+                        .await?;
+                    *navigated_at.lock().unwrap() = Some(Instant::now());
+                    page.goto(NavigateParams::new(format!("{}/page/b", site.base)))
+                        .await?;
+                    unreachable!("the navigation of a hung page does not commit");
+                }
+                page.goto(NavigateParams::new(format!("{}/page/c", site.base)))
+                    .await?;
+                text(&page, "#name").await
+            }
+        },
+        Options::new().on_milestone(move |m| {
+            if let Milestone::PageFailed {
+                cause, detected_at, ..
+            } = m
+            {
+                *seen.lock().unwrap() = Some((*cause, *detected_at));
+            }
+        }),
+    )
+    .await;
+    assert_eq!(name.unwrap(), "c");
+    assert_eq!(
+        (e.attempts, e.page_recoveries, e.relaunches),
+        (2, 1, 0),
+        "{e:?}"
+    );
+    let navigated_at = navigated_at
+        .lock()
+        .unwrap()
+        .expect("the first entry navigated");
+    let (cause, failed_at) = failed_at.lock().unwrap().expect("a page failure");
+    let noticed = failed_at - navigated_at;
+    eprintln!("the hung navigation was noticed after {noticed:?}");
+    assert_eq!(cause, DeathCause::PageHung);
+    // Default heartbeat: interval 1 s, timeout 2 s.
+    assert!(noticed <= Duration::from_secs(3), "{noticed:?}");
+    profiles.assert_nothing_left();
+}

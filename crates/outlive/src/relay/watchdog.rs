@@ -217,10 +217,14 @@ impl Watchdog {
             }
             Inbound::Event(method) => {
                 self.silence.heard(None, now);
+                // Responses matter only to a navigation in progress: no parse of the others.
+                if method == "Network.responseReceived" && !self.page.is_navigating() {
+                    return Verdict::Forward(None);
+                }
                 let Some(event) = wire::page_event(&method, bytes) else {
                     return Verdict::Forward(None);
                 };
-                self.page.track_navigation(&event);
+                self.page.track_navigation(&event, now);
                 self.page.track_frames(&event);
                 if let Some(accept) = self.page.track_dialog(&event) {
                     let session = event.session_id.unwrap_or_default();

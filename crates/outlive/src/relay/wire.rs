@@ -70,8 +70,9 @@ pub(super) fn inbound(bytes: &[u8]) -> Inbound<'_> {
 }
 
 /// The events about a page target or its main frame: the only ones the relay acts on.
-pub(super) const PAGE_EVENTS: [&str; 12] = [
+pub(super) const PAGE_EVENTS: [&str; 13] = [
     "Inspector.targetCrashed",
+    "Network.responseReceived",
     "Target.targetCreated",
     "Page.javascriptDialogOpening",
     "Page.javascriptDialogClosed",
@@ -108,6 +109,9 @@ pub(super) struct PageEventParams {
     pub frame: Option<FrameInfo>,
     #[serde(default, rename = "targetInfo")]
     pub target_info: Option<TargetInfo>,
+    /// `Network.responseReceived`'s resource type (`Document` for a navigation's response).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
 }
 
 /// `params.targetInfo` of a target event.

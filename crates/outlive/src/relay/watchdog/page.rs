@@ -34,6 +34,10 @@ pub(super) struct PageState {
     navigations: HashSet<u64>,
     /// A navigation of the page's main frame has started and not yet committed or stopped.
     navigating: bool,
+    /// When the navigation in progress received its document's response: from then on only
+    /// the commit is missing, which needs the page's renderer (a spinning one never commits a
+    /// same-site document), so the stall logic judges the page again.
+    responded: Option<Instant>,
     /// The generation of the last page that failed (0: none).
     pub failed_generation: u64,
     /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
@@ -60,6 +64,7 @@ impl PageState {
         self.last_stall_probe = None;
         self.navigations.clear();
         self.navigating = false;
+        self.responded = None;
         self.frames.clear();
         self.dialog_open = false;
         self.opening = None;
@@ -120,6 +125,12 @@ impl PageState {
     /// navigation is bounded by its own timeouts).
     pub fn is_navigating(&self) -> bool {
         self.navigating || !self.navigations.is_empty()
+    }
+
+    /// Whether the page may be probed: not while a navigation waits for its response (the
+    /// browser holds the page's messages until the commit, and a slow server is no hang).
+    fn probeable(&self) -> bool {
+        !self.dialog_open && (!self.is_navigating() || self.responded.is_some())
     }
 
     /// A page is being opened as `generation`.
@@ -200,13 +211,21 @@ impl PageState {
         heartbeat: Heartbeat,
         judged_at: impl Fn(u64, Instant) -> Instant,
     ) -> Option<Instant> {
-        if self.is_navigating() || self.dialog_open {
+        if !self.probeable() {
             return None;
         }
         if let Some(probe) = &self.stall_probe {
             return Some(judged_at(probe.page_id, probe.sent));
         }
-        let (_, oldest) = self.pending.first_key_value()?;
+        // A navigation that has its response waits only for the page to commit it: it is
+        // stalled from then on (and a command that waited since before, from then too).
+        let oldest = match (self.pending.first_key_value(), self.responded) {
+            (Some((_, sent)), Some(responded)) => (*sent).max(responded),
+            (Some((_, sent)), None) => *sent,
+            (None, Some(responded)) => responded,
+            (None, None) => return None,
+        };
+        let oldest = &oldest;
         // Half an interval: the hung page is then declared within interval + timeout of the
         // stalled command being sent, probe round trip included.
         let stalled_after = heartbeat.interval / 2;
@@ -218,10 +237,19 @@ impl PageState {
     }
 
     /// Follows the watched page's main-frame navigations (its frame id is its target id).
-    pub fn track_navigation(&mut self, event: &PageEvent) {
+    pub fn track_navigation(&mut self, event: &PageEvent, now: Instant) {
         let Some(watched) = self.watched.as_ref() else {
             return;
         };
+        if event.method == "Network.responseReceived" {
+            let document = event.params.kind.as_deref() == Some("Document")
+                && event.params.frame_id.as_deref() == Some(watched.target_id.as_str())
+                && event.session_id.as_deref() == Some(watched.session_id.as_str());
+            if document && self.is_navigating() && self.responded.is_none() {
+                self.responded = Some(now);
+            }
+            return;
+        }
         let starts = matches!(
             event.method.as_str(),
             "Page.frameRequestedNavigation" | "Page.frameStartedNavigating"
@@ -240,6 +268,7 @@ impl PageState {
         };
         if main_frame {
             self.navigating = starts;
+            self.responded = None;
             if starts {
                 self.stall_probe = None;
             }

@@ -411,6 +411,49 @@ fn no_stall_probe_while_the_main_frame_navigates() {
 }
 
 #[test]
+fn a_navigation_that_has_its_response_but_never_commits_is_a_hung_page() {
+    let started =
+        r#"{"method":"Page.frameStartedNavigating","params":{"frameId":"T"},"sessionId":"S"}"#;
+    let response = |frame: &str, kind: &str| {
+        format!(
+            r#"{{"method":"Network.responseReceived","params":{{"requestId":"R","loaderId":"L","type":"{kind}","frameId":"{frame}","response":{{"url":"http://a/b","status":200}}}},"sessionId":"S"}}"#
+        )
+    };
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    sim.command(7, "Page.navigate", Some("S"));
+    sim.hear(started);
+    // A slow server: 5 s without a response is no hang.
+    assert_eq!(sim.run_until(ms(5000)), None);
+    // Neither is a subresource's or a child frame's response.
+    sim.hear(&response("T", "Image"));
+    sim.hear(&response("F", "Document"));
+    assert_eq!(sim.run_until(ms(8000)), None);
+    assert!(sim.log.iter().all(|(_, a)| matches!(a, Action::Probe(_))));
+    // The document's response came: the navigation waits only for the page to commit it.
+    sim.hear(&response("T", "Document"));
+    sim.hear(r#"{"id":7,"result":{"frameId":"T","loaderId":"L"}}"#);
+    let responded = sim.now - sim.t0;
+    assert_eq!(sim.run_until(ms(12_000)), None);
+    let failed = sim
+        .log
+        .iter()
+        .find(|(_, a)| matches!(a, Action::PageFailed(_)))
+        .expect("a hung page");
+    assert_eq!(failed.0, responded + ms(500 + 2000));
+
+    // A page that commits in time is not judged.
+    let mut sim = Sim::new(Some(ms(10))).watching();
+    sim.command(7, "Page.navigate", Some("S"));
+    sim.hear(started);
+    sim.hear(&response("T", "Document"));
+    sim.hear(r#"{"id":7,"result":{"frameId":"T","loaderId":"L"}}"#);
+    sim.now += ms(300);
+    sim.hear(r#"{"method":"Page.frameNavigated","params":{"frame":{"id":"T","loaderId":"L"}},"sessionId":"S"}"#);
+    assert_eq!(sim.run_until(ms(10_000)), None);
+    assert!(sim.log.iter().all(|(_, a)| matches!(a, Action::Probe(_))));
+}
+
+#[test]
 fn page_events_fail_the_page_once_and_hand_back_its_commands() {
     let mut sim = Sim::new(None).watching();
     sim.command(3, "Runtime.evaluate", Some("S"));
