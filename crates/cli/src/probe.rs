@@ -752,7 +752,10 @@ mod tests {
             let (tcp, _) = listener.accept().await.unwrap();
             let mut ws = async_tungstenite::tokio::accept_async(tcp).await.unwrap();
             while let Some(Ok(message)) = ws.next().await {
-                let Some(id) = message.to_text().ok().and_then(reply_id) else {
+                // The heartbeat's id, as a browser reads a command.
+                let command: Option<serde_json::Value> =
+                    serde_json::from_slice(&message.into_data()).ok();
+                let Some(id) = command.and_then(|c| c["id"].as_u64()) else {
                     continue;
                 };
                 match script(id) {
