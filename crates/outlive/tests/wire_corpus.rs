@@ -3,11 +3,16 @@
 //! among them) is read without a panic and as serde reads it. `cargo fuzz run wire` explores
 //! from these seeds (see `fuzz/README.md`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The fuzz target's seeds.
+fn seeds() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/wire")
+}
 
 #[test]
 fn every_seed_reads_as_serde_reads_it() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/wire");
+    let dir = seeds();
     let mut seeds: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
@@ -24,8 +29,7 @@ fn every_seed_reads_as_serde_reads_it() {
 #[test]
 fn the_frame_that_panicked_the_relay_reads_as_an_event() {
     // The old sniffer sliced the text after `{"method":"` at byte 40, inside a character.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/wire");
-    let frame = std::fs::read(dir.join("utf8-across-byte-40")).unwrap();
+    let frame = std::fs::read(seeds().join("utf8-across-byte-40")).unwrap();
     let text = std::str::from_utf8(&frame).unwrap();
     assert!(!text.is_char_boundary(r#"{"method":""#.len() + 40));
     assert_eq!(outlive::wire::reply_id(&frame), None);
