@@ -143,6 +143,10 @@ impl Subscriber for Quiet {
 
 /// Polls `future` under [`Quiet`]: nothing it (or a library it drives) logs at the wire
 /// level reaches the application's subscriber.
+///
+/// Spans and `Span::current()` work as outside it, but nothing can downcast the dispatcher
+/// through it (`tracing-opentelemetry`'s `Span::context()` finds no context there): keep it to
+/// the futures that drive the wire.
 pub fn quietly<F: Future>(future: F) -> WithDispatch<F> {
     future.with_subscriber(Quiet::current())
 }
