@@ -21,6 +21,7 @@ use outlive::CdpEndpoint;
 use outlive::Diagnostics;
 use outlive::redact::{redact, redact_url};
 use outlive::solari_browser::{Client, ClientOptions, SolariError};
+use outlive::wire;
 use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
@@ -309,7 +310,7 @@ async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until
             biased;
             message = ws.next() => match message {
                 Some(Ok(Message::Text(text))) => {
-                    if pending.is_some_and(|beat| reply_id(text.as_str()) == Some(beat.id)) {
+                    if pending.is_some_and(|beat| wire::reply_id(text.as_bytes()) == Some(beat.id)) {
                         pending = None;
                     }
                 }
@@ -329,7 +330,7 @@ async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until
                 next_id += 1;
                 let reply_within = if next_id == 1 { OPENING_TIMEOUT.max(heartbeat) } else { heartbeat };
                 let beat = Beat { id: next_id, sent: due, deadline: due + reply_within };
-                let text = format!(r#"{{"id":{next_id},"method":"Browser.getVersion"}}"#);
+                let text = wire::version_request(next_id);
                 match tokio::time::timeout(heartbeat, ws.send(Message::Text(text.into()))).await {
                     Ok(Ok(())) => pending = Some(beat),
                     // A peer that stops reading fills the socket; that is silence too.
@@ -349,15 +350,6 @@ fn read_error_cause(e: &WsError) -> Cause {
         WsError::ConnectionClosed | WsError::AlreadyClosed => Cause::Close,
         _ => Cause::Reset,
     }
-}
-
-/// The `id` of a CDP reply, if the text is one.
-fn reply_id(text: &str) -> Option<u64> {
-    #[derive(Deserialize)]
-    struct Reply {
-        id: Option<u64>,
-    }
-    serde_json::from_str::<Reply>(text).ok()?.id
 }
 
 /// A handshake error fit for a log line. tungstenite's `Display` shows only the status of an
@@ -740,19 +732,6 @@ mod tests {
         assert!(shown.contains("https://h.example"), "{shown}");
     }
 
-    #[test]
-    fn replies_are_matched_by_id() {
-        assert_eq!(
-            reply_id(r#"{"id":7,"result":{"product":"HeadlessChrome"}}"#),
-            Some(7)
-        );
-        assert_eq!(
-            reply_id(r#"{"method":"Target.targetCreated","params":{}}"#),
-            None
-        );
-        assert_eq!(reply_id("not json"), None);
-    }
-
     /// What the scripted CDP peer does with heartbeat `id`.
     #[derive(Clone, Copy)]
     enum Peer {
@@ -773,7 +752,10 @@ mod tests {
             let (tcp, _) = listener.accept().await.unwrap();
             let mut ws = async_tungstenite::tokio::accept_async(tcp).await.unwrap();
             while let Some(Ok(message)) = ws.next().await {
-                let Some(id) = message.to_text().ok().and_then(reply_id) else {
+                // The heartbeat's id, as a browser reads a command.
+                let command: Option<serde_json::Value> =
+                    serde_json::from_slice(&message.into_data()).ok();
+                let Some(id) = command.and_then(|c| c["id"].as_u64()) else {
                     continue;
                 };
                 match script(id) {

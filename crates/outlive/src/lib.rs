@@ -90,12 +90,13 @@
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.
+//! * [`wire`] — the relay's reading of a CDP frame (in `relay/wire.rs`), for other CDP clients.
 //! * `options`, `error`, `endpoint` — the typed edges: [`Options`], [`Error`] and
 //!   [`RunError`], [`CdpEndpoint`]; `setters` — the `setters!` macro behind their plain
 //!   chainable setters.
 //!
-//! Every type has one public path, at the crate root; [`redact`] is the one public module
-//! (its functions).
+//! Every type has one public path, at the crate root; [`redact`] and [`wire`] are the public
+//! modules (their functions).
 #![forbid(unsafe_code)]
 
 mod browser;
@@ -116,6 +117,22 @@ mod run;
 mod seal;
 mod setters;
 mod task;
+
+pub mod wire {
+    //! Reading a CDP frame the way outlive's relay does: on bytes, never slicing text at a
+    //! guessed index, only as far as the keys it needs, and with the answer serde would give
+    //! (property-tested and fuzzed against it).
+    //!
+    //! ```
+    //! let request = outlive::wire::version_request(3);
+    //! assert_eq!(request, r#"{"id":3,"method":"Browser.getVersion"}"#);
+    //! let reply = br#"{"id":3,"result":{"product":"HeadlessChrome/142"}}"#;
+    //! assert_eq!(outlive::wire::reply_id(reply), Some(3));
+    //! ```
+    #[doc(hidden)]
+    pub use crate::relay::wire::fuzz_one;
+    pub use crate::relay::wire::{reply_id, version_request};
+}
 
 // The README's Rust example is compiled as a doctest.
 #[cfg(doctest)]

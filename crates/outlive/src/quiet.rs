@@ -13,6 +13,16 @@
 //!
 //! What is kept for debugging is outlive's own account of the wire (target `outlive::wire`,
 //! TRACE): each frame's direction, size, CDP method and id — never a payload.
+//!
+//! The task itself is the caller's code, and it is polled under the caller's own dispatcher,
+//! whole ([`as_caller`]): `Span::current()`, `tracing-opentelemetry`'s context and anything
+//! else that downcasts the dispatcher work there as they do outside outlive. [`Quiet`] cannot
+//! offer that itself: a `Dispatch` gives no way to ask the subscriber inside it to downcast
+//! to a type known only at run time, so a wrapper cannot forward `downcast_raw`. Nothing is
+//! lost by it: the libraries that log the wire do so only in the futures that drive the
+//! connection (chromiumoxide's handler, the relay, the websocket handshake), which outlive
+//! polls in tasks of its own, under [`Quiet`]; a page call from the task only queues a
+//! command for them.
 
 use std::future::Future;
 
@@ -20,6 +30,7 @@ use tracing::instrument::{Instrument, WithDispatch, WithSubscriber};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Dispatch, Event, Metadata, Subscriber};
+use tracing_core::span::Current;
 
 /// A dispatcher that forwards to the one in place, minus wire-level events of the libraries
 /// that carry secrets.
@@ -38,6 +49,15 @@ impl Quiet {
             } else {
                 Dispatch::new(Quiet(current.clone()))
             }
+        })
+    }
+
+    /// The dispatcher this one filters: the current one without [`Quiet`].
+    fn outside() -> Dispatch {
+        tracing::dispatcher::get_default(|current| {
+            current
+                .downcast_ref::<Quiet>()
+                .map_or_else(|| current.clone(), |quiet| quiet.0.clone())
         })
     }
 }
@@ -113,12 +133,30 @@ impl Subscriber for Quiet {
     fn try_close(&self, id: Id) -> bool {
         self.0.try_close(id)
     }
+
+    /// The subscriber's own current span: without it `Span::current()` is `Span::none()`
+    /// here, and `in_current_span` does nothing.
+    fn current_span(&self) -> Current {
+        self.0.current_span()
+    }
 }
 
 /// Polls `future` under [`Quiet`]: nothing it (or a library it drives) logs at the wire
 /// level reaches the application's subscriber.
+///
+/// Spans and `Span::current()` work as outside it, but nothing can downcast the dispatcher
+/// through it (`tracing-opentelemetry`'s `Span::context()` finds no context there): keep it to
+/// the futures that drive the wire.
 pub fn quietly<F: Future>(future: F) -> WithDispatch<F> {
     future.with_subscriber(Quiet::current())
+}
+
+/// Makes the caller's task (`make`) and polls it under the dispatcher outside [`Quiet`], the
+/// caller's own, whole: the task's spans and any OpenTelemetry context in it are the
+/// caller's, with outlive's spans between.
+pub(crate) fn as_caller<F: Future>(make: impl FnOnce() -> F) -> WithDispatch<F> {
+    let caller = Quiet::outside();
+    tracing::dispatcher::with_default(&caller, make).with_subscriber(caller)
 }
 
 /// Spawns `future` under the current dispatcher made [`Quiet`], in the current span. A task
@@ -171,5 +209,33 @@ mod tests {
         assert!(!meta("tungstenitex", Level::TRACE));
         assert!(!meta("outlive::wire", Level::TRACE));
         assert!(!meta("my_app", Level::TRACE));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_current_span_is_the_subscribers_and_spawned_tasks_keep_it() {
+        let _guard = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let run = tracing::info_span!("run");
+        let (inside, spawned) = quietly(async {
+            let spawned = spawn(async { tracing::Span::current().id() });
+            (tracing::Span::current().id(), spawned.await.unwrap())
+        })
+        .instrument(run.clone())
+        .await;
+        assert_eq!(inside, run.id());
+        assert_eq!(spawned, run.id());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_caller_s_task_runs_under_the_caller_s_dispatcher() {
+        let _guard = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let (quiet, caller) = quietly(async {
+            let quiet = tracing::dispatcher::get_default(|d| d.is::<Quiet>());
+            let caller =
+                as_caller(|| async { tracing::dispatcher::get_default(|d| d.is::<Quiet>()) });
+            (quiet, caller.await)
+        })
+        .await;
+        assert!(quiet);
+        assert!(!caller);
     }
 }

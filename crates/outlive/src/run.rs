@@ -725,7 +725,7 @@ where
             "entering the task"
         );
         let entry = AssertUnwindSafe(
-            (self.task)(browser.page(), ctx.clone())
+            crate::quiet::as_caller(|| (self.task)(browser.page(), ctx.clone()))
                 .instrument(tracing::info_span!("entry", attempt)),
         )
         .catch_unwind();

@@ -44,7 +44,7 @@ mod driver;
 mod forward;
 mod socket;
 mod watchdog;
-mod wire;
+pub(crate) mod wire;
 
 use std::time::Duration;
 

@@ -57,15 +57,70 @@ pub(super) enum Inbound<'a> {
     Other,
 }
 
+impl<'a> Inbound<'a> {
+    /// What a message with this head is: a reply if it has an `id`, else an event if it has a
+    /// `method`.
+    fn of(head: Head<'a>) -> Inbound<'a> {
+        match head {
+            Head { id: Some(id), .. } => Inbound::Reply(id),
+            Head {
+                method: Some(method),
+                ..
+            } => Inbound::Event(method),
+            _ => Inbound::Other,
+        }
+    }
+}
+
 /// Reads a message from the browser: the first of `id` and `method` decides.
 pub(super) fn inbound(bytes: &[u8]) -> Inbound<'_> {
-    match scan_head(bytes, Until::IdOrMethod) {
-        Some(Head { id: Some(id), .. }) => Inbound::Reply(id),
-        Some(Head {
-            method: Some(method),
-            ..
-        }) => Inbound::Event(method),
-        _ => Inbound::Other,
+    Inbound::of(scan_head(bytes, Until::IdOrMethod).unwrap_or_default())
+}
+
+/// The id of the command `frame` answers, if it is a CDP reply from the browser (a JSON object
+/// whose `id`, an unsigned integer, comes before any `method`).
+///
+/// Reads the frame's bytes only as far as that key, so a large reply costs nothing more.
+///
+/// ```
+/// assert_eq!(outlive::wire::reply_id(br#"{"id":7,"result":{}}"#), Some(7));
+/// assert_eq!(outlive::wire::reply_id(br#"{"method":"Page.loadEventFired"}"#), None);
+/// ```
+pub fn reply_id(frame: &[u8]) -> Option<u64> {
+    match inbound(frame) {
+        Inbound::Reply(id) => Some(id),
+        _ => None,
+    }
+}
+
+/// The command `Browser.getVersion` with this id: the cheapest sign of life a browser gives.
+pub fn version_request(id: u64) -> String {
+    format!(r#"{{"id":{id},"method":"Browser.getVersion"}}"#)
+}
+
+/// The fuzz target's check (`fuzz/fuzz_targets/wire.rs`, its corpus replayed by
+/// `tests/wire_corpus.rs`): no input makes the sniffer panic, and any JSON object serde reads
+/// reads the same to the sniffer. Panics where it does not.
+#[doc(hidden)]
+pub fn fuzz_one(frame: &[u8]) {
+    let head = Head::of(frame);
+    let first = inbound(frame);
+    if let Inbound::Event(method) = &first {
+        let _ = page_event(method, frame);
+    }
+    let is_object = frame.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{');
+    // serde also reads `[id, method, sessionId]` into a struct; a CDP frame is an object.
+    let Some(expected) = serde_json::from_slice::<Head>(frame)
+        .ok()
+        .filter(|_| is_object)
+    else {
+        return;
+    };
+    let text = String::from_utf8_lossy(frame);
+    assert_eq!(head, expected, "the head of {text}");
+    // CDP never sends both keys; with both, the sniffer's first-read one decides.
+    if expected.id.is_none() || expected.method.is_none() {
+        assert_eq!(first, Inbound::of(expected), "the kind of {text}");
     }
 }
 
@@ -386,7 +441,7 @@ pub(super) fn trace(direction: &'static str, bytes: &[u8]) {
 
 /// Asks the browser for a sign of life.
 pub(super) fn probe_message(id: u64) -> Message {
-    Message::Text(format!(r#"{{"id":{id},"method":"Browser.getVersion"}}"#).into())
+    Message::Text(version_request(id).into())
 }
 
 /// Asks the page's main thread for a constant: a hung page cannot answer.

@@ -1,0 +1,8 @@
+//! The relay's CDP sniffer never panics, and on any JSON object serde reads it reads the same
+//! `id`, `method` and `sessionId` as serde, and the same kind (reply or event).
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|frame: &[u8]| outlive::wire::fuzz_one(frame));
