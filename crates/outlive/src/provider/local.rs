@@ -191,55 +191,8 @@ impl LocalChromium {
         let exe = self.resolve_executable()?;
         let root = self.profile_root.clone().unwrap_or_else(std::env::temp_dir);
         sweep_once(&root).await;
-        let profile = tempfile::Builder::new()
-            .prefix(PROFILE_PREFIX)
-            .tempdir_in(&root)
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Io,
-                    "could not create a temporary Chromium profile",
-                )
-                .with_source(e)
-            })?;
-        let owner = claim(profile.path()).map_err(|e| {
-            Error::new(
-                ErrorKind::Io,
-                "could not lock the temporary Chromium profile",
-            )
-            .with_source(e)
-        })?;
-
-        // The profile and the browser's own TMPDIR both live under this one directory:
-        // Chromium puts its process-singleton socket in a fresh `$TMPDIR/org.chromium.*`
-        // directory that only a clean exit removes, so a killed browser would leave one
-        // behind in /tmp for every death.
-        let user_data = profile.path().join("profile");
-        let tmp = profile.path().join("tmp");
-        for dir in [&user_data, &tmp] {
-            std::fs::create_dir(dir).map_err(|e| {
-                Error::new(
-                    ErrorKind::Io,
-                    "could not create a temporary Chromium profile",
-                )
-                .with_source(e)
-            })?;
-        }
-
-        let mut cmd = Command::new(&exe);
-        cmd.args(BASE_ARGS)
-            .arg(format!("--user-data-dir={}", user_data.display()))
-            .env("TMPDIR", &tmp);
-        if nix::unistd::geteuid().is_root() {
-            cmd.arg("--no-sandbox");
-        }
-        cmd.args(&self.args)
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            // Its own process group, so one signal ends the browser and every helper it forked.
-            .process_group(0);
+        let (profile, owner) = make_profile(&root)?;
+        let mut cmd = self.command(&exe, profile.path());
         let lifeline = Lifeline::attach(&mut cmd).map_err(|e| {
             Error::new(
                 ErrorKind::Launch,
@@ -278,8 +231,44 @@ impl LocalChromium {
             _lifeline: lifeline,
             _owner: owner,
         };
-
         let mut lines = BufReader::new(stderr).lines();
+        let url = self.endpoint_line(&mut lines).await?;
+        browser.endpoint = Some(CdpEndpoint::new(url)?);
+        // Keep draining stderr so Chromium never blocks on a full pipe; the task ends at EOF,
+        // when the process exits, or when the browser is dropped.
+        browser.drain = Some(crate::quiet::spawn(async move {
+            while let Ok(Some(_)) = lines.next_line().await {}
+        }));
+        tracing::debug!(pid, profile = %browser.profile_dir().display(), "chromium started");
+        Ok(browser)
+    }
+
+    /// The command line of one launch whose profile and `TMPDIR` live under `dir`.
+    fn command(&self, exe: &Path, dir: &Path) -> Command {
+        let mut cmd = Command::new(exe);
+        cmd.args(BASE_ARGS)
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .env("TMPDIR", dir.join("tmp"));
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("--no-sandbox");
+        }
+        cmd.args(&self.args)
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group, so one signal ends the browser and every helper it forked.
+            .process_group(0);
+        cmd
+    }
+
+    /// Reads Chromium's stderr until it prints its DevTools endpoint, within the launch
+    /// timeout; answers the endpoint's URL.
+    async fn endpoint_line(
+        &self,
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    ) -> Result<String, Error> {
         let mut tail: Vec<String> = Vec::new();
         let found = tokio::time::timeout(self.launch_timeout, async {
             while let Ok(Some(line)) = lines.next_line().await {
@@ -294,18 +283,8 @@ impl LocalChromium {
             None
         })
         .await;
-
         match found {
-            Ok(Some(url)) => {
-                browser.endpoint = Some(CdpEndpoint::new(url)?);
-                // Keep draining stderr so Chromium never blocks on a full pipe; the task ends
-                // at EOF, when the process exits, or when the browser is dropped.
-                browser.drain = Some(crate::quiet::spawn(async move {
-                    while let Ok(Some(_)) = lines.next_line().await {}
-                }));
-                tracing::debug!(pid, profile = %browser.profile_dir().display(), "chromium started");
-                Ok(browser)
-            }
+            Ok(Some(url)) => Ok(url),
             Ok(None) => Err(Error::new(
                 ErrorKind::Launch,
                 format!(
@@ -322,6 +301,27 @@ impl LocalChromium {
             )),
         }
     }
+}
+
+/// A fresh temporary directory under `root` for one browser — its profile (`profile/`) and its
+/// own `TMPDIR` (`tmp/`: Chromium puts its process-singleton socket in a fresh
+/// `$TMPDIR/org.chromium.*` directory that only a clean exit removes, so a killed browser
+/// would leave one behind in /tmp for every death) — claimed by this process.
+fn make_profile(root: &Path) -> Result<(tempfile::TempDir, Flock<File>), Error> {
+    let io = |what: &'static str| {
+        move |e: std::io::Error| Error::new(ErrorKind::Io, what).with_source(e)
+    };
+    let profile = tempfile::Builder::new()
+        .prefix(PROFILE_PREFIX)
+        .tempdir_in(root)
+        .map_err(io("could not create a temporary Chromium profile"))?;
+    let owner =
+        claim(profile.path()).map_err(io("could not lock the temporary Chromium profile"))?;
+    for dir in ["profile", "tmp"] {
+        std::fs::create_dir(profile.path().join(dir))
+            .map_err(io("could not create a temporary Chromium profile"))?;
+    }
+    Ok((profile, owner))
 }
 
 impl Provider for LocalChromium {
