@@ -124,15 +124,19 @@ async fn a_sigkilled_outlive_run_leaves_no_chromium_and_its_profile_is_swept_at_
     assert_eq!(profiles(&root).len(), 1, "no Drop ran: the profile is left");
 
     // The next start sweeps it (and removes its own at its end).
-    let status = Command::new(env!("CARGO_BIN_EXE_outlive"))
+    let next = Command::new(env!("CARGO_BIN_EXE_outlive"))
         .env("TMPDIR", &root)
         .args(["run", "--", "true"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
+        .output()
         .await
         .unwrap();
-    assert!(status.success());
+    assert!(
+        next.status.success(),
+        "{:?}: {}",
+        next.status,
+        String::from_utf8_lossy(&next.stderr)
+    );
     assert_eq!(profiles(&root), Vec::<String>::new());
     support::assert_no_process(&work.display().to_string());
 }
@@ -198,7 +202,7 @@ async fn sigterm_or_sigint_to_the_demo_ends_its_browsers_and_removes_their_profi
             .args(["demo", "--lifetime", "60s", "--task", "120s", "--json"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -206,12 +210,16 @@ async fn sigterm_or_sigint_to_the_demo_ends_its_browsers_and_removes_their_profi
             !chromiums_under(root).is_empty()
         });
         kill(Pid::from_raw(demo.id().unwrap() as i32), signal).unwrap();
-        let code = tokio::time::timeout(Duration::from_secs(10), demo.wait())
+        let out = tokio::time::timeout(Duration::from_secs(10), demo.wait_with_output())
             .await
             .expect("the demo ends on the signal")
-            .unwrap()
-            .code();
-        assert_eq!(code, Some(128 + signal as i32), "{signal}");
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(128 + signal as i32),
+            "{signal}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // Ended by the demo itself, not by the lifeline: the profiles are gone too.
         assert!(chromiums_under(root).is_empty(), "{signal}");
         assert_eq!(profiles(root), Vec::<String>::new(), "{signal}");
