@@ -197,7 +197,7 @@ async fn sigterm_or_sigint_to_the_demo_ends_its_browsers_and_removes_their_profi
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let mut demo = Command::new(env!("CARGO_BIN_EXE_outlive"))
+        let demo = Command::new(env!("CARGO_BIN_EXE_outlive"))
             .env("TMPDIR", root)
             .args(["demo", "--lifetime", "60s", "--task", "120s", "--json"])
             .stdin(std::process::Stdio::null())

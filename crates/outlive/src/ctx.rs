@@ -165,6 +165,8 @@ struct Inner {
     capture: Capturer,
     store: Arc<Store>,
     capture_timeout: Duration,
+    /// How much of an error a log line may show (`Options::diagnostics`).
+    diagnostics: crate::Diagnostics,
     on_milestone: Option<crate::options::OnMilestone>,
     /// Where checkpoints are saved, sealed, for a durable run.
     durable: Option<crate::Durable>,
@@ -216,6 +218,7 @@ impl Ctx {
                 capture,
                 store,
                 capture_timeout: options.capture_timeout,
+                diagnostics: options.diagnostics,
                 on_milestone: options.on_milestone.clone(),
                 durable: options.durable.clone(),
                 progress: Mutex::new(restored_progress.clone()),
@@ -460,7 +463,7 @@ impl Ctx {
             tries += 1;
             match tokio::time::timeout_at(deadline, (self.inner.capture)()).await {
                 Ok(Err(e)) if tries < CAPTURE_TRIES && !self.is_retired() => {
-                    tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "checkpoint capture failed; trying again");
+                    tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "checkpoint capture failed; trying again");
                     tokio::time::sleep(CAPTURE_RETRY).await;
                 }
                 other => break other,
@@ -495,7 +498,7 @@ impl Ctx {
             }
             Ok(Ok(_)) => false,
             Ok(Err(e)) => {
-                tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "checkpoint capture failed");
+                tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "checkpoint capture failed");
                 false
             }
             Err(_) => {
@@ -513,7 +516,7 @@ impl Ctx {
         match tokio::time::timeout_at(deadline, save).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
-                tracing::warn!(attempt, error = %crate::redact::redact(&e.to_string(), crate::Diagnostics::Safe), "the checkpoint could not be saved: it serves a relaunch here, not a takeover");
+                tracing::warn!(attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "the checkpoint could not be saved: it serves a relaunch here, not a takeover");
                 false
             }
             Err(_) => {

@@ -9,7 +9,9 @@ use std::fmt;
 pub enum ErrorKind {
     /// An option was out of range; reported before anything was launched.
     InvalidOption,
-    /// The browser died more than `max_relaunches` times.
+    /// The run stopped trying: the browser died (or a launch failed) more than
+    /// `max_relaunches` times, or its page failed more than `max_page_recoveries` times in a
+    /// browser that lived on.
     GaveUp,
     /// A provider could not launch a browser session.
     Launch,

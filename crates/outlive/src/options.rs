@@ -314,6 +314,7 @@ impl Options {
     }
 
     /// Navigated to before the first entry only; later entries start at the checkpoint URL.
+    /// An absolute `http`, `https`, `file`, `about` or `data` URL.
     ///
     /// # Default
     ///
@@ -500,7 +501,7 @@ impl Options {
                 return Err(Error::invalid_option(
                     "start_url",
                     format!(
-                        "option `start_url` must be an absolute http(s) URL, got {}",
+                        "option `start_url` must be an absolute http, https, file, about or data URL, got {}",
                         crate::redact::redact(url, self.diagnostics)
                     ),
                 ));

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use command_fds::{CommandFdExt, FdMapping};
-use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -354,8 +354,8 @@ struct Lifeline {
 impl Lifeline {
     /// Makes the pipes and hands the browser's ends to `cmd` as its fds 3 and 4.
     fn attach(cmd: &mut Command) -> std::io::Result<Lifeline> {
-        let (browser_reads, to_browser) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-        let (from_browser, browser_writes) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (browser_reads, to_browser) = cloexec_pipe()?;
+        let (from_browser, browser_writes) = cloexec_pipe()?;
         cmd.fd_mappings(vec![
             FdMapping {
                 parent_fd: browser_reads,
@@ -372,6 +372,25 @@ impl Lifeline {
             _from_browser: from_browser,
         })
     }
+}
+
+/// A pipe whose both ends are close-on-exec from their creation (`pipe2`), so no process this
+/// one starts meanwhile on another thread inherits them.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+}
+
+/// A pipe made close-on-exec right after its creation (no `pipe2` here): a process another
+/// thread starts in between could inherit it, and hold a browser alive as long as it lives.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    let (read, write) = nix::unistd::pipe()?;
+    for fd in [&read, &write] {
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    Ok((read, write))
 }
 
 /// Locks `dir`'s owner file for as long as the returned file is open. The lock is taken on a
