@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::checkpoint::Checkpoint;
 use crate::ctx::{Capturer, Ctx, EntryLink, ResumedFrom, Store};
 use crate::error::{Error, ErrorKind, RunError};
-use crate::lifetime::{Lifetime, SafePoints};
+use crate::lifetime::{Lifetime, Plan, SafePoints};
 use crate::options::Options;
 use crate::redact::redact;
 use crate::relay::Death;
@@ -345,6 +345,28 @@ struct Run<'r, B: Backend, F> {
     /// An entry ended without a checkpoint of the task's own: the task may never make one,
     /// so a rotation need not wait for its first (see [`SafePoints::blind`]).
     blind: bool,
+}
+
+/// When the clocks of a running entry are due (see `Run::schedule`).
+struct Schedule {
+    /// The next automatic checkpoint.
+    due: Instant,
+    /// From when a rotation's successor is to be launched.
+    rotate_from: Option<Instant>,
+    /// When a successor (or standby) is launched, if one is to be.
+    launch_successor_at: Option<Instant>,
+    /// When the standby is replaced by a younger one.
+    stale_at: Option<Instant>,
+    /// When the ready successor is armed as the rotation's.
+    arm: Option<Arm>,
+}
+
+/// A ready successor's arming: when, and whether it is too old to rotate to.
+#[derive(Clone, Copy)]
+struct Arm {
+    at: Instant,
+    too_old: bool,
+    plan: Plan,
 }
 
 /// A browser launched beside the task's, ahead of need.
@@ -686,7 +708,7 @@ where
     /// (a fresh page, or a new browser) gets ready, then drops it.
     async fn watch_entry(
         &mut self,
-        mut browser: B::Browser,
+        browser: B::Browser,
         resumed_from: Option<ResumedFrom>,
     ) -> Ended<T, E, B::Browser> {
         let options = self.options;
@@ -745,69 +767,13 @@ where
         let ended = loop {
             // While the entry runs, nothing waits: releases start as they come.
             self.start_deferred();
-            let base = self
-                .store
-                .latest_taken()
-                .map_or(entry_started, |t| t.max(entry_started))
-                .max(last_periodic);
-            let mut due = base + options.checkpoint_every;
-            // An armed switch with no own safe point coming in time takes an automatic one as
-            // soon as it is safe.
-            if let Some(safe) = ctx.periodic_safe_from().filter(|at| *at > last_periodic) {
-                due = due.min(safe);
-            }
-            // The switch is expected at the task's last own checkpoint before the browser is
-            // to be left; the successor is launched a lead before it, so it is young then.
-            let blind = self.blind && self.periodic_safe;
-            let expected = plan.and_then(|p| {
-                p.switch_expected(born, ctx.own_since(), self.store.cadence(), blind)
-            });
-            let rotate_from = plan.zip(expected).map(|(p, at)| p.launch_for(born, at));
-            // A successor is launched for a rotation when it is due; a standby once this entry
-            // has taken its first checkpoint (so its launch does not slow the entry's start,
-            // and it has something current to restore).
-            let checkpointed = self
-                .store
-                .latest_taken()
-                .is_some_and(|t| t >= entry_started);
-            let launch_successor_at = match (&succ, options.standby, rotate_from) {
-                (Some(_), _, _) => None,
-                (None, true, _) if checkpointed => Some(retry_at),
-                (None, true, None) => None,
-                (None, true, Some(at)) => Some(at.max(retry_at)),
-                (None, false, at) => at.map(|at| at.max(retry_at)),
-            };
-            // A standby must outlive the browser it stands by for. With rotations, one younger
-            // than that browser does (it leaves first); one older is replaced now. Without, it
-            // is kept younger than half the lifetime known, so that it outlives the browser it
-            // replaces by at least that much.
-            let stale_at = match (&succ, self.lifetime.for_standby()) {
-                (Some(s), Some(life)) if s.standby && s.is_ready() => match plan {
-                    Some(_) if s.born >= born => None,
-                    Some(_) => Some(s.born),
-                    None => Some(s.born + life / 2),
-                },
-                _ => None,
-            };
-            // A ready successor is armed once the rotation is due (the safe points then decide
-            // the moment). A standby that would be older than a quarter of the lifetime at the
-            // expected switch is no successor: it is replaced as soon as the successor is due
-            // to launch, so the fresh one has the whole lead to get ready. (Judged once, here,
-            // for both.)
-            let arm = match (&succ, rotate_from, expected, plan) {
-                (Some(s), Some(at), Some(switch), Some(p))
-                    if s.is_ready() && !ctx.is_switch_armed() =>
-                {
-                    // A fresh one would be a lead old at the switch anyway: no older than that
-                    // is not too old (under load, launches slow enough to make a lead longer
-                    // than a quarter of the lifetime had every fresh standby replaced again).
-                    let too_old = s.standby
-                        && switch.saturating_duration_since(s.born)
-                            > (p.dies_at / 4).max(p.lead * 2);
-                    Some((at, too_old, p))
-                }
-                _ => None,
-            };
+            let Schedule {
+                due,
+                rotate_from,
+                launch_successor_at,
+                stale_at,
+                arm,
+            } = self.schedule(&ctx, plan, &succ, entry_started, last_periodic, retry_at);
             tokio::select! {
                 biased;
                 () = ctx.at_safe_point(), if ctx.is_switch_armed() => break Err(None),
@@ -817,32 +783,8 @@ where
                 death = browser.died() => break Err(Some(death)),
                 turn = async { succ.as_mut().expect("checked").turn().await }, if succ.is_some() => {
                     let s = succ.take().expect("checked");
-                    match turn {
-                        Turn::Launched(Ok((successor, restored))) => {
-                            // The old standby goes now, unless this is the rotation's successor:
-                            // then at the switch, so its teardown does not slow the safe
-                            // point's checkpoint.
-                            let rotating = rotate_from.is_some_and(|at| Instant::now() >= at);
-                            if let Some(old) = stale.take_if(|_| !rotating) {
-                                self.discard_successor(old);
-                            }
-                            options.note(Milestone::SuccessorReady { took: s.born.elapsed(), standby: s.standby });
-                            self.lifetime.launched_in(s.born.elapsed());
-                            tracing::debug!(took = ?s.born.elapsed(), standby = s.standby, "successor ready");
-                            succ = Some(Successor { state: Standing::Ready { browser: successor, restored }, ..s });
-                        }
-                        Turn::Launched(Err(e)) => {
-                            self.reporter.tally.standby += s.born.elapsed();
-                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "a successor's launch failed; trying again after the backoff");
-                            retry_at = Instant::now() + options.relaunch_backoff;
-                        }
-                        Turn::Died(death) => {
-                            ctx.disarm_switch();
-                            tracing::info!(cause = death.cause.as_str(), "a successor died before the switch; launching another");
-                            self.discard_successor(s);
-                            retry_at = Instant::now();
-                        }
-                    }
+                    let rotating = rotate_from.is_some_and(|at| Instant::now() >= at);
+                    succ = self.on_successor_turn(s, turn, rotating, &mut stale, &ctx, &mut retry_at);
                 }
                 death = async { stale.as_mut().expect("checked").standing_death().await }, if stale.is_some() => {
                     tracing::info!(cause = death.cause.as_str(), "the old standby died");
@@ -864,9 +806,9 @@ where
                     }
                     retry_at = Instant::now();
                 }
-                _ = sleep_until(arm.map_or(entry_started, |(at, ..)| at)), if arm.is_some() => {
+                _ = sleep_until(arm.map_or(entry_started, |a| a.at)), if arm.is_some() => {
                     let s = succ.take().expect("checked");
-                    let (_, too_old, p) = arm.expect("checked");
+                    let Arm { too_old, plan: p, .. } = arm.expect("checked");
                     if too_old {
                         // A standby about as old as this browser would soon need leaving too:
                         // a fresh one takes its place, and is the successor.
@@ -907,52 +849,8 @@ where
             Err(None) => {
                 // At a safe point: the entry ends here, before anything after the checkpoint.
                 drop(entry);
-                ctx.retire();
-                let ended_at = Instant::now();
                 let s = succ.take().expect("armed only with a successor");
-                let Standing::Ready {
-                    browser: successor,
-                    restored,
-                } = s.state
-                else {
-                    unreachable!("armed only when ready");
-                };
-                if let Some(old) = stale.take() {
-                    self.discard_successor(old);
-                }
-                self.reporter.tally.rotations += 1;
-                self.reporter.tally.standby += ended_at.saturating_duration_since(s.born);
-                let lost_work = self
-                    .store
-                    .latest_taken()
-                    .map_or(Duration::ZERO, |t| ended_at.saturating_duration_since(t));
-                let cut = EntryEnd {
-                    attempt,
-                    started: entry_started,
-                    redo_from: ctx.own_since(),
-                };
-                let redone = self.reporter.record_redone(&cut, ended_at);
-                let age = ended_at.saturating_duration_since(born);
-                options.note(Milestone::Rotated {
-                    attempt,
-                    age,
-                    lost_work,
-                    redone,
-                });
-                tracing::info!(
-                    attempt,
-                    ?age,
-                    ?lost_work,
-                    ?redone,
-                    "rotated to the successor at a safe point"
-                );
-                return Ended::Rotated {
-                    old: browser,
-                    successor,
-                    born: s.born,
-                    restored,
-                    fruitless: !ctx.made_progress(),
-                };
+                return self.rotate(browser, &ctx, s, stale.take(), entry_started);
             }
         };
         ctx.disarm_switch();
@@ -1006,6 +904,23 @@ where
         };
 
         ctx.retire();
+        self.give_grace(browser, death, cut, entry).await
+    }
+
+    /// After the entry's browser or page failed: the entry gets its grace while the
+    /// replacement (a fresh page, or a new browser or the standby) gets ready; then the entry
+    /// is dropped, unless it finished meanwhile.
+    async fn give_grace<En>(
+        &mut self,
+        mut browser: B::Browser,
+        death: Death,
+        cut: EntryEnd,
+        mut entry: Pin<Box<En>>,
+    ) -> Ended<T, E, B::Browser>
+    where
+        En: Future<Output = std::thread::Result<Result<T, E>>>,
+    {
+        let options = self.options;
         tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "the entry's {} failed; waiting out the grace period", if death.cause.is_page() { "page" } else { "browser" });
         if death.cause.is_page() && browser.browser_death().is_none() {
             // The fresh page opens now, while the entry has its grace.
@@ -1074,6 +989,202 @@ where
             death,
             entry: cut,
             fresh_page: None,
+        }
+    }
+
+    /// A successor's launch ended, or the ready one died: answers the successor kept (none
+    /// when it failed or died; another is launched from `retry_at`).
+    fn on_successor_turn(
+        &mut self,
+        s: Successor<'r, B::Browser>,
+        turn: Turn<B::Browser>,
+        rotating: bool,
+        stale: &mut Option<Successor<'r, B::Browser>>,
+        ctx: &Ctx,
+        retry_at: &mut Instant,
+    ) -> Option<Successor<'r, B::Browser>> {
+        match turn {
+            Turn::Launched(Ok((successor, restored))) => {
+                // The old standby goes now, unless this is the rotation's successor: then at
+                // the switch, so its teardown does not slow the safe point's checkpoint.
+                if let Some(old) = stale.take_if(|_| !rotating) {
+                    self.discard_successor(old);
+                }
+                self.options.note(Milestone::SuccessorReady {
+                    took: s.born.elapsed(),
+                    standby: s.standby,
+                });
+                self.lifetime.launched_in(s.born.elapsed());
+                tracing::debug!(took = ?s.born.elapsed(), standby = s.standby, "successor ready");
+                Some(Successor {
+                    state: Standing::Ready {
+                        browser: successor,
+                        restored,
+                    },
+                    ..s
+                })
+            }
+            Turn::Launched(Err(e)) => {
+                self.reporter.tally.standby += s.born.elapsed();
+                tracing::warn!(error = %redact(&e.to_string(), self.options.diagnostics), "a successor's launch failed; trying again after the backoff");
+                *retry_at = Instant::now() + self.options.relaunch_backoff;
+                None
+            }
+            Turn::Died(death) => {
+                ctx.disarm_switch();
+                tracing::info!(
+                    cause = death.cause.as_str(),
+                    "a successor died before the switch; launching another"
+                );
+                self.discard_successor(s);
+                *retry_at = Instant::now();
+                None
+            }
+        }
+    }
+
+    /// The entry ended at a safe point with the successor `s` ready: the task moves to it.
+    fn rotate(
+        &mut self,
+        browser: B::Browser,
+        ctx: &Ctx,
+        s: Successor<'r, B::Browser>,
+        stale: Option<Successor<'r, B::Browser>>,
+        entry_started: Instant,
+    ) -> Ended<T, E, B::Browser> {
+        let attempt = ctx.attempt();
+        ctx.retire();
+        let ended_at = Instant::now();
+        let Standing::Ready {
+            browser: successor,
+            restored,
+        } = s.state
+        else {
+            unreachable!("armed only when ready");
+        };
+        if let Some(old) = stale {
+            self.discard_successor(old);
+        }
+        self.reporter.tally.rotations += 1;
+        self.reporter.tally.standby += ended_at.saturating_duration_since(s.born);
+        let lost_work = self
+            .store
+            .latest_taken()
+            .map_or(Duration::ZERO, |t| ended_at.saturating_duration_since(t));
+        let cut = EntryEnd {
+            attempt,
+            started: entry_started,
+            redo_from: ctx.own_since(),
+        };
+        let redone = self.reporter.record_redone(&cut, ended_at);
+        let age = ended_at.saturating_duration_since(self.born);
+        self.options.note(Milestone::Rotated {
+            attempt,
+            age,
+            lost_work,
+            redone,
+        });
+        tracing::info!(
+            attempt,
+            ?age,
+            ?lost_work,
+            ?redone,
+            "rotated to the successor at a safe point"
+        );
+        Ended::Rotated {
+            old: browser,
+            successor,
+            born: s.born,
+            restored,
+            fruitless: !ctx.made_progress(),
+        }
+    }
+
+    /// When each of the entry's clocks is due: the automatic checkpoint, a successor's launch,
+    /// the standby's replacement, the rotation's arming.
+    fn schedule(
+        &self,
+        ctx: &Ctx,
+        plan: Option<Plan>,
+        succ: &Option<Successor<'r, B::Browser>>,
+        entry_started: Instant,
+        last_periodic: Instant,
+        retry_at: Instant,
+    ) -> Schedule {
+        let base = self
+            .store
+            .latest_taken()
+            .map_or(entry_started, |t| t.max(entry_started))
+            .max(last_periodic);
+        let mut due = base + self.options.checkpoint_every;
+        // An armed switch with no own safe point coming in time takes an automatic one as
+        // soon as it is safe.
+        if let Some(safe) = ctx.periodic_safe_from().filter(|at| *at > last_periodic) {
+            due = due.min(safe);
+        }
+        // The switch is expected at the task's last own checkpoint before the browser is
+        // to be left; the successor is launched a lead before it, so it is young then.
+        let blind = self.blind && self.periodic_safe;
+        let expected = plan.and_then(|p| {
+            p.switch_expected(self.born, ctx.own_since(), self.store.cadence(), blind)
+        });
+        let rotate_from = plan
+            .zip(expected)
+            .map(|(p, at)| p.launch_for(self.born, at));
+        // A successor is launched for a rotation when it is due; a standby once this entry
+        // has taken its first checkpoint (so its launch does not slow the entry's start,
+        // and it has something current to restore).
+        let checkpointed = self
+            .store
+            .latest_taken()
+            .is_some_and(|t| t >= entry_started);
+        let launch_successor_at = match (succ, self.options.standby, rotate_from) {
+            (Some(_), _, _) => None,
+            (None, true, _) if checkpointed => Some(retry_at),
+            (None, true, None) => None,
+            (None, true, Some(at)) => Some(at.max(retry_at)),
+            (None, false, at) => at.map(|at| at.max(retry_at)),
+        };
+        // A standby must outlive the browser it stands by for. With rotations, one younger
+        // than that browser does (it leaves first); one older is replaced now. Without, it
+        // is kept younger than half the lifetime known, so that it outlives the browser it
+        // replaces by at least that much.
+        let stale_at = match (succ, self.lifetime.for_standby()) {
+            (Some(s), Some(life)) if s.standby && s.is_ready() => match plan {
+                Some(_) if s.born >= self.born => None,
+                Some(_) => Some(s.born),
+                None => Some(s.born + life / 2),
+            },
+            _ => None,
+        };
+        // A ready successor is armed once the rotation is due (the safe points then decide
+        // the moment). A standby that would be older than a quarter of the lifetime at the
+        // expected switch is no successor: it is replaced as soon as the successor is due
+        // to launch, so the fresh one has the whole lead to get ready. (Judged once, here,
+        // for both.)
+        let arm = match (succ, rotate_from, expected, plan) {
+            (Some(s), Some(at), Some(switch), Some(p))
+                if s.is_ready() && !ctx.is_switch_armed() =>
+            {
+                // A fresh one would be a lead old at the switch anyway: no older than that
+                // is not too old (under load, launches slow enough to make a lead longer
+                // than a quarter of the lifetime had every fresh standby replaced again).
+                let too_old = s.standby
+                    && switch.saturating_duration_since(s.born) > (p.dies_at / 4).max(p.lead * 2);
+                Some(Arm {
+                    at,
+                    too_old,
+                    plan: p,
+                })
+            }
+            _ => None,
+        };
+        Schedule {
+            due,
+            rotate_from,
+            launch_successor_at,
+            stale_at,
+            arm,
         }
     }
 

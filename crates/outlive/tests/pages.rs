@@ -268,10 +268,14 @@ async fn a_hung_page_is_noticed_by_its_stalled_command_and_recovered() {
 async fn a_crash_of_the_fresh_page_during_its_restore_is_recovered_again() {
     let out = run_task(&[Break::CrashThenCrashTheFreshPage], true).await;
     assert_restored(&out);
-    assert_eq!(out.event.page_recoveries, 2, "{:?}", out.seen.page_failures);
-    assert_eq!(out.event.relaunches, 0);
-    assert_eq!(out.launches, 1);
-    assert_eq!(out.seen.page_failures.len(), 2);
+    let seen = format!(
+        "page failures {:?}, deaths {:?}, {:?}",
+        out.seen.page_failures, out.seen.deaths, out.event
+    );
+    assert_eq!(out.event.page_recoveries, 2, "{seen}");
+    assert_eq!(out.event.relaunches, 0, "{seen}");
+    assert_eq!(out.launches, 1, "{seen}");
+    assert_eq!(out.seen.page_failures.len(), 2, "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,11 +427,12 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
                     .event_listener::<EventJavascriptDialogOpening>()
                     .await?;
                 let confirm = page.evaluate("confirm('sure?')");
-                // The task takes its time (three heartbeat timeouts), then accepts.
+                // The task takes its time (longer than the hang bound, interval + timeout),
+                // then accepts.
                 let answer = async {
                     let dialog = opened.next().await.expect("the dialog opens");
                     assert_eq!(dialog.message, "sure?");
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    tokio::time::sleep(Duration::from_millis(3000)).await;
                     page.execute(HandleJavaScriptDialogParams::new(true)).await
                 };
                 let (confirmed, answered) = futures::join!(confirm, answer);
@@ -438,8 +443,8 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
         },
         Options::new()
             .dialogs(outlive::Dialogs::Leave)
-            .heartbeat_interval(Duration::from_millis(500))
-            .heartbeat_timeout(Duration::from_millis(500)),
+            .heartbeat_interval(Duration::from_millis(1000))
+            .heartbeat_timeout(Duration::from_millis(1000)),
     )
     .await;
     assert!(answer.unwrap(), "the task's own answer");
