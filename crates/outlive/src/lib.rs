@@ -152,12 +152,12 @@ pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, RunError};
-pub use options::{Diagnostics, Dialogs, Options, Rotation, Viewport};
+pub use options::{Diagnostics, Dialogs, Options, Rotation};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };
 pub use quiet::{Quiet, quietly};
-pub use relay::{Death, DeathCause};
+pub use relay::DeathCause;
 pub use report::{Milestone, Outcome, WideEvent};
 pub use seal::{SealKey, Sealer};
 pub use solari_browser;
