@@ -65,7 +65,16 @@ pub enum ErrorKind {
         /// The names registered.
         known: Vec<String>,
     },
-    /// A run's input does not fit its task's input type; the source says where.
+    /// A task declaration (`outlive worker --task NAME='CMD ARGS…'`) was refused; the worker
+    /// did not start.
+    InvalidTask {
+        /// The task's name (or the whole declaration when it has no `=`).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A run's input does not fit its task (its input type, or the size cap); the source
+    /// says how.
     Input {
         /// The task.
         task: String,
@@ -152,6 +161,9 @@ impl fmt::Display for Error {
                 "no task named {name:?}; the tasks are: {}",
                 known.join(", ")
             ),
+            ErrorKind::InvalidTask { name, reason } => {
+                write!(f, "task {name:?} cannot be declared: {reason}")
+            }
             ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
             ErrorKind::Database { what } => write!(
                 f,

@@ -183,12 +183,17 @@ enum Command {
         /// Lifetime of the embedded gateway's sessions (without --solari-url).
         #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
         lifetime: Duration,
+        /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
+        /// `outlive run`, with the run's input in $OUTLIVE_INPUT.
+        #[arg(long = "task", value_name = "NAME=CMD")]
+        tasks: Vec<String>,
     },
     /// Enqueue a durable run of a task by name; prints its run id.
     Submit {
-        /// The task: `bank`.
+        /// The task: `bank`, or a name a worker declared with --task.
         task: String,
-        /// Its input, as JSON (`bank`: {"polls": 30, "poll_every_ms": 500, "bank_url": …}).
+        /// Its input, as JSON, at most 64 KiB (`bank`: {"polls": 30, "poll_every_ms": 500,
+        /// "bank_url": …}; a command task gets it in $OUTLIVE_INPUT).
         #[arg(long, default_value = "{}")]
         input: String,
         /// PostgreSQL.
@@ -379,6 +384,7 @@ async fn main() -> anyhow::Result<()> {
             max_pickups,
             checkpoint_every,
             lifetime,
+            tasks,
         } => {
             let key = match key_file {
                 Some(path) => outlive::SealKey::from_file(&path),
@@ -399,6 +405,7 @@ async fn main() -> anyhow::Result<()> {
                 },
                 checkpoint_every,
                 lifetime,
+                tasks,
             };
             let prepared = durable_cli::prepare(config).await?;
             println!(

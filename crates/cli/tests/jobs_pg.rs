@@ -7,32 +7,9 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use outlive_cli::durable::PgStore;
-use outlive_cli::jobs::{self, RunRow};
-use support::pg::{JobsBed, submit_bank};
-
-/// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
-async fn until(
-    store: &PgStore,
-    within: Duration,
-    what: &str,
-    done: impl Fn(&[RunRow]) -> bool,
-) -> Vec<RunRow> {
-    let deadline = Instant::now() + within;
-    loop {
-        let runs = jobs::runs(store).await.unwrap();
-        if done(&runs) {
-            return runs;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {within:?}: {runs:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use support::pg::{JobsBed, submit_bank, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_sign_in() {

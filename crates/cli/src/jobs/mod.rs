@@ -3,15 +3,29 @@
 //! dies (kill -9, a lost machine) is taken by another once the dead worker's heartbeats lapse,
 //! and resumes from its newest checkpoint, sealed in [`PgStore`].
 //!
-//! * [`Tasks`] — tasks by name, each with a serde input type.
+//! # Layout
+//!
+//! * [`Tasks`] — tasks by name: Rust functions with a serde input type
+//!   ([`Tasks::register`]), or commands ([`Tasks::command`], `outlive worker --task
+//!   NAME='CMD ARGS…'`, parsed by [`parse_task`]) run as `outlive run -- CMD` runs them.
 //! * [`submit`] — enqueue a run; [`runs`] — every run with its status, entries and wide event.
 //! * [`Worker`] — takes runs from the queue and runs them through outlive, durable.
+//! * `lease` — exactly one worker per run: the lease a worker renews while it holds a run,
+//!   the self-stop before anyone may take it over, and [`FencedStore`], whose checkpoint
+//!   writes name the pickup that holds the run.
 //! * [`SessionLimit`] — at most N browser sessions at once across every worker, through
 //!   PostgreSQL advisory locks (a dead worker's locks go with its connections).
 //!
 //! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`);
-//! outlive adds `outlive_runs` (one row per run: task, status, worker pickups, result or
-//! error, the last wide event) and `outlive_checkpoints` ([`PgStore`]).
+//! outlive adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
+//! or error, the last wide event), `outlive_tasks` (every task name a worker declared: what
+//! [`submit`] accepts besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
+
+mod command;
+mod lease;
+
+pub use command::{MAX_INPUT_BYTES, parse_task};
+pub use lease::FencedStore;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -29,9 +43,11 @@ use outlive::{BoxFuture, Ctx, Durable, Options, Page, Provider, Sealer, Session,
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection, PgPool};
+use tokio::sync::watch;
 
 use crate::durable::PgStore;
 use crate::error::{Error, ErrorKind};
+use lease::{Claim, Lease, Lost};
 
 /// The apalis queue every outlive run goes through.
 pub const QUEUE: &str = "outlive-runs";
@@ -55,7 +71,17 @@ const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
     error text,
     event jsonb,
     submitted_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    lease_until timestamptz
+)";
+
+/// For a runs table created before leases.
+const RUNS_LEASE: &str =
+    "ALTER TABLE outlive_runs ADD COLUMN IF NOT EXISTS lease_until timestamptz";
+
+const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
+    name text PRIMARY KEY,
+    declared_at timestamptz NOT NULL DEFAULT now()
 )";
 
 /// Creates what durable runs need in the database, if missing: apalis' schema (its own
@@ -68,10 +94,12 @@ pub async fn setup(store: &PgStore) -> Result<(), Error> {
     PostgresStorage::setup(store.pool())
         .await
         .map_err(|e| db("creating apalis' tables", e))?;
-    sqlx::query(RUNS_TABLE)
-        .execute(store.pool())
-        .await
-        .map_err(|e| db("creating the runs table", e))?;
+    for table in [RUNS_TABLE, RUNS_LEASE, TASKS_TABLE] {
+        sqlx::query(table)
+            .execute(store.pool())
+            .await
+            .map_err(|e| db("creating the runs tables", e))?;
+    }
     store.setup().await
 }
 
@@ -82,19 +110,40 @@ struct Finished {
 }
 
 type Erased = Arc<
-    dyn Fn(serde_json::Value, Arc<dyn Provider>, Options) -> BoxFuture<'static, Finished>
+    dyn Fn(
+            serde_json::Value,
+            Arc<dyn Provider>,
+            Options,
+            watch::Receiver<bool>,
+        ) -> BoxFuture<'static, Finished>
         + Send
         + Sync,
 >;
 type Check = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>;
 
-/// Tasks by name. Each takes a serde input (checked when a run is submitted, and again when a
-/// worker takes it) and runs through outlive with the page and [`Ctx`] of each entry. A
-/// durable task keeps its progress in its checkpoints ([`Ctx::checkpoint_with`]), never in
-/// memory outside the task: the next entry may run in another process.
+/// One task: a Rust function, or a command.
+#[derive(Clone)]
+enum Task {
+    Rust { run: Erased, check: Check },
+    Command(outlive::Command),
+}
+
+/// Resolves once `stop` says so; never if its sender is gone without saying it.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Tasks by name. A Rust task takes a serde input (checked when a run is submitted, and again
+/// when a worker takes it) and runs through outlive with the page and [`Ctx`] of each entry;
+/// a command task takes any JSON input and runs as `outlive run -- CMD` runs it. A durable
+/// task keeps its progress in its checkpoints ([`Ctx::checkpoint_with`], or `POST
+/// $OUTLIVE_CONTROL_URL/checkpoint` from a command), never in memory outside the task: the
+/// next entry may run in another process.
 #[derive(Clone, Default)]
 pub struct Tasks {
-    by_name: BTreeMap<String, (Erased, Check)>,
+    by_name: BTreeMap<String, Task>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -121,7 +170,7 @@ impl Tasks {
         E: Display + Send + 'static,
     {
         let task = Arc::new(task);
-        let run: Erased = Arc::new(move |input, provider, options| {
+        let run: Erased = Arc::new(move |input, provider, options, stop| {
             let task = task.clone();
             Box::pin(async move {
                 let input: Arc<I> = match serde_json::from_value(input) {
@@ -133,12 +182,21 @@ impl Tasks {
                         };
                     }
                 };
-                let (result, event) = outlive::outlive_with_event(
+                let run = outlive::outlive_with_event(
                     provider.as_ref(),
                     |page, ctx| task(input.clone(), page, ctx),
                     options,
-                )
-                .await;
+                );
+                // Stopped: the entry is dropped, and its browser released with it.
+                let (result, event) = tokio::select! {
+                    ran = run => ran,
+                    () = stopped(stop) => {
+                        return Finished {
+                            result: Err("stopped".to_owned()),
+                            event: None,
+                        };
+                    }
+                };
                 let result = match result {
                     Ok(v) => serde_json::to_value(v)
                         .map_err(|e| format!("the result does not serialise: {e}")),
@@ -155,7 +213,18 @@ impl Tasks {
                 .map(drop)
                 .map_err(|e| e.to_string())
         });
-        self.by_name.insert(name.into(), (run, check));
+        self.by_name.insert(name.into(), Task::Rust { run, check });
+        self
+    }
+
+    /// Registers `command` under `name` (see [`parse_task`] for `NAME='CMD ARGS…'`): each run
+    /// runs it as `outlive run -- CMD` does, with the run's input, as JSON, in
+    /// `OUTLIVE_INPUT`; `OUTLIVE_ATTEMPT` and `OUTLIVE_PROGRESS` go on across workers. It
+    /// completes when the command exits 0 (result `{"exitCode": 0}`), and fails when the
+    /// command fails with its browser alive.
+    #[must_use]
+    pub fn command(mut self, name: impl Into<String>, command: outlive::Command) -> Self {
+        self.by_name.insert(name.into(), Task::Command(command));
         self
     }
 
@@ -164,42 +233,88 @@ impl Tasks {
         self.by_name.keys().map(String::as_str)
     }
 
-    /// Checks that `name` is registered and `input` fits its input type.
+    /// Checks that `name` is registered and `input` fits it: a Rust task's input type, or
+    /// for a command any JSON up to [`MAX_INPUT_BYTES`].
     ///
     /// # Errors
     ///
     /// [`ErrorKind::UnknownTask`]; [`ErrorKind::Input`] with what in the input does not fit.
     pub fn check(&self, name: &str, input: &serde_json::Value) -> Result<(), Error> {
-        let (_, check) = self.by_name.get(name).ok_or_else(|| {
+        let task = self.by_name.get(name).ok_or_else(|| {
             Error::new(ErrorKind::UnknownTask {
                 name: name.to_owned(),
                 known: self.names().map(str::to_owned).collect(),
             })
         })?;
-        check(input).map_err(|e| {
-            Error::with(
-                ErrorKind::Input {
-                    task: name.to_owned(),
-                },
-                e,
-            )
-        })
+        check_size(name, input)?;
+        match task {
+            Task::Rust { check, .. } => check(input).map_err(|e| {
+                Error::with(
+                    ErrorKind::Input {
+                        task: name.to_owned(),
+                    },
+                    e,
+                )
+            }),
+            Task::Command(_) => Ok(()),
+        }
     }
 }
 
-/// Enqueues a run of `task` with `input` (checked against `tasks` first) and answers its run
-/// id. The run shows in [`runs`] as `queued` until a worker takes it.
+/// Refuses an input over [`MAX_INPUT_BYTES`].
+fn check_size(task: &str, input: &serde_json::Value) -> Result<(), Error> {
+    let len = input.to_string().len();
+    if len > MAX_INPUT_BYTES {
+        return Err(Error::with(
+            ErrorKind::Input {
+                task: task.to_owned(),
+            },
+            format!(
+                "the input is {len} bytes of JSON, over the cap of {MAX_INPUT_BYTES}: pass a \
+                 reference (a URL, a key) to the data instead"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Enqueues a run of `task` with `input` and answers its run id. The run shows in [`runs`]
+/// as `queued` until a worker takes it.
+///
+/// `task` must be one of `tasks` (its input is then checked against it) or a name a worker
+/// declared on this database (`outlive_tasks`: a worker records its task names when it
+/// starts; such a run's input may be any JSON up to [`MAX_INPUT_BYTES`]).
 ///
 /// # Errors
 ///
-/// [`ErrorKind::UnknownTask`], [`ErrorKind::Input`], [`ErrorKind::Database`].
+/// [`ErrorKind::UnknownTask`], [`ErrorKind::Input`], [`ErrorKind::Database`]; nothing is
+/// queued then.
 pub async fn submit(
     store: &PgStore,
     tasks: &Tasks,
     task: &str,
     input: serde_json::Value,
 ) -> Result<String, Error> {
-    tasks.check(task, &input)?;
+    if tasks.by_name.contains_key(task) {
+        tasks.check(task, &input)?;
+    } else {
+        let declared: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM outlive_tasks ORDER BY name")
+                .fetch_all(store.pool())
+                .await
+                .map_err(|e| db("reading the declared tasks", e))?;
+        if !declared.iter().any(|d| d == task) {
+            let mut known: Vec<String> = tasks.names().map(str::to_owned).collect();
+            known.extend(declared);
+            known.sort();
+            known.dedup();
+            return Err(Error::new(ErrorKind::UnknownTask {
+                name: task.to_owned(),
+                known,
+            }));
+        }
+        check_size(task, &input)?;
+    }
     // apalis' PostgreSQL storage reads task ids back as ULIDs.
     let id = TaskId::from_ulid(ulid::Ulid::generate());
     let run_id = id.to_string();
@@ -299,7 +414,10 @@ pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
 pub struct WorkerConfig {
     /// A worker tells the database it is alive this often.
     pub heartbeat: Duration,
-    /// After this many heartbeats missed, its runs are given to another worker.
+    /// After this many heartbeats missed, its runs are given to another worker: the takeover
+    /// delay is `heartbeat × missed_heartbeats`. A worker that could not renew its hold on a
+    /// run for `heartbeat × (missed_heartbeats − 1)` stops the run's task (the self-stop
+    /// deadline), and has half a heartbeat to end it; so at least 2.
     pub missed_heartbeats: usize,
     /// Runs at once in this worker.
     pub concurrency: usize,
@@ -330,8 +448,12 @@ impl WorkerConfig {
         if self.heartbeat.is_zero() {
             return invalid("heartbeat", "must be longer than 0");
         }
-        if self.missed_heartbeats == 0 {
-            return invalid("missed_heartbeats", "must be at least 1");
+        if self.missed_heartbeats < 2 {
+            return invalid(
+                "missed_heartbeats",
+                "must be at least 2 (a worker stops a run it cannot renew a heartbeat before \
+                 another may take it)",
+            );
         }
         if self.concurrency == 0 {
             return invalid("concurrency", "must be at least 1");
@@ -443,7 +565,9 @@ impl Worker {
             provider,
             options,
             max_pickups: config.max_pickups,
+            timing: lease::Timing::new(config.heartbeat, config.missed_heartbeats as u32),
         });
+        declare(&store, &shared.tasks).await?;
         tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
         Monitor::new()
             .shutdown_timeout(Duration::from_secs(30))
@@ -470,6 +594,21 @@ struct Shared {
     provider: Arc<dyn Provider>,
     options: Options,
     max_pickups: u32,
+    timing: lease::Timing,
+}
+
+/// Records the names of `tasks` in `outlive_tasks`, for [`submit`] to accept.
+async fn declare(store: &PgStore, tasks: &Tasks) -> Result<(), Error> {
+    let names: Vec<String> = tasks.names().map(str::to_owned).collect();
+    sqlx::query(
+        "INSERT INTO outlive_tasks (name) SELECT unnest($1::text[])
+         ON CONFLICT (name) DO UPDATE SET declared_at = now()",
+    )
+    .bind(&names)
+    .execute(store.pool())
+    .await
+    .map_err(|e| db("declaring the worker's tasks", e))?;
+    Ok(())
 }
 
 /// One run, taken from the queue.
@@ -481,14 +620,14 @@ async fn take(
 ) -> Result<serde_json::Value, BoxDynError> {
     let run_id = id.to_string();
     let pool = shared.store.pool();
-    let pickups: i32 = sqlx::query_scalar(
-        "UPDATE outlive_runs SET status = 'running', worker = $2, pickups = pickups + 1,
-         updated_at = now() WHERE run_id = $1 RETURNING pickups",
-    )
-    .bind(&run_id)
-    .bind(worker.name())
-    .fetch_one(pool)
-    .await?;
+    let lease = match Lease::claim(pool, &run_id, worker.name(), shared.timing).await? {
+        Claim::Held(lease) => lease,
+        Claim::Over(status) => {
+            tracing::info!(run_id, status, "the run is over already: not run");
+            return Ok(serde_json::json!({ "notRun": status }));
+        }
+    };
+    let pickups = lease.pickup();
     if i64::from(pickups) > i64::from(shared.max_pickups) {
         let error = format!(
             "taken {pickups} times without finishing (max_pickups is {}): every worker that had \
@@ -497,18 +636,18 @@ async fn take(
             shared.max_pickups
         );
         tracing::warn!(run_id, pickups, "a run taken too often is failed, not run");
-        finish(pool, &run_id, &Err(error.clone()), None).await?;
+        finish(&lease, pool, &Err(error.clone()), None).await?;
         return Err(AbortError::new(error).into());
     }
-    let Some((run, _)) = shared.tasks.by_name.get(&job.task) else {
+    let Some(task) = shared.tasks.by_name.get(&job.task) else {
         let error = format!("this worker has no task named {:?}", job.task);
-        finish(pool, &run_id, &Err(error.clone()), None).await?;
+        finish(&lease, pool, &Err(error.clone()), None).await?;
         return Err(AbortError::new(error).into());
     };
     let mut durable = Durable::new(
         run_id.clone(),
         shared.sealer.clone(),
-        Arc::new(shared.store.clone()),
+        Arc::new(lease.store(&shared.store)),
     );
     if let Some(saved) = shared.store.load(&run_id).await? {
         tracing::info!(
@@ -519,18 +658,93 @@ async fn take(
         durable = durable.resume(saved.sealed, saved.attempt);
     }
     let options = shared.options.clone().durable(durable);
-    let finished = run(job.input, shared.provider.clone(), options).await;
-    let event = finished.event.as_ref().map(WideEvent::to_json);
-    finish(pool, &run_id, &finished.result, event.as_deref()).await?;
-    match finished.result {
-        Ok(v) => Ok(v),
-        Err(e) => Err(AbortError::new(e).into()),
+    let (stop, stopped) = watch::channel(false);
+    let run: BoxFuture<'static, Finished> = match task {
+        Task::Rust { run, .. } => run(job.input, shared.provider.clone(), options, stopped),
+        Task::Command(command) => {
+            let (command, provider) = (command.clone(), shared.provider.clone());
+            // Ended well within the grace: SIGTERM, then SIGKILL half-way.
+            let kill_after = (shared.timing.stop_grace / 2).min(Duration::from_secs(5));
+            Box::pin(async move {
+                command::run(&command, &job.input, provider, options, kill_after, stopped).await
+            })
+        }
+    };
+    let holding = Holding {
+        lease,
+        run,
+        stop,
+        grace: shared.timing.stop_grace,
+    };
+    match holding.run().await {
+        Held::Finished(held) => {
+            let (finished, lease) = *held;
+            let event = finished.event.as_ref().map(WideEvent::to_json);
+            finish(&lease, pool, &finished.result, event.as_deref()).await?;
+            match finished.result {
+                Ok(v) => Ok(v),
+                Err(e) => Err(AbortError::new(e).into()),
+            }
+        }
+        Held::Lost(Lost::Cancelled) => Ok(serde_json::json!({ "cancelled": true })),
+        Held::Lost(lost) => Err(AbortError::new(format!(
+            "stopped: this worker no longer holds the run ({lost:?})"
+        ))
+        .into()),
     }
 }
 
+/// A run's task while this worker holds the run: it runs until it finishes or the hold is
+/// lost, and is stopped then.
+struct Holding {
+    lease: Lease,
+    run: BoxFuture<'static, Finished>,
+    stop: watch::Sender<bool>,
+    grace: Duration,
+}
+
+/// How a [`Holding`] ended.
+enum Held {
+    /// The task finished while held; the lease, to record its end with.
+    Finished(Box<(Finished, Lease)>),
+    /// The hold was lost, and the task stopped.
+    Lost(Lost),
+}
+
+impl Holding {
+    /// Runs the task, renewing the lease; stops it when the lease is lost.
+    async fn run(mut self) -> Held {
+        let lost = tokio::select! {
+            finished = &mut self.run => return Held::Finished(Box::new((finished, self.lease))),
+            lost = self.lease.lost() => lost,
+        };
+        self.stop_task(lost).await;
+        Held::Lost(lost)
+    }
+
+    /// Tells the task to stop, gives it the grace to end its command and release its browser,
+    /// then drops it (which ends both).
+    async fn stop_task(self, lost: Lost) {
+        tracing::warn!(
+            run_id = self.lease.run_id(),
+            pickup = self.lease.pickup(),
+            ?lost,
+            "this worker no longer holds the run: stopping its task"
+        );
+        self.stop.send_replace(true);
+        if tokio::time::timeout(self.grace, self.run).await.is_err() {
+            tracing::warn!(
+                run_id = self.lease.run_id(),
+                "the task did not stop within the grace: dropped"
+            );
+        }
+    }
+}
+
+/// Records the run's end, if this worker still holds it.
 async fn finish(
+    lease: &Lease,
     pool: &PgPool,
-    run_id: &str,
     result: &Result<serde_json::Value, String>,
     event: Option<&str>,
 ) -> Result<(), sqlx::Error> {
@@ -538,17 +752,25 @@ async fn finish(
         Ok(v) => ("completed", Some(v), None),
         Err(e) => ("failed", None, Some(e.as_str())),
     };
-    sqlx::query(
+    let recorded = sqlx::query(
         "UPDATE outlive_runs SET status = $2, result = $3, error = $4, event = $5::jsonb,
-         updated_at = now() WHERE run_id = $1",
+         lease_until = NULL, updated_at = now()
+         WHERE run_id = $1 AND pickups = $6 AND status = 'running'",
     )
-    .bind(run_id)
+    .bind(lease.run_id())
     .bind(status)
     .bind(value)
     .bind(error)
     .bind(event)
+    .bind(lease.pickup())
     .execute(pool)
     .await?;
+    if recorded.rows_affected() == 0 {
+        tracing::warn!(
+            run_id = lease.run_id(),
+            "the run's end was not recorded: this worker no longer holds it"
+        );
+    }
     Ok(())
 }
 
@@ -701,7 +923,7 @@ mod tests {
         type Zero = fn(&mut WorkerConfig);
         let zeroed: [(&str, Zero); 4] = [
             ("heartbeat", |c| c.heartbeat = Duration::ZERO),
-            ("missed_heartbeats", |c| c.missed_heartbeats = 0),
+            ("missed_heartbeats", |c| c.missed_heartbeats = 1),
             ("concurrency", |c| c.concurrency = 0),
             ("max_pickups", |c| c.max_pickups = 0),
         ];
