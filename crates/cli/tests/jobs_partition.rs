@@ -23,14 +23,24 @@ const TAKEOVER: Duration = Duration::from_secs(3);
 /// heartbeat to end it.
 const SELF_STOP: Duration = Duration::from_millis(2500);
 
-/// Polls `check` every 20 ms, up to `within`; answers when it first held.
-async fn when(within: Duration, what: &str, check: impl Fn() -> bool) -> Instant {
+/// Polls `check` every 20 ms, up to `within`; answers when it first held, else panics with
+/// `what` and `state()`.
+async fn when(
+    within: Duration,
+    what: &str,
+    check: impl Fn() -> bool,
+    state: impl Fn() -> String,
+) -> Instant {
     let deadline = Instant::now() + within;
     loop {
         if check() {
             return Instant::now();
         }
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}: {}",
+            state()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -94,13 +104,21 @@ async fn a_worker_cut_off_from_postgres_stops_its_run_before_another_takes_it() 
     // (The worker's own command line carries the marker too, in its --task.)
     let worker_pid = cut_off.pid() as i32;
     let stopped_at = when(
-        Duration::from_secs(10),
+        Duration::from_secs(15),
         "the cut-off worker stops its task",
         || {
             gateway.status().live_sessions == 0
                 && support::processes_with(&marker_a)
                     .iter()
                     .all(|p| *p == worker_pid)
+        },
+        || {
+            format!(
+                "{:?}, {:?}, its script's pids {:?}",
+                gateway.status(),
+                bank.counters(),
+                support::processes_with(&marker_a)
+            )
         },
     )
     .await;
