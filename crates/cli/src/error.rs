@@ -73,6 +73,18 @@ pub enum ErrorKind {
         /// What is wrong with it.
         reason: String,
     },
+    /// No run has this id.
+    NoSuchRun {
+        /// The id asked for.
+        run_id: String,
+    },
+    /// The run is over already (completed, failed or cancelled): nothing to cancel.
+    RunOver {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: String,
+    },
     /// A run's input does not fit its task (its input type, or the size cap); the source
     /// says how.
     Input {
@@ -163,6 +175,12 @@ impl fmt::Display for Error {
             ),
             ErrorKind::InvalidTask { name, reason } => {
                 write!(f, "task {name:?} cannot be declared: {reason}")
+            }
+            ErrorKind::NoSuchRun { run_id } => {
+                write!(f, "no run {run_id:?} (`outlive runs` lists them)")
+            }
+            ErrorKind::RunOver { run_id, status } => {
+                write!(f, "run {run_id:?} is {status} already: nothing to cancel")
             }
             ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
             ErrorKind::Database { what } => write!(

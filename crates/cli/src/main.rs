@@ -200,6 +200,15 @@ enum Command {
         #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
         database_url: String,
     },
+    /// Cancel a durable run: a queued one is never taken; a running one is stopped by its
+    /// worker (its command ended, its browser released) within a heartbeat.
+    Cancel {
+        /// The run id (`outlive submit` printed it; `outlive runs` lists them).
+        run_id: String,
+        /// PostgreSQL.
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
     /// List durable runs: status, worker pickups, entries, result or error.
     Runs {
         /// Print every run as JSON, wide event included, one per line.
@@ -446,6 +455,15 @@ async fn main() -> anyhow::Result<()> {
                 outlive_cli::jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input)
                     .await?;
             println!("{run_id}");
+        }
+        Command::Cancel {
+            run_id,
+            database_url,
+        } => {
+            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
+            outlive_cli::jobs::setup(&store).await?;
+            let was = outlive_cli::jobs::cancel(&store, &run_id).await?;
+            println!("{run_id} cancelled ({was:?} before)");
         }
         Command::Runs { json, database_url } => {
             let store = outlive_cli::durable::PgStore::connect(&database_url).await?;

@@ -7,6 +7,7 @@
 
 mod support;
 
+use outlive_cli::jobs::RunStatus;
 use std::time::Duration;
 
 use outlive_cli::error::ErrorKind;
@@ -50,13 +51,13 @@ async fn a_python_task_whose_worker_is_killed_is_finished_by_another() {
     dead.child.wait().await.unwrap();
 
     let runs = until(store, Duration::from_secs(120), "the run ends", |runs| {
-        runs[0].status != "running" && runs[0].status != "queued"
+        runs[0].status != RunStatus::Running && runs[0].status != RunStatus::Queued
     })
     .await;
     let run = &runs[0];
     println!("{run:#?}");
     assert_eq!(run.run_id, run_id);
-    assert_eq!(run.status, "completed", "{run:#?}");
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
     assert_eq!(run.pickups, 2);
     assert_ne!(run.worker.as_deref(), Some(first.as_str()));
     assert_eq!(run.result, Some(json!({ "exitCode": 0 })));
@@ -171,6 +172,133 @@ async fn bad_declarations_and_inputs_are_refused_with_the_reason() {
     let runs = jobs::runs(&jb.store).await.unwrap();
     assert_eq!(runs.len(), 1, "only the good run was queued: {runs:#?}");
     let JobsBed { db, store, bed, .. } = jb;
+    support::shutdown_clean(bed).await;
+    db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_push_leaves_no_row() {
+    let jb = JobsBed::start(None).await;
+    let tasks = outlive_cli::bank::tasks(None);
+    // Every new job refused by the queue's table: the run's row goes with it.
+    sqlx::query("ALTER TABLE apalis.jobs ADD CONSTRAINT refuse_all CHECK (false) NOT VALID")
+        .execute(jb.store.pool())
+        .await
+        .unwrap();
+    let e = jobs::submit(&jb.store, &tasks, "bank", json!({ "polls": 1 }))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Database { .. }), "{e:?}");
+    assert!(jobs::runs(&jb.store).await.unwrap().is_empty());
+    sqlx::query("ALTER TABLE apalis.jobs DROP CONSTRAINT refuse_all")
+        .execute(jb.store.pool())
+        .await
+        .unwrap();
+    jobs::submit(&jb.store, &tasks, "bank", json!({ "polls": 1 }))
+        .await
+        .unwrap();
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM apalis.jobs")
+        .fetch_one(jb.store.pool())
+        .await
+        .unwrap();
+    assert_eq!((jobs::runs(&jb.store).await.unwrap().len(), queued), (1, 1));
+    let JobsBed { db, store, bed, .. } = jb;
+    support::shutdown_clean(bed).await;
+    db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_is_never_taken_or_is_stopped_by_its_worker() {
+    let jb = JobsBed::start(None).await;
+    let results = tempfile::tempdir().unwrap();
+    let marker = marker();
+    let (bank, gateway, store) = (jb.bed.bank(), jb.bed.gateway(), &jb.store);
+    // Declared as a worker declares it, with no worker running: the run waits in the queue.
+    sqlx::query("INSERT INTO outlive_tasks (name) VALUES ('bank-py')")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let queued = submit_python(&jb, &json!({ "polls": 1 })).await;
+    let runs = jobs::runs(store).await.unwrap();
+    assert_eq!(
+        (runs[0].status, runs[0].pickups),
+        (RunStatus::Queued, 0),
+        "{runs:#?}"
+    );
+    assert_eq!(
+        jobs::cancel(store, &queued).await.unwrap(),
+        jobs::Cancelled::Queued
+    );
+    let e = jobs::cancel(store, &queued).await.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::RunOver { .. }), "{e}");
+    let e = jobs::cancel(store, "no-such-run").await.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NoSuchRun { .. }), "{e}");
+
+    // A long run, cancelled while it polls: its worker ends the script and releases the
+    // browser within a heartbeat and a half; the status stays `cancelled`.
+    let worker = python_worker(&jb, &jb.db.url, &marker, results.path(), &[]);
+    let running = submit_python(&jb, &json!({ "polls": 500, "poll_ms": 200 })).await;
+    until(store, Duration::from_secs(90), "the script polls", |_| {
+        bank.counters().polls_served >= 2
+    })
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_outlive"))
+        .args(["cancel", &running])
+        .env("OUTLIVE_DATABASE_URL", &jb.db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cancelled_at = std::time::Instant::now();
+    let worker_pid = worker.pid() as i32;
+    loop {
+        let script_gone = support::processes_with(&marker)
+            .iter()
+            .all(|p| *p == worker_pid);
+        if script_gone && gateway.status().live_sessions == 0 {
+            break;
+        }
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(10),
+            "stopped within 10 s: {:?}",
+            gateway.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("stopped {:?} after the cancel", cancelled_at.elapsed());
+    assert!(cancelled_at.elapsed() < Duration::from_millis(2500));
+
+    // The worker goes on: the next run completes, and neither cancelled one changed.
+    let next = submit_python(&jb, &json!({ "polls": 1 })).await;
+    let runs = until(
+        store,
+        Duration::from_secs(90),
+        "the next run completes",
+        |runs| {
+            runs.iter()
+                .any(|r| r.run_id == next && r.status == RunStatus::Completed)
+        },
+    )
+    .await;
+    let by_id = |id: &str| runs.iter().find(|r| r.run_id == id).unwrap().clone();
+    assert_eq!(
+        (by_id(&queued).status, by_id(&queued).pickups),
+        (RunStatus::Cancelled, 0),
+        "never taken"
+    );
+    assert_eq!(
+        (by_id(&running).status, by_id(&running).pickups),
+        (RunStatus::Cancelled, 1)
+    );
+    assert!(by_id(&running).result.is_none());
+    worker.stop().await;
+    support::assert_no_process(&marker);
+    let JobsBed { db, store, bed, .. } = jb;
+    support::assert_gateway_clean(bed.gateway()).await;
     support::shutdown_clean(bed).await;
     db.drop_now(store).await;
 }

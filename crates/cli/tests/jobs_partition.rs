@@ -8,6 +8,7 @@
 
 mod support;
 
+use outlive_cli::jobs::RunStatus;
 use std::time::{Duration, Instant};
 
 use outlive::CheckpointStore;
@@ -178,12 +179,12 @@ async fn a_worker_cut_off_from_postgres_stops_its_run_before_another_takes_it() 
     );
 
     let runs = until(store, Duration::from_secs(120), "the run ends", |runs| {
-        runs[0].status != "running"
+        runs[0].status != RunStatus::Running
     })
     .await;
     let run = &runs[0];
     println!("{run:#?}");
-    assert_eq!(run.status, "completed");
+    assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.pickups, 2);
     assert_ne!(run.worker.as_deref(), Some(first.as_str()));
     assert!(

@@ -6,6 +6,7 @@
 
 mod support;
 
+use outlive_cli::jobs::RunStatus;
 use std::time::{Duration, Instant};
 
 use outlive_cli::durable::PgStore;
@@ -71,7 +72,7 @@ async fn runs_go_on_through_a_postgres_restart() {
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 let runs = jobs::runs(&store).await.unwrap();
-                if runs.len() == n && runs.iter().all(|r| r.status == "completed") {
+                if runs.len() == n && runs.iter().all(|r| r.status == RunStatus::Completed) {
                     return runs;
                 }
                 assert!(Instant::now() < deadline, "{runs:#?}");

@@ -34,8 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apalis::prelude::{
-    AbortError, BoxDynError, Data, Monitor, TaskBuilder, TaskId, TaskSink, WorkerBuilder,
-    WorkerBuilderExt, WorkerContext,
+    AbortError, BoxDynError, Data, Monitor, TaskId, WorkerBuilder, WorkerBuilderExt, WorkerContext,
 };
 use apalis_postgres::{Config, PostgresStorage};
 use backon::{ExponentialBuilder, Retryable};
@@ -318,29 +317,165 @@ pub async fn submit(
     // apalis' PostgreSQL storage reads task ids back as ULIDs.
     let id = TaskId::from_ulid(ulid::Ulid::generate());
     let run_id = id.to_string();
-    sqlx::query("INSERT INTO outlive_runs (run_id, task, status) VALUES ($1, $2, 'queued')")
-        .bind(&run_id)
-        .bind(task)
-        .execute(store.pool())
-        .await
-        .map_err(|e| db("recording the run", e))?;
     let job = RunJob {
         task: task.to_owned(),
         input,
     };
-    let mut queue = queue(store);
-    queue
-        .push_task(
-            TaskBuilder::new(job)
-                .task_id(id)
-                // A run that fails has already had outlive's relaunches; a worker that
-                // dies does not count (apalis re-enqueues it regardless).
-                .max_attempts(1)
-                .build(),
-        )
+    // apalis' JSON codec, as its own push would write it.
+    let job = serde_json::to_vec(&job).map_err(|e| db("encoding the run", e))?;
+    // The run's row and its job, both or neither: a row no worker will ever take, or a job
+    // without its row, is never left behind.
+    let mut tx = store
+        .pool()
+        .begin()
         .await
         .map_err(|e| db("enqueueing the run", e))?;
+    sqlx::query("INSERT INTO outlive_runs (run_id, task, status) VALUES ($1, $2, 'queued')")
+        .bind(&run_id)
+        .bind(task)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db("recording the run", e))?;
+    // apalis' own push (its `sink.sql`), in this transaction. One attempt: a run that fails
+    // has already had outlive's relaunches; a worker that dies does not count (apalis
+    // re-enqueues it regardless).
+    sqlx::query(
+        "INSERT INTO apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority)
+         VALUES ($1, $2, $3, 'Pending', 0, 1, now(), 0)",
+    )
+    .bind(&run_id)
+    .bind(QUEUE)
+    .bind(job)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| db("enqueueing the run", e))?;
+    tx.commit().await.map_err(|e| db("enqueueing the run", e))?;
     Ok(run_id)
+}
+
+/// What [`cancel`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cancelled {
+    /// The run was queued: no worker will take it.
+    Queued,
+    /// The run was running: its worker stops it (ends its command, releases its browser)
+    /// within a heartbeat.
+    Running,
+}
+
+/// Cancels run `run_id`: status `cancelled` at once. A queued run is never taken; a running
+/// one is stopped by its worker at its next lease renewal, and nothing it writes after that
+/// counts.
+///
+/// # Errors
+///
+/// [`ErrorKind::NoSuchRun`], [`ErrorKind::RunOver`] (completed, failed or cancelled already),
+/// [`ErrorKind::Database`].
+pub async fn cancel(store: &PgStore, run_id: &str) -> Result<Cancelled, Error> {
+    let mut tx = store
+        .pool()
+        .begin()
+        .await
+        .map_err(|e| db("cancelling the run", e))?;
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM outlive_runs WHERE run_id = $1 FOR UPDATE")
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| db("cancelling the run", e))?;
+    let Some(status) = status else {
+        return Err(Error::new(ErrorKind::NoSuchRun {
+            run_id: run_id.to_owned(),
+        }));
+    };
+    let was = match status.parse::<RunStatus>() {
+        Ok(RunStatus::Queued) => Cancelled::Queued,
+        Ok(RunStatus::Running) => Cancelled::Running,
+        _ => {
+            return Err(Error::new(ErrorKind::RunOver {
+                run_id: run_id.to_owned(),
+                status,
+            }));
+        }
+    };
+    sqlx::query(
+        "UPDATE outlive_runs SET status = 'cancelled', updated_at = now() WHERE run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| db("cancelling the run", e))?;
+    // A queued job is taken out of the queue; a worker that fetched it already finds the
+    // run cancelled when it claims it.
+    sqlx::query(
+        "UPDATE apalis.jobs SET status = 'Killed', done_at = now()
+         WHERE id = $1 AND status = 'Pending'",
+    )
+    .bind(run_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| db("cancelling the run", e))?;
+    tx.commit().await.map_err(|e| db("cancelling the run", e))?;
+    Ok(was)
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Submitted, not taken yet (or given back to the queue by a worker that died).
+    Queued,
+    /// A worker holds it.
+    Running,
+    /// The task finished.
+    Completed,
+    /// The task failed, or outlive gave up; [`RunRow::error`] says why.
+    Failed,
+    /// `outlive cancel`.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// As stored and shown: `queued`, `running`, `completed`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the run is over (completed, failed or cancelled).
+    pub fn is_over(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [
+            RunStatus::Queued,
+            RunStatus::Running,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+        .ok_or_else(|| format!("no run status {s:?}"))
+    }
 }
 
 /// One run, as [`runs`] lists it.
@@ -351,8 +486,8 @@ pub struct RunRow {
     pub run_id: String,
     /// The task's name.
     pub task: String,
-    /// `queued`, `running`, `completed` or `failed`.
-    pub status: String,
+    /// Where it is.
+    pub status: RunStatus,
     /// The worker that took it last.
     pub worker: Option<String>,
     /// How many times a worker took it (more than 1: a worker died under it).
@@ -390,22 +525,31 @@ pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
     .fetch_all(store.pool())
     .await
     .map_err(|e| db("listing runs", e))?;
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .map(
-            |(run_id, task, status, worker, pickups, result, error, event)| RunRow {
-                entries: event.as_ref().and_then(|e| e["attempts"].as_i64()),
-                run_id,
-                task,
-                status,
-                worker,
-                pickups,
-                result,
-                error,
-                event,
+            |(run_id, task, status, worker, pickups, result, error, event)| {
+                let status = status.parse().map_err(|e: String| {
+                    Error::with(
+                        ErrorKind::Database {
+                            what: "listing runs",
+                        },
+                        e,
+                    )
+                })?;
+                Ok(RunRow {
+                    entries: event.as_ref().and_then(|e| e["attempts"].as_i64()),
+                    run_id,
+                    task,
+                    status,
+                    worker,
+                    pickups,
+                    result,
+                    error,
+                    event,
+                })
             },
         )
-        .collect())
+        .collect()
 }
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and
@@ -466,11 +610,6 @@ impl WorkerConfig {
         }
         Ok(())
     }
-}
-
-/// The queue, to push runs to (a submitter needs no worker settings).
-fn queue(store: &PgStore) -> PostgresStorage<RunJob> {
-    PostgresStorage::new(store.pool()).with_config(Config::default().queue(QUEUE))
 }
 
 /// The queue as a worker takes runs from it.
