@@ -67,7 +67,9 @@ pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
         }
         commands.push((name, command));
     }
-    let store = PgStore::connect(&args.database_url).await?;
+    // apalis' listener, fetches and heartbeats, and per run its lease and its checkpoints.
+    let connections = 4 + 2 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
+    let store = PgStore::connect_with(&args.database_url, connections).await?;
     jobs::setup(&store).await?;
     let (provider, bed, bank) = match args.solari {
         Some((url, key)) => {

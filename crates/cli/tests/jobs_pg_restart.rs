@@ -83,7 +83,9 @@ async fn runs_go_on_through_a_postgres_restart() {
     let runs = until_done(3).await;
     for run in &runs {
         assert_eq!(run.result.as_ref().unwrap()["polls"], 50, "{run:#?}");
-        assert_eq!(run.pickups, 1, "the worker kept its runs: {run:#?}");
+        // A restart longer than the self-stop deadline (heartbeat 1 s × (3 − 1)) stops the
+        // runs, and the worker claims them again once it can: one pickup more at most.
+        assert!(run.pickups <= 2, "{run:#?}");
     }
     assert_eq!(
         bed.bank().counters().totps_accepted,

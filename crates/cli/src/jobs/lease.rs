@@ -79,13 +79,16 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// Claims `run_id` for `worker`, waiting for another worker's lease to lapse.
+    /// Claims `run_id` for `worker`, waiting for another worker's lease to lapse; answers
+    /// [`Claim::Over`] when the run is over, or when that lease is renewed meanwhile (its
+    /// holder is alive).
     pub(crate) async fn claim(
         pool: &PgPool,
         run_id: &str,
         worker: &str,
         timing: Timing,
     ) -> Result<Claim, sqlx::Error> {
+        let mut seen: Option<f64> = None;
         loop {
             let sent = Instant::now();
             let claimed: Option<i32> = sqlx::query_scalar(
@@ -109,8 +112,9 @@ impl Lease {
                     renewed: sent,
                 }));
             }
-            let (status, left): (String, Option<f64>) = sqlx::query_as(
-                "SELECT status, EXTRACT(EPOCH FROM lease_until - now())::float8
+            let (status, until, left): (String, Option<f64>, Option<f64>) = sqlx::query_as(
+                "SELECT status, EXTRACT(EPOCH FROM lease_until)::float8,
+                        EXTRACT(EPOCH FROM lease_until - now())::float8
                  FROM outlive_runs WHERE run_id = $1",
             )
             .bind(run_id)
@@ -119,6 +123,13 @@ impl Lease {
             if status != "running" {
                 return Ok(Claim::Over(status));
             }
+            // A lease that moved on while this worker waited is renewed by a live holder: the
+            // run is in its hands (apalis gave it back for nothing, or this worker's own hold
+            // lapsed and another took it).
+            if seen.is_some_and(|seen| until.is_some_and(|until| until > seen)) {
+                return Ok(Claim::Over(status));
+            }
+            seen = until.or(Some(f64::MIN));
             // Still another worker's: try again the moment its lease lapses.
             let left = Duration::from_secs_f64(left.unwrap_or(0.0).max(0.0));
             tracing::info!(

@@ -750,7 +750,11 @@ async fn declare(store: &PgStore, tasks: &Tasks) -> Result<(), Error> {
     Ok(())
 }
 
-/// One run, taken from the queue.
+/// One run, taken from the queue: claimed, run while held. A hold lost because the lease
+/// could not be renewed (the database was unreachable) is claimed again once it can be —
+/// by this worker, or by another that took the run meanwhile — so that a database outage
+/// never leaves a run `running` with no worker: apalis would not give it back (this worker's
+/// heartbeats resume).
 async fn take(
     job: RunJob,
     id: TaskId,
@@ -758,14 +762,76 @@ async fn take(
     worker: WorkerContext,
 ) -> Result<serde_json::Value, BoxDynError> {
     let run_id = id.to_string();
-    let pool = shared.store.pool();
-    let lease = match Lease::claim(pool, &run_id, worker.name(), shared.timing).await? {
-        Claim::Held(lease) => lease,
-        Claim::Over(status) => {
-            tracing::info!(run_id, status, "the run is over already: not run");
-            return Ok(serde_json::json!({ "notRun": status }));
+    loop {
+        let claimed = persist("claiming the run", || {
+            Lease::claim(shared.store.pool(), &run_id, worker.name(), shared.timing)
+        })
+        .await?;
+        let lease = match claimed {
+            Claim::Held(lease) => lease,
+            Claim::Over(status) => {
+                tracing::info!(run_id, status, "not run: over, or held by a live worker");
+                return Ok(serde_json::json!({ "notRun": status }));
+            }
+        };
+        match hold(&job, lease, &shared).await? {
+            Held::Finished(held) => {
+                let (finished, lease) = *held;
+                let event = finished.event.as_ref().map(WideEvent::to_json);
+                persist("recording the run's end", || {
+                    finish(
+                        &lease,
+                        shared.store.pool(),
+                        &finished.result,
+                        event.as_deref(),
+                    )
+                })
+                .await?;
+                return match finished.result {
+                    Ok(v) => Ok(v),
+                    Err(e) => Err(AbortError::new(e).into()),
+                };
+            }
+            Held::Lost(Lost::Cancelled) => return Ok(serde_json::json!({ "cancelled": true })),
+            Held::Lost(Lost::TakenOver) => {
+                return Err(AbortError::new("stopped: another worker took the run over").into());
+            }
+            Held::Lost(Lost::Unrenewed) => {
+                tracing::warn!(run_id, "claiming the run again once the database answers");
+            }
         }
-    };
+    }
+}
+
+/// Retries `step` (with a backoff up to 5 s, for up to 10 minutes) while the database does
+/// not answer: a run's claim and its end must reach the store.
+async fn persist<T, Fut>(what: &'static str, step: impl FnMut() -> Fut) -> Result<T, sqlx::Error>
+where
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(5))
+        .with_total_delay(Some(Duration::from_secs(600)))
+        .without_max_times()
+        .with_jitter();
+    step.retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e| {
+            matches!(
+                e,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+            ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("57") || c.starts_with("08")))
+        })
+        .notify(|e, after| tracing::warn!(what, error = %e, ?after, "PostgreSQL did not answer; again"))
+        .await
+}
+
+/// Runs the task of `job` under `lease`: refused when taken too often or unknown here, else
+/// durable from the run's newest checkpoint, until it finishes or the hold is lost.
+async fn hold(job: &RunJob, lease: Lease, shared: &Shared) -> Result<Held, BoxDynError> {
+    let run_id = lease.run_id().to_owned();
+    let pool = shared.store.pool();
     let pickups = lease.pickup();
     if i64::from(pickups) > i64::from(shared.max_pickups) {
         let error = format!(
@@ -798,14 +864,15 @@ async fn take(
     }
     let options = shared.options.clone().durable(durable);
     let (stop, stopped) = watch::channel(false);
+    let input = job.input.clone();
     let run: BoxFuture<'static, Finished> = match task {
-        Task::Rust { run, .. } => run(job.input, shared.provider.clone(), options, stopped),
+        Task::Rust { run, .. } => run(input, shared.provider.clone(), options, stopped),
         Task::Command(command) => {
             let (command, provider) = (command.clone(), shared.provider.clone());
             // Ended well within the grace: SIGTERM, then SIGKILL half-way.
             let kill_after = (shared.timing.stop_grace / 2).min(Duration::from_secs(5));
             Box::pin(async move {
-                command::run(&command, &job.input, provider, options, kill_after, stopped).await
+                command::run(&command, &input, provider, options, kill_after, stopped).await
             })
         }
     };
@@ -815,22 +882,7 @@ async fn take(
         stop,
         grace: shared.timing.stop_grace,
     };
-    match holding.run().await {
-        Held::Finished(held) => {
-            let (finished, lease) = *held;
-            let event = finished.event.as_ref().map(WideEvent::to_json);
-            finish(&lease, pool, &finished.result, event.as_deref()).await?;
-            match finished.result {
-                Ok(v) => Ok(v),
-                Err(e) => Err(AbortError::new(e).into()),
-            }
-        }
-        Held::Lost(Lost::Cancelled) => Ok(serde_json::json!({ "cancelled": true })),
-        Held::Lost(lost) => Err(AbortError::new(format!(
-            "stopped: this worker no longer holds the run ({lost:?})"
-        ))
-        .into()),
-    }
+    Ok(holding.run().await)
 }
 
 /// A run's task while this worker holds the run: it runs until it finishes or the hold is
