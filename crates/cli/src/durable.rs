@@ -117,16 +117,19 @@ impl CheckpointStore for PgStore {
             .bind(sealed)
             .execute(&self.pool)
             .await
-            .map_err(|e| {
-                outlive::Error::provider(
-                    outlive::ErrorKind::Io,
-                    "PostgreSQL did not save the checkpoint",
-                )
-                .caused_by(e)
-            })?;
+            .map_err(save_failed)?;
             Ok(())
         })
     }
+}
+
+/// A checkpoint save the database did not do, as the run sees it.
+pub(crate) fn save_failed(e: sqlx::Error) -> outlive::Error {
+    outlive::Error::provider(
+        outlive::ErrorKind::Io,
+        "PostgreSQL did not save the checkpoint",
+    )
+    .caused_by(e)
 }
 
 fn db(what: &'static str, e: sqlx::Error) -> Error {

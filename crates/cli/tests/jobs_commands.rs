@@ -70,13 +70,7 @@ async fn a_python_task_whose_worker_is_killed_is_finished_by_another() {
     let result = read_json(&results.path().join("result.json"));
     assert_eq!(result["input"], input, "the input intact: {result}");
     assert_eq!(result["polls"], 16, "{result}");
-    let seen: Vec<u64> = result["attempts_seen"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_u64().unwrap())
-        .collect();
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    let seen = support::commands::attempts_seen(&result);
     let last = *seen.last().unwrap();
     assert!(last >= 2, "attempts continue across workers: {seen:?}");
     let event = run.event.as_ref().expect("the wide event is stored");

@@ -250,13 +250,7 @@ impl CheckpointStore for FencedStore {
             .bind(self.pickup)
             .execute(self.store.pool())
             .await
-            .map_err(|e| {
-                outlive::Error::provider(
-                    outlive::ErrorKind::Io,
-                    "PostgreSQL did not save the checkpoint",
-                )
-                .caused_by(e)
-            })?;
+            .map_err(crate::durable::save_failed)?;
             if saved.rows_affected() == 0 {
                 return Err(outlive::Error::provider(
                     outlive::ErrorKind::Io,

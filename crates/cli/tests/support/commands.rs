@@ -87,3 +87,16 @@ pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
+
+/// The `attempts_seen` of a bank script's `result.json`: `OUTLIVE_ATTEMPT` of every entry that
+/// got as far as its first checkpoint, checked to be increasing.
+pub fn attempts_seen(result: &Value) -> Vec<u64> {
+    let seen: Vec<u64> = result["attempts_seen"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no attempts_seen: {result}"))
+        .iter()
+        .map(|a| a.as_u64().unwrap())
+        .collect();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    seen
+}
