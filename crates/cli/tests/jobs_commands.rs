@@ -73,6 +73,20 @@ async fn a_python_task_whose_worker_is_killed_is_finished_by_another() {
     let seen = support::commands::attempts_seen(&result);
     let last = *seen.last().unwrap();
     assert!(last >= 2, "attempts continue across workers: {seen:?}");
+    // Each worker's part: the killed one could not say how it ended.
+    let parts: Vec<_> = run
+        .history
+        .iter()
+        .map(|p| (p.pickup, p.worker.as_str(), p.ending.as_deref()))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (1, first.as_str(), None),
+            (2, run.worker.as_deref().unwrap(), Some("completed"))
+        ]
+    );
+    assert_eq!(run.history[1].event, run.event);
     let event = run.event.as_ref().expect("the wide event is stored");
     assert_eq!(event["attempts"].as_u64(), Some(last), "{event}");
     // The entry on the second worker started from the first one's progress.
@@ -154,7 +168,7 @@ async fn bad_declarations_and_inputs_are_refused_with_the_reason() {
     worker.stop().await;
 
     // Not JSON, through the command: refused before connecting.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_outlive"))
+    let out = tokio::process::Command::new(support::outlive_bin())
         .args(["submit", "bank-py", "--input", "{not json"])
         .env("OUTLIVE_DATABASE_URL", &jb.db.url)
         .output()
@@ -236,7 +250,7 @@ async fn a_cancelled_run_is_never_taken_or_is_stopped_by_its_worker() {
         bank.counters().polls_served >= 2
     })
     .await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_outlive"))
+    let out = tokio::process::Command::new(support::outlive_bin())
         .args(["cancel", &running])
         .env("OUTLIVE_DATABASE_URL", &jb.db.url)
         .output()
@@ -289,6 +303,11 @@ async fn a_cancelled_run_is_never_taken_or_is_stopped_by_its_worker() {
         (RunStatus::Cancelled, 1)
     );
     assert!(by_id(&running).result.is_none());
+    let stopped = &by_id(&running).history;
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0].ending.as_deref(), Some("cancelled"));
+    assert!(stopped[0].ended_at_ms.is_some());
+    assert!(by_id(&queued).history.is_empty());
     worker.stop().await;
     support::assert_no_process(&marker);
     let JobsBed { db, store, bed, .. } = jb;

@@ -69,6 +69,7 @@ pub(crate) enum Claim {
 }
 
 /// A run this worker holds.
+#[derive(Clone)]
 pub(crate) struct Lease {
     pool: PgPool,
     run_id: String,
@@ -92,11 +93,16 @@ impl Lease {
         loop {
             let sent = Instant::now();
             let claimed: Option<i32> = sqlx::query_scalar(
-                "UPDATE outlive_runs SET status = 'running', worker = $2, pickups = pickups + 1,
-                 lease_until = now() + $3, updated_at = now()
-                 WHERE run_id = $1 AND (status = 'queued'
-                    OR (status = 'running' AND (lease_until IS NULL OR lease_until < now())))
-                 RETURNING pickups",
+                "WITH claimed AS (
+                    UPDATE outlive_runs SET status = 'running', worker = $2,
+                    pickups = pickups + 1, lease_until = now() + $3, updated_at = now()
+                    WHERE run_id = $1 AND (status = 'queued'
+                       OR (status = 'running' AND (lease_until IS NULL OR lease_until < now())))
+                    RETURNING run_id, pickups
+                 )
+                 INSERT INTO outlive_pickups (run_id, pickup, worker)
+                 SELECT run_id, pickups, $2 FROM claimed
+                 RETURNING pickup",
             )
             .bind(run_id)
             .bind(worker)
@@ -198,6 +204,31 @@ impl Lease {
         } else {
             Lost::TakenOver
         }))
+    }
+
+    /// Notes in this pickup's row how it ended, when the database can still be told (taken
+    /// over, cancelled); best effort, within a heartbeat.
+    pub(crate) async fn record_lost(&self, lost: Lost, event: Option<String>) {
+        let ending = match lost {
+            Lost::Unrenewed => return,
+            Lost::TakenOver => "taken over",
+            Lost::Cancelled => "cancelled",
+        };
+        let recorded = sqlx::query(
+            "UPDATE outlive_pickups SET ended_at = now(), ending = $3, event = $4::jsonb
+             WHERE run_id = $1 AND pickup = $2",
+        )
+        .bind(&self.run_id)
+        .bind(self.pickup)
+        .bind(ending)
+        .bind(event)
+        .execute(&self.pool);
+        if !matches!(
+            tokio::time::timeout(self.timing.heartbeat, recorded).await,
+            Ok(Ok(_))
+        ) {
+            tracing::debug!(run_id = self.run_id, "the pickup's end was not recorded");
+        }
     }
 
     /// A checkpoint store whose saves count only while this worker holds the run.

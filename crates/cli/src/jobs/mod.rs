@@ -78,6 +78,18 @@ const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
 const RUNS_LEASE: &str =
     "ALTER TABLE outlive_runs ADD COLUMN IF NOT EXISTS lease_until timestamptz";
 
+/// One row per pickup of a run: which worker, when, how it ended, its wide event.
+const PICKUPS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_pickups (
+    run_id text NOT NULL,
+    pickup integer NOT NULL,
+    worker text NOT NULL,
+    taken_at timestamptz NOT NULL DEFAULT now(),
+    ended_at timestamptz,
+    ending text,
+    event jsonb,
+    PRIMARY KEY (run_id, pickup)
+)";
+
 const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
     name text PRIMARY KEY,
     declared_at timestamptz NOT NULL DEFAULT now()
@@ -93,7 +105,7 @@ pub async fn setup(store: &PgStore) -> Result<(), Error> {
     PostgresStorage::setup(store.pool())
         .await
         .map_err(|e| db("creating apalis' tables", e))?;
-    for table in [RUNS_TABLE, RUNS_LEASE, TASKS_TABLE] {
+    for table in [RUNS_TABLE, RUNS_LEASE, PICKUPS_TABLE, TASKS_TABLE] {
         sqlx::query(table)
             .execute(store.pool())
             .await
@@ -500,6 +512,27 @@ pub struct RunRow {
     pub error: Option<String>,
     /// The newest wide event (one per worker that ran it; the last one's).
     pub event: Option<serde_json::Value>,
+    /// Every pickup, first first: each worker's part of the run.
+    pub history: Vec<Pickup>,
+}
+
+/// One worker's part of a run, as [`RunRow::history`] lists it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pickup {
+    /// 1 for the first worker that took the run, then 2, …: the fencing token of its writes.
+    pub pickup: i32,
+    /// The worker.
+    pub worker: String,
+    /// When it took the run, in milliseconds since the Unix epoch.
+    pub taken_at_ms: i64,
+    /// When its part ended, if it could say so (a worker that died, or lost the database,
+    /// could not).
+    pub ended_at_ms: Option<i64>,
+    /// How: `completed`, `failed`, `taken over`, `cancelled`.
+    pub ending: Option<String>,
+    /// Its wide event, if its run loop ended before it let go.
+    pub event: Option<serde_json::Value>,
 }
 
 /// Every run, oldest first.
@@ -525,6 +558,34 @@ pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
     .fetch_all(store.pool())
     .await
     .map_err(|e| db("listing runs", e))?;
+    type PickupRow = (
+        String,
+        i32,
+        String,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<serde_json::Value>,
+    );
+    let pickups: Vec<PickupRow> = sqlx::query_as(
+        "SELECT run_id, pickup, worker, (EXTRACT(EPOCH FROM taken_at) * 1000)::bigint,
+                (EXTRACT(EPOCH FROM ended_at) * 1000)::bigint, ending, event
+         FROM outlive_pickups ORDER BY run_id, pickup",
+    )
+    .fetch_all(store.pool())
+    .await
+    .map_err(|e| db("listing runs", e))?;
+    let mut history: BTreeMap<String, Vec<Pickup>> = BTreeMap::new();
+    for (run_id, pickup, worker, taken_at_ms, ended_at_ms, ending, event) in pickups {
+        history.entry(run_id).or_default().push(Pickup {
+            pickup,
+            worker,
+            taken_at_ms,
+            ended_at_ms,
+            ending,
+            event,
+        });
+    }
     rows.into_iter()
         .map(
             |(run_id, task, status, worker, pickups, result, error, event)| {
@@ -536,6 +597,7 @@ pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
                         e,
                     )
                 })?;
+                let history = history.remove(&run_id).unwrap_or_default();
                 Ok(RunRow {
                     entries: event.as_ref().and_then(|e| e["attempts"].as_i64()),
                     run_id,
@@ -546,6 +608,7 @@ pub async fn runs(store: &PgStore) -> Result<Vec<RunRow>, Error> {
                     result,
                     error,
                     event,
+                    history,
                 })
             },
         )
@@ -905,9 +968,14 @@ enum Held {
 impl Holding {
     /// Runs the task, renewing the lease; stops it when the lease is lost.
     async fn run(mut self) -> Held {
+        // Renewed on a task of its own: a run that keeps its task busy (sealing a large
+        // checkpoint, a slow drop) must not make the lease look unrenewable.
+        let mut renewing = self.lease.clone();
+        let mut renewal = tokio::spawn(async move { renewing.lost().await });
+        let _renewal = AbortOnDrop(renewal.abort_handle());
         let lost = tokio::select! {
             finished = &mut self.run => return Held::Finished(Box::new((finished, self.lease))),
-            lost = self.lease.lost() => lost,
+            lost = &mut renewal => lost.unwrap_or(Lost::Unrenewed),
         };
         self.stop_task(lost).await;
         Held::Lost(lost)
@@ -923,12 +991,27 @@ impl Holding {
             "this worker no longer holds the run: stopping its task"
         );
         self.stop.send_replace(true);
-        if tokio::time::timeout(self.grace, self.run).await.is_err() {
-            tracing::warn!(
-                run_id = self.lease.run_id(),
-                "the task did not stop within the grace: dropped"
-            );
-        }
+        let event = match tokio::time::timeout(self.grace, self.run).await {
+            Ok(finished) => finished.event.as_ref().map(WideEvent::to_json),
+            Err(_) => {
+                tracing::warn!(
+                    run_id = self.lease.run_id(),
+                    "the task did not stop within the grace: dropped"
+                );
+                None
+            }
+        };
+        // The task is gone: only now may this take time.
+        self.lease.record_lost(lost, event).await;
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -944,9 +1027,14 @@ async fn finish(
         Err(e) => ("failed", None, Some(e.as_str())),
     };
     let recorded = sqlx::query(
-        "UPDATE outlive_runs SET status = $2, result = $3, error = $4, event = $5::jsonb,
-         lease_until = NULL, updated_at = now()
-         WHERE run_id = $1 AND pickups = $6 AND status = 'running'",
+        "WITH ended AS (
+            UPDATE outlive_runs SET status = $2, result = $3, error = $4, event = $5::jsonb,
+            lease_until = NULL, updated_at = now()
+            WHERE run_id = $1 AND pickups = $6 AND status = 'running'
+            RETURNING run_id
+         )
+         UPDATE outlive_pickups p SET ended_at = now(), ending = $2, event = $5::jsonb
+         FROM ended WHERE p.run_id = ended.run_id AND p.pickup = $6",
     )
     .bind(lease.run_id())
     .bind(status)

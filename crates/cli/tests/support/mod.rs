@@ -234,6 +234,15 @@ pub async fn run_instant<T: Clone>(
     .await
 }
 
+/// The `outlive` binary to run: `$OUTLIVE_TEST_BIN` when set (a copy of this checkout's
+/// build, for checkouts that share one target directory and rebuild the binary under each
+/// other's tests), else the one Cargo built for these tests.
+pub fn outlive_bin() -> std::path::PathBuf {
+    std::env::var_os("OUTLIVE_TEST_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_outlive").into())
+}
+
 /// The pids of the live processes whose command line mentions `marker`.
 pub fn processes_with(marker: &str) -> Vec<i32> {
     procfs::process::all_processes()

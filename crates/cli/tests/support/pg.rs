@@ -24,6 +24,23 @@ impl Scratch {
             .await
             .expect("a scratch database on the server at OUTLIVE_TEST_DATABASE_URL");
         let url = db.url().to_owned();
+        // Commits not waiting for the disk: on a machine whose disk stalls for seconds (other
+        // builds), a worker's 1 s lease renewals would otherwise miss their 2 s self-stop
+        // deadline and stop runs for nothing. (Only this scratch database; a lost commit on
+        // a crash of the test server is no concern here.)
+        let name = url::Url::parse(&url)
+            .unwrap()
+            .path()
+            .trim_start_matches('/')
+            .to_owned();
+        let admin = sqlx::PgPool::connect(&base).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
+        admin.close().await;
         Scratch { db, url }
     }
 
@@ -41,7 +58,7 @@ pub fn worker_command(
     key_file: &std::path::Path,
     extra: &[&str],
 ) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outlive"));
+    let mut command = Command::new(super::outlive_bin());
     command
         .args(["worker", "--solari-url"])
         .arg(bed.gateway().base_url())
