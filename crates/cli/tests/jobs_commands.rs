@@ -74,18 +74,7 @@ async fn a_python_task_whose_worker_is_killed_is_finished_by_another() {
     let last = *seen.last().unwrap();
     assert!(last >= 2, "attempts continue across workers: {seen:?}");
     // Each worker's part: the killed one could not say how it ended.
-    let parts: Vec<_> = run
-        .history
-        .iter()
-        .map(|p| (p.pickup, p.worker.as_str(), p.ending.as_deref()))
-        .collect();
-    assert_eq!(
-        parts,
-        [
-            (1, first.as_str(), None),
-            (2, run.worker.as_deref().unwrap(), Some("completed"))
-        ]
-    );
+    support::commands::assert_taken_over(run, &first);
     assert_eq!(run.history[1].event, run.event);
     let event = run.event.as_ref().expect("the wide event is stored");
     assert_eq!(event["attempts"].as_u64(), Some(last), "{event}");

@@ -191,19 +191,8 @@ async fn a_worker_cut_off_from_postgres_stops_its_run_before_another_takes_it() 
         newer().await >= 2,
         "the checkpoint row is the second worker's"
     );
-    let parts: Vec<_> = run
-        .history
-        .iter()
-        .map(|p| (p.pickup, p.worker.as_str(), p.ending.as_deref()))
-        .collect();
-    assert_eq!(
-        parts,
-        [
-            (1, first.as_str(), None),
-            (2, run.worker.as_deref().unwrap(), Some("completed"))
-        ],
-        "the cut-off worker's part has no end it could write"
-    );
+    // The cut-off worker's part has no end it could write.
+    support::commands::assert_taken_over(run, &first);
     let result = read_json(&results.path().join("result.json"));
     assert_eq!((&result["polls"], &result["input"]), (&json!(30), &input));
 

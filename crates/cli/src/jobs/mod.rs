@@ -771,8 +771,16 @@ impl Worker {
         });
         declare(&store, &shared.tasks).await?;
         tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
+        let _requeue =
+            AbortOnDrop(tokio::spawn(requeue_lapsed(store.clone(), shared.timing)).abort_handle());
         Monitor::new()
             .shutdown_timeout(Duration::from_secs(30))
+            // apalis ends a worker whose connection the server reset (a restart): it would
+            // take no more runs, and the runs it had would be dropped with it.
+            .should_restart(|_, e| {
+                tracing::warn!(error = %e, "the worker's queue failed: restarting it");
+                true
+            })
             .register(move |_| {
                 WorkerBuilder::new(name.clone())
                     .backend(worker_queue(&store, &config).with_pubsub())
@@ -797,6 +805,38 @@ struct Shared {
     options: Options,
     max_pickups: u32,
     timing: lease::Timing,
+}
+
+/// Every heartbeat, gives back to the queue the job of every run `running` under a lease that
+/// lapsed a whole takeover delay ago: no worker holds it (a holder renews; one that lost its
+/// hold claims it again within that time), yet apalis may never give it back — its worker's
+/// heartbeats go on when only the run was dropped (apalis restarting that worker).
+async fn requeue_lapsed(store: PgStore, timing: lease::Timing) {
+    loop {
+        tokio::time::sleep(timing.heartbeat).await;
+        let requeued = sqlx::query(
+            "UPDATE apalis.jobs j SET status = 'Pending', lock_by = NULL, lock_at = NULL,
+                done_at = NULL, max_attempts = GREATEST(j.max_attempts, j.attempts + 1)
+             FROM outlive_runs r
+             WHERE j.id = r.run_id AND j.job_type = $2 AND r.status = 'running'
+               AND r.lease_until < now() - $1
+               AND NOT (j.status = 'Pending' AND j.lock_by IS NULL)",
+        )
+        .bind(timing.takeover)
+        .bind(QUEUE)
+        .execute(store.pool())
+        .await;
+        match requeued {
+            Ok(r) if r.rows_affected() > 0 => {
+                tracing::warn!(
+                    runs = r.rows_affected(),
+                    "runs held by no worker given back to the queue"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "could not look for runs held by no worker"),
+        }
+    }
 }
 
 /// Records the names of `tasks` in `outlive_tasks`, for [`submit`] to accept.

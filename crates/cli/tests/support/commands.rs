@@ -100,3 +100,21 @@ pub fn attempts_seen(result: &Value) -> Vec<u64> {
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
     seen
 }
+
+/// Asserts that `run` was taken twice: first by `first`, whose part has no end it could write
+/// (killed, or cut off from the database), then by the worker that completed it.
+pub fn assert_taken_over(run: &outlive_cli::jobs::RunRow, first: &str) {
+    let parts: Vec<_> = run
+        .history
+        .iter()
+        .map(|p| (p.pickup, p.worker.as_str(), p.ending.as_deref()))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (1, first, None),
+            (2, run.worker.as_deref().unwrap(), Some("completed"))
+        ],
+        "{run:#?}"
+    );
+}
