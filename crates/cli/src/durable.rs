@@ -42,8 +42,19 @@ impl PgStore {
     ///
     /// [`ErrorKind::Database`] when the server cannot be reached or refuses the login.
     pub async fn connect(url: &str) -> Result<PgStore, Error> {
+        Self::connect_with(url, 4).await
+    }
+
+    /// [`PgStore::connect`] with a pool of up to `max_connections` (at least 1). A worker
+    /// needs a few per run it holds: each run's lease renewals and checkpoint saves must not
+    /// wait behind the others' (an unrenewed lease stops the run).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Database`] when the server cannot be reached or refuses the login.
+    pub async fn connect_with(url: &str, max_connections: u32) -> Result<PgStore, Error> {
         let pool = PgPoolOptions::new()
-            .max_connections(4)
+            .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect(url)
             .await
@@ -106,16 +117,19 @@ impl CheckpointStore for PgStore {
             .bind(sealed)
             .execute(&self.pool)
             .await
-            .map_err(|e| {
-                outlive::Error::provider(
-                    outlive::ErrorKind::Io,
-                    "PostgreSQL did not save the checkpoint",
-                )
-                .caused_by(e)
-            })?;
+            .map_err(save_failed)?;
             Ok(())
         })
     }
+}
+
+/// A checkpoint save the database did not do, as the run sees it.
+pub(crate) fn save_failed(e: sqlx::Error) -> outlive::Error {
+    outlive::Error::provider(
+        outlive::ErrorKind::Io,
+        "PostgreSQL did not save the checkpoint",
+    )
+    .caused_by(e)
 }
 
 fn db(what: &'static str, e: sqlx::Error) -> Error {

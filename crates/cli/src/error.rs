@@ -65,7 +65,28 @@ pub enum ErrorKind {
         /// The names registered.
         known: Vec<String>,
     },
-    /// A run's input does not fit its task's input type; the source says where.
+    /// A task declaration (`outlive worker --task NAME='CMD ARGS…'`) was refused; the worker
+    /// did not start.
+    InvalidTask {
+        /// The task's name (or the whole declaration when it has no `=`).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No run has this id.
+    NoSuchRun {
+        /// The id asked for.
+        run_id: String,
+    },
+    /// The run is over already (completed, failed or cancelled): nothing to cancel.
+    RunOver {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: String,
+    },
+    /// A run's input does not fit its task (its input type, or the size cap); the source
+    /// says how.
     Input {
         /// The task.
         task: String,
@@ -152,6 +173,15 @@ impl fmt::Display for Error {
                 "no task named {name:?}; the tasks are: {}",
                 known.join(", ")
             ),
+            ErrorKind::InvalidTask { name, reason } => {
+                write!(f, "task {name:?} cannot be declared: {reason}")
+            }
+            ErrorKind::NoSuchRun { run_id } => {
+                write!(f, "no run {run_id:?} (`outlive runs` lists them)")
+            }
+            ErrorKind::RunOver { run_id, status } => {
+                write!(f, "run {run_id:?} is {status} already: nothing to cancel")
+            }
             ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
             ErrorKind::Database { what } => write!(
                 f,

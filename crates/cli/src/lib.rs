@@ -13,8 +13,10 @@
 //! * [`setup`] — finding (or installing) Chromium for the demo.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
 //! * [`durable`] — a PostgreSQL [`CheckpointStore`](outlive::CheckpointStore) for durable runs.
-//! * [`jobs`] — durable runs as apalis jobs: tasks by name, `submit`, `runs`, workers, and a
-//!   session limit across workers; [`worker`] — `outlive worker`.
+//! * [`jobs`] — durable runs as apalis jobs: tasks by name (Rust functions, or commands run
+//!   as `outlive run` runs them), `submit`, `runs`, `cancel`, workers holding each run under
+//!   a lease with a fencing token, and a session limit across workers; [`worker`] —
+//!   `outlive worker`.
 //! * [`error`] — the one [`Error`] type.
 //! * [`stats`] — the median the probe and the lab share.
 //!

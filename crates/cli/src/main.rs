@@ -82,14 +82,28 @@ enum Command {
         /// Lifetime of the embedded gateway's sessions (without --solari-url).
         #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
         lifetime: Duration,
+        /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
+        /// `outlive run`, with the run's input in $OUTLIVE_INPUT.
+        #[arg(long = "task", value_name = "NAME=CMD")]
+        tasks: Vec<String>,
     },
     /// Enqueue a durable run of a task by name; prints its run id.
     Submit {
-        /// The task: `bank`.
+        /// The task: `bank`, or a name a worker declared with --task.
         task: String,
-        /// Its input, as JSON (`bank`: {"polls": 30, "poll_every_ms": 500, "bank_url": …}).
+        /// Its input, as JSON, at most 64 KiB (`bank`: {"polls": 30, "poll_every_ms": 500,
+        /// "bank_url": …}; a command task gets it in $OUTLIVE_INPUT).
         #[arg(long, default_value = "{}")]
         input: String,
+        /// PostgreSQL.
+        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
+    /// Cancel a durable run: a queued one is never taken; a running one is stopped by its
+    /// worker (its command ended, its browser released) within a heartbeat.
+    Cancel {
+        /// The run id (`outlive submit` printed it; `outlive runs` lists them).
+        run_id: String,
         /// PostgreSQL.
         #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
         database_url: String,
@@ -191,6 +205,7 @@ async fn durable(command: Command) -> anyhow::Result<()> {
             max_pickups,
             checkpoint_every,
             lifetime,
+            tasks,
         } => {
             let key = match key_file {
                 Some(path) => outlive::SealKey::from_file(&path),
@@ -211,6 +226,7 @@ async fn durable(command: Command) -> anyhow::Result<()> {
                 },
                 checkpoint_every,
                 lifetime,
+                tasks,
             };
             let prepared = durable_cli::prepare(config).await?;
             println!(
@@ -251,6 +267,15 @@ async fn durable(command: Command) -> anyhow::Result<()> {
                 outlive_cli::jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input)
                     .await?;
             println!("{run_id}");
+        }
+        Command::Cancel {
+            run_id,
+            database_url,
+        } => {
+            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
+            outlive_cli::jobs::setup(&store).await?;
+            let was = outlive_cli::jobs::cancel(&store, &run_id).await?;
+            println!("{run_id} cancelled ({was:?} before)");
         }
         Command::Runs { json, database_url } => {
             let store = outlive_cli::durable::PgStore::connect(&database_url).await?;

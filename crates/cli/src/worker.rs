@@ -1,5 +1,5 @@
-//! `outlive worker`: a [`jobs::Worker`] for the command's own tasks
-//! ([`bank::tasks`](crate::bank::tasks)), on a Solari-compatible provider or, without one, on
+//! `outlive worker`: a [`jobs::Worker`] for the tasks declared with `--task NAME='CMD ARGS…'`
+//! and the command's own ([`bank::tasks`](crate::bank::tasks)), on a Solari-compatible provider or, without one, on
 //! an embedded Aurora Bank and gateway whose sessions die (so the durable flow can be tried
 //! with nothing else running but PostgreSQL).
 
@@ -32,6 +32,8 @@ pub struct WorkerArgs {
     pub checkpoint_every: Duration,
     /// Lifetime of the embedded gateway's sessions.
     pub lifetime: Duration,
+    /// Command tasks, each `NAME=CMD ARGS…` (see [`jobs::parse_task`]).
+    pub tasks: Vec<String>,
 }
 
 /// A worker ready to run, and the embedded test bed it uses, if any.
@@ -42,15 +44,32 @@ pub struct Prepared {
     pub bed: Option<TestBed>,
 }
 
-/// Connects, creates the tables if missing, and builds the worker.
+/// Checks the task declarations, connects, creates the tables if missing, and builds the
+/// worker.
 ///
 /// # Errors
 ///
+/// [`ErrorKind::InvalidTask`] for a declaration that does not parse, whose program is not
+/// found, or whose name is taken (before anything is connected or started);
 /// [`ErrorKind::Database`]; [`ErrorKind::Client`] for a bad provider URL;
 /// [`ErrorKind::Bank`] / [`ErrorKind::Gateway`] if the embedded bed does not start;
 /// [`ErrorKind::InvalidOption`] for `max_sessions` 0.
 pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
-    let store = PgStore::connect(&args.database_url).await?;
+    let mut tasks = crate::bank::tasks(None);
+    let mut commands = Vec::new();
+    for declaration in &args.tasks {
+        let (name, command) = jobs::parse_task(declaration)?;
+        if tasks.names().any(|n| n == name) || commands.iter().any(|(n, _)| n == &name) {
+            return Err(Error::new(ErrorKind::InvalidTask {
+                name,
+                reason: "declared twice (or the name of a built-in task)".to_owned(),
+            }));
+        }
+        commands.push((name, command));
+    }
+    // apalis' listener, fetches and heartbeats, and per run its lease and its checkpoints.
+    let connections = 4 + 2 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
+    let store = PgStore::connect_with(&args.database_url, connections).await?;
     jobs::setup(&store).await?;
     let (provider, bed, bank) = match args.solari {
         Some((url, key)) => {
@@ -74,13 +93,11 @@ pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
     let options = Options::new()
         .checkpoint_every(args.checkpoint_every)
         .max_relaunches(100);
-    let worker = Worker::new(
-        store,
-        Sealer::new(args.key),
-        crate::bank::tasks(bank),
-        provider,
-        options,
-    )
-    .config(args.config);
+    tasks = crate::bank::tasks(bank);
+    for (name, command) in commands {
+        tasks = tasks.command(name, command);
+    }
+    let worker =
+        Worker::new(store, Sealer::new(args.key), tasks, provider, options).config(args.config);
     Ok(Prepared { worker, bed })
 }

@@ -7,32 +7,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use outlive_cli::jobs::RunStatus;
+use std::time::Duration;
 
-use outlive_cli::durable::PgStore;
-use outlive_cli::jobs::{self, RunRow};
-use support::pg::{JobsBed, submit_bank};
-
-/// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
-async fn until(
-    store: &PgStore,
-    within: Duration,
-    what: &str,
-    done: impl Fn(&[RunRow]) -> bool,
-) -> Vec<RunRow> {
-    let deadline = Instant::now() + within;
-    loop {
-        let runs = jobs::runs(store).await.unwrap();
-        if done(&runs) {
-            return runs;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {within:?}: {runs:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use support::pg::{JobsBed, submit_bank, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_sign_in() {
@@ -67,7 +45,7 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
         &store,
         Duration::from_secs(90),
         "the run completes",
-        |runs| runs[0].status == "completed",
+        |runs| runs[0].status == RunStatus::Completed,
     )
     .await;
     let run = &runs[0];
@@ -122,7 +100,7 @@ async fn two_workers_share_twelve_runs_under_a_limit_of_three_sessions() {
         &store,
         Duration::from_secs(240),
         "all twelve complete",
-        |runs| runs.iter().all(|r| r.status == "completed"),
+        |runs| runs.iter().all(|r| r.status == RunStatus::Completed),
     )
     .await;
     assert_eq!(runs.len(), 12);
@@ -158,12 +136,12 @@ async fn a_run_taken_too_often_is_failed_without_a_browser() {
         &store,
         Duration::from_secs(60),
         "the run is failed",
-        |runs| runs[0].status != "queued" && runs[0].status != "running",
+        |runs| runs[0].status != RunStatus::Queued && runs[0].status != RunStatus::Running,
     )
     .await;
     let run = &runs[0];
     println!("{run:#?}");
-    assert_eq!(run.status, "failed");
+    assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.pickups, 3);
     let error = run.error.as_deref().unwrap();
     assert!(
@@ -179,7 +157,7 @@ async fn a_run_taken_too_often_is_failed_without_a_browser() {
         &store,
         Duration::from_secs(90),
         "the next run completes",
-        |runs| runs.iter().any(|r| r.status == "completed"),
+        |runs| runs.iter().any(|r| r.status == RunStatus::Completed),
     )
     .await;
     assert_eq!(runs.len(), 2);

@@ -1,11 +1,13 @@
 //! PostgreSQL restarted under a worker in the middle of its runs: checkpoints that fall in the
-//! outage are not counted, the runs go on and complete — each signed in once, no poll lost —
+//! outage are not counted, the runs go on (or, stopped when their leases could not be renewed,
+//! are claimed again) and complete — each signed in once, no poll lost —
 //! and the worker takes new runs afterwards. Its own test binary: it restarts the cluster
 //! behind `OUTLIVE_TEST_DATABASE_URL` (a local one, as `scripts/postgres` makes), which other
 //! tests must not see.
 
 mod support;
 
+use outlive_cli::jobs::RunStatus;
 use std::time::{Duration, Instant};
 
 use outlive_cli::durable::PgStore;
@@ -71,7 +73,7 @@ async fn runs_go_on_through_a_postgres_restart() {
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 let runs = jobs::runs(&store).await.unwrap();
-                if runs.len() == n && runs.iter().all(|r| r.status == "completed") {
+                if runs.len() == n && runs.iter().all(|r| r.status == RunStatus::Completed) {
                     return runs;
                 }
                 assert!(Instant::now() < deadline, "{runs:#?}");
@@ -82,7 +84,10 @@ async fn runs_go_on_through_a_postgres_restart() {
     let runs = until_done(3).await;
     for run in &runs {
         assert_eq!(run.result.as_ref().unwrap()["polls"], 50, "{run:#?}");
-        assert_eq!(run.pickups, 1, "the worker kept its runs: {run:#?}");
+        // A restart longer than the self-stop deadline (heartbeat 1 s × (3 − 1)), or a machine
+        // too loaded to renew within it, stops the runs; the worker claims them again once
+        // the database answers, and they resume from their checkpoints.
+        println!("{}: {} pickups", run.run_id, run.pickups);
     }
     assert_eq!(
         bed.bank().counters().totps_accepted,

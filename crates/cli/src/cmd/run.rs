@@ -75,7 +75,7 @@ impl RunArgs {
 }
 
 /// Finds the program as `execve` would: a path with a slash as is, else on `PATH`.
-fn find_program(program: &Path) -> Result<PathBuf, &'static str> {
+pub(crate) fn find_program(program: &Path) -> Result<PathBuf, &'static str> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         p.metadata()

@@ -5,7 +5,8 @@ POLLS times and makes one transfer half-way, checkpointing its progress with out
 each step so that a rerun after a browser death skips what is done.
 
 Env: OUTLIVE_* (set by `outlive run`), BANK_URL, BANK_USER, BANK_PASSWORD, BANK_TOTP_SECRET,
-POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR.
+POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR. Run as a durable task (`outlive worker
+--task`), it takes `polls` and `poll_ms` from its input ($OUTLIVE_INPUT) instead.
 """
 
 import base64
@@ -23,8 +24,9 @@ from playwright.sync_api import sync_playwright
 env = os.environ
 BANK = env["BANK_URL"].rstrip("/")
 TWOSITE = env.get("TWOSITE_URL")
-POLLS = int(env.get("POLLS", "6"))
-POLL_MS = int(env.get("POLL_MS", "500"))
+INPUT = json.loads(env.get("OUTLIVE_INPUT") or "{}")
+POLLS = int(INPUT.get("polls", env.get("POLLS", "6")))
+POLL_MS = int(INPUT.get("poll_ms", env.get("POLL_MS", "500")))
 ATTEMPT = int(env["OUTLIVE_ATTEMPT"])
 RESULT_DIR = Path(env["RESULT_DIR"])
 
@@ -54,6 +56,7 @@ progress.setdefault("polls", 0)
 progress["attempts"] = progress.get("attempts", []) + [ATTEMPT]
 seen = {
     "attempt": ATTEMPT,
+    "input": INPUT,
     "progressIn": json.loads(env["OUTLIVE_PROGRESS"]) if env.get("OUTLIVE_PROGRESS") else None,
     "resumedFromUrl": env.get("OUTLIVE_RESUMED_FROM_URL"),
     "signedInHere": False,
@@ -140,6 +143,7 @@ with sync_playwright() as p:
 
     result = {
         "polls": progress["polls"],
+        "input": INPUT,
         "attempts_seen": progress["attempts"],
         "seeded": progress.get("seeded", False),
         "transferred": progress.get("transferred", False),

@@ -2,6 +2,8 @@
 //! remembers the session ids it launched, milestone plumbing and quick runs.
 #![allow(dead_code)]
 
+pub mod commands;
+pub mod partition;
 pub mod pg;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -232,20 +234,34 @@ pub async fn run_instant<T: Clone>(
     .await
 }
 
+/// The `outlive` binary to run: `$OUTLIVE_TEST_BIN` when set (a copy of this checkout's
+/// build, for checkouts that share one target directory and rebuild the binary under each
+/// other's tests), else the one Cargo built for these tests.
+pub fn outlive_bin() -> std::path::PathBuf {
+    std::env::var_os("OUTLIVE_TEST_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_outlive").into())
+}
+
+/// The pids of the live processes whose command line mentions `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    procfs::process::all_processes()
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            p.cmdline()
+                .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
 /// Waits (up to 5 s) until no process whose command line mentions `marker` is alive; panics
 /// with the pids left otherwise.
 pub fn assert_no_process(marker: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let left: Vec<_> = procfs::process::all_processes()
-            .unwrap()
-            .flatten()
-            .filter(|p| {
-                p.cmdline()
-                    .is_ok_and(|c| c.iter().any(|a| a.contains(marker)))
-            })
-            .map(|p| p.pid)
-            .collect();
+        let left = processes_with(marker);
         if left.is_empty() {
             return;
         }

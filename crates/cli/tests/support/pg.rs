@@ -24,6 +24,23 @@ impl Scratch {
             .await
             .expect("a scratch database on the server at OUTLIVE_TEST_DATABASE_URL");
         let url = db.url().to_owned();
+        // Commits not waiting for the disk: on a machine whose disk stalls for seconds (other
+        // builds), a worker's 1 s lease renewals would otherwise miss their 2 s self-stop
+        // deadline and stop runs for nothing. (Only this scratch database; a lost commit on
+        // a crash of the test server is no concern here.)
+        let name = url::Url::parse(&url)
+            .unwrap()
+            .path()
+            .trim_start_matches('/')
+            .to_owned();
+        let admin = sqlx::PgPool::connect(&base).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
+        admin.close().await;
         Scratch { db, url }
     }
 
@@ -33,6 +50,34 @@ impl Scratch {
     }
 }
 
+/// `outlive worker` on `database_url`, with browsers from `bed`'s gateway, heartbeat 1 s × 3,
+/// a checkpoint every 500 ms and `extra` arguments; stdout to nowhere, killed when dropped.
+pub fn worker_command(
+    database_url: &str,
+    bed: &TestBed,
+    key_file: &std::path::Path,
+    extra: &[&str],
+) -> Command {
+    let mut command = Command::new(super::outlive_bin());
+    command
+        .args(["worker", "--solari-url"])
+        .arg(bed.gateway().base_url())
+        .arg("--bank-url")
+        .arg(bed.bank().base_url())
+        .arg("--key-file")
+        .arg(key_file)
+        .args(["--heartbeat", "1s", "--missed-heartbeats", "3"])
+        .args(["--checkpoint-every", "500ms"])
+        .args(extra)
+        .env("OUTLIVE_DATABASE_URL", database_url)
+        .env("SOLARI_API_KEY", bed.gateway().api_key())
+        .env_remove("OUTLIVE_SEAL_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
 /// One `outlive worker` process; killed when dropped.
 pub struct WorkerProcess {
     pub child: Child,
@@ -40,24 +85,12 @@ pub struct WorkerProcess {
 
 impl WorkerProcess {
     pub fn start(db: &Scratch, bed: &TestBed, key_file: &std::path::Path, extra: &[&str]) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_outlive"))
-            .args(["worker", "--solari-url"])
-            .arg(bed.gateway().base_url())
-            .arg("--bank-url")
-            .arg(bed.bank().base_url())
-            .arg("--key-file")
-            .arg(key_file)
-            .args(["--heartbeat", "1s", "--missed-heartbeats", "3"])
-            .args(["--checkpoint-every", "500ms"])
-            .args(extra)
-            .env("OUTLIVE_DATABASE_URL", &db.url)
-            .env("SOLARI_API_KEY", bed.gateway().api_key())
-            .env_remove("OUTLIVE_SEAL_KEY")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the outlive binary starts");
+        Self::spawn(worker_command(&db.url, bed, key_file, extra))
+    }
+
+    /// Starts `command` (from [`worker_command`], with whatever the test added).
+    pub fn spawn(mut command: Command) -> Self {
+        let child = command.spawn().expect("the outlive binary starts");
         WorkerProcess { child }
     }
 
@@ -130,5 +163,26 @@ impl JobsBed {
     /// An `outlive worker` on this bed, with `extra` arguments.
     pub fn worker(&self, extra: &[&str]) -> WorkerProcess {
         WorkerProcess::start(&self.db, &self.bed, &self.key, extra)
+    }
+}
+
+/// Polls the runs table (every 100 ms, up to `within`) until `done` holds; answers the rows.
+pub async fn until(
+    store: &PgStore,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&[outlive_cli::jobs::RunRow]) -> bool,
+) -> Vec<outlive_cli::jobs::RunRow> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let runs = outlive_cli::jobs::runs(store).await.unwrap();
+        if done(&runs) {
+            return runs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {within:?}: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

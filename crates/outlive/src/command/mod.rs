@@ -385,8 +385,9 @@ async fn entry(
             programs.start_next(command, endpoints, &ctx);
             child.wait().await
         }
-        Ok(sig) = stop.wait_for(Option::is_some) => {
-            let sig = (*sig).unwrap_or(15);
+        // The watch's guard is let go of at once: held across an await, it would make the
+        // run a future that cannot move between threads.
+        Ok(sig) = async { stop.wait_for(Option::is_some).await.map(|s| (*s).unwrap_or(15)) } => {
             served.stop();
             if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
                 child.signal(s);

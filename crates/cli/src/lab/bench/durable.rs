@@ -222,13 +222,13 @@ async fn throughput(
     }
     loop {
         let all = jobs::runs(&store).await?;
-        if let Some(failed) = all.iter().find(|r| r.status == "failed") {
+        if let Some(failed) = all.iter().find(|r| r.status == jobs::RunStatus::Failed) {
             return Err(Error::with(
                 ErrorKind::Run,
                 format!("run {} failed: {:?}", failed.run_id, failed.error),
             ));
         }
-        if all.iter().all(|r| r.status == "completed") {
+        if all.iter().all(|r| r.status == jobs::RunStatus::Completed) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
