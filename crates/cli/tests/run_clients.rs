@@ -15,6 +15,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 
+/// Polls of the bank scripts, 400 ms apart: at least 24 s of the script's own sleeping, so
+/// that its sessions of 12 s die twice under it however fast the machine is.
+const POLLS: u32 = 60;
+
 /// Where `scripts/clients` installs the clients.
 fn clients() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients");
@@ -148,8 +152,9 @@ async fn assert_survived(bed: &Bed, run: &Outcome, polls: u32, deaths: u32, mark
     let seen = support::commands::attempts_seen(&result);
     assert_eq!(seen.last(), Some(&attempts), "{result}");
 
-    // One sign-in completed (password and TOTP) and one transfer, however many entries. (A
-    // password step cut before its TOTP was never a sign-in: the next entry starts it over.)
+    // One sign-in completed (password and TOTP) and one transfer, however many entries and
+    // wherever the deaths fall: the scripts look at the bank before doing either again (a
+    // password step cut before its TOTP was never a sign-in: the next entry starts it over).
     let counters = bed.bank.counters();
     assert_eq!(
         (counters.totps_accepted, counters.transfers),
@@ -205,10 +210,10 @@ async fn a_playwright_script_survives_deaths_and_a_page_crash() {
                 script("bank_playwright.py").to_str().unwrap(),
                 &marker,
             ],
-            40,
+            POLLS,
         )
         .await;
-    assert_survived(&bed, &run, 40, 2, &marker).await;
+    assert_survived(&bed, &run, POLLS, 2, &marker).await;
     bed.finish().await;
 }
 
@@ -231,11 +236,11 @@ async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
                 "20",
             ],
             &["node", copy.to_str().unwrap()],
-            40,
+            POLLS,
         )
         .await;
     let _ = std::fs::remove_file(&copy);
-    assert_survived(&bed, &run, 40, 2, &marker).await;
+    assert_survived(&bed, &run, POLLS, 2, &marker).await;
     bed.finish().await;
 }
 

@@ -29,6 +29,7 @@ POLLS = int(INPUT.get("polls", env.get("POLLS", "6")))
 POLL_MS = int(INPUT.get("poll_ms", env.get("POLL_MS", "500")))
 ATTEMPT = int(env["OUTLIVE_ATTEMPT"])
 RESULT_DIR = Path(env["RESULT_DIR"])
+TRANSFER_CENTS = 1234
 
 
 def totp(secret_b32: str) -> str:
@@ -95,6 +96,13 @@ with sync_playwright() as p:
         record()
 
     if not progress.get("signedIn"):
+        # A cut between the TOTP and the checkpoint after it leaves a signed-in session in
+        # the state a periodic checkpoint restored: look before signing in again.
+        page.goto(f"{BANK}/account")
+        if page.url.split("?")[0].endswith("/account"):
+            progress["signedIn"] = True
+            checkpoint()
+    if not progress.get("signedIn"):
         page.goto(f"{BANK}/login")
         page.fill("#username", env["BANK_USER"])
         page.fill("#password", env["BANK_PASSWORD"])
@@ -114,12 +122,24 @@ with sync_playwright() as p:
 
     while progress["polls"] < POLLS:
         if progress["polls"] >= POLLS // 2 and not progress.get("transferred"):
-            # Not repeatable: no automatic checkpoint in the middle, one right after.
+            # Not repeatable: no automatic checkpoint in the middle, one right after. A death
+            # can still cut it between the bank's answer and that checkpoint, so the balance
+            # before it is saved first, and an entry that finds it already debited does not
+            # send it again.
             control("hold")
             try:
+                page.goto(f"{BANK}/account")
+                balance = int(page.get_attribute("#balance", "data-cents"))
+                if "balanceBefore" not in progress:
+                    progress["balanceBefore"] = balance
+                    checkpoint()
+                if balance == progress["balanceBefore"] - TRANSFER_CENTS:
+                    seen["transferFoundDone"] = progress["transferred"] = True
+                    checkpoint()
+                    continue
                 page.goto(f"{BANK}/transfer")
                 page.fill("#to", "bob")
-                page.fill("#amount", "1234")
+                page.fill("#amount", str(TRANSFER_CENTS))
                 page.click("#submit")
                 page.wait_for_url("**/account")
                 seen["transferredHere"] = progress["transferred"] = True

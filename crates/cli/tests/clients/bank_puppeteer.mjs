@@ -20,6 +20,7 @@ const POLLS = Number(env.POLLS ?? 6);
 const POLL_MS = Number(env.POLL_MS ?? 500);
 const ATTEMPT = Number(env.OUTLIVE_ATTEMPT);
 const RESULT_DIR = env.RESULT_DIR;
+const TRANSFER_CENTS = 1234;
 
 // RFC 6238: HMAC-SHA1, 30 s step, 6 digits.
 function totp(secretB32) {
@@ -92,6 +93,15 @@ if (TWOSITE && progress.seeded) { // what an earlier entry seeded must be back
 }
 
 if (!progress.signedIn) {
+  // A cut between the TOTP and the checkpoint after it leaves a signed-in session in the
+  // state a periodic checkpoint restored: look before signing in again.
+  await page.goto(`${BANK}/account`);
+  if (new URL(page.url()).pathname === '/account') {
+    progress.signedIn = true;
+    await checkpoint();
+  }
+}
+if (!progress.signedIn) {
   await page.goto(`${BANK}/login`);
   await page.type('#username', env.BANK_USER);
   await page.type('#password', env.BANK_PASSWORD);
@@ -112,16 +122,29 @@ if (TWOSITE && !progress.seeded) {
 
 while (progress.polls < POLLS) {
   if (progress.polls >= Math.floor(POLLS / 2) && !progress.transferred) {
-    // Not repeatable: no automatic checkpoint in the middle, one right after.
+    // Not repeatable: no automatic checkpoint in the middle, one right after. A death can
+    // still cut it between the bank's answer and that checkpoint, so the balance before it
+    // is saved first, and an entry that finds it already debited does not send it again.
     await control('hold');
     try {
-      await page.goto(`${BANK}/transfer`);
-      await page.type('#to', 'bob');
-      await page.type('#amount', '1234');
-      await submit(page);
-      if (new URL(page.url()).pathname !== '/account') throw new Error(`transfer failed at ${page.url()}`);
-      seen.transferredHere = progress.transferred = true;
-      await checkpoint();
+      await page.goto(`${BANK}/account`);
+      const balance = Number(await page.$eval('#balance', (el) => el.dataset.cents));
+      if (progress.balanceBefore === undefined) {
+        progress.balanceBefore = balance;
+        await checkpoint();
+      }
+      if (balance === progress.balanceBefore - TRANSFER_CENTS) {
+        seen.transferFoundDone = progress.transferred = true;
+        await checkpoint();
+      } else {
+        await page.goto(`${BANK}/transfer`);
+        await page.type('#to', 'bob');
+        await page.type('#amount', String(TRANSFER_CENTS));
+        await submit(page);
+        if (new URL(page.url()).pathname !== '/account') throw new Error(`transfer failed at ${page.url()}`);
+        seen.transferredHere = progress.transferred = true;
+        await checkpoint();
+      }
     } finally {
       await control('release');
     }
