@@ -23,9 +23,11 @@
 
 mod command;
 mod lease;
+mod slots;
 
 pub use command::{MAX_INPUT_BYTES, parse_task};
 pub use lease::FencedStore;
+pub use slots::{LISTENER_APPLICATION, SLOT_APPLICATION, SessionLimit};
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -38,10 +40,10 @@ use apalis::prelude::{
 };
 use apalis_postgres::{Config, PostgresStorage};
 use backon::{ExponentialBuilder, Retryable};
-use outlive::{BoxFuture, Ctx, Durable, Options, Page, Provider, Sealer, Session, WideEvent};
+use outlive::{BoxFuture, Ctx, Durable, Options, Page, Provider, Sealer, WideEvent};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 use tokio::sync::watch;
 
 use crate::durable::PgStore;
@@ -1092,141 +1094,6 @@ async fn finish(
     }
     Ok(())
 }
-
-/// At most `max` browser sessions at once across every process using the same database:
-/// each launch first takes one of `max` PostgreSQL advisory locks, on a connection of its
-/// own that the session keeps until it is released. A worker that dies loses its
-/// connections, and with them its locks. Launches wait (with a backoff) for a free one.
-pub struct SessionLimit<P> {
-    inner: P,
-    url: String,
-    max: u32,
-}
-
-/// The advisory lock class of session slots ("outl").
-const SLOT_CLASS: i32 = 0x6f75_746c;
-
-impl<P: Provider> SessionLimit<P> {
-    /// `inner`'s launches, capped at `max` sessions across everything using `database_url`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidOption`] when `max` is 0.
-    pub fn new(inner: P, database_url: impl Into<String>, max: u32) -> Result<Self, Error> {
-        if max == 0 {
-            return Err(Error::new(ErrorKind::InvalidOption {
-                option: "max_sessions",
-                message: "must be at least 1",
-            }));
-        }
-        Ok(SessionLimit {
-            inner,
-            url: database_url.into(),
-            max,
-        })
-    }
-
-    async fn try_slot(&self) -> Result<PgConnection, SlotError> {
-        let mut conn = PgConnection::connect(&self.url)
-            .await
-            .map_err(SlotError::Database)?;
-        for slot in 0..self.max as i32 {
-            let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1, $2)")
-                .bind(SLOT_CLASS)
-                .bind(slot)
-                .fetch_one(&mut conn)
-                .await
-                .map_err(SlotError::Database)?;
-            if held {
-                tracing::debug!(slot, "session slot taken");
-                return Ok(conn);
-            }
-        }
-        let _ = conn.close().await;
-        Err(SlotError::Full)
-    }
-}
-
-enum SlotError {
-    Full,
-    Database(sqlx::Error),
-}
-
-impl<P: Provider> Provider for SessionLimit<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
-        Box::pin(async move {
-            let wait = ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .without_max_times()
-                .with_jitter();
-            let slot = (|| self.try_slot())
-                .retry(wait)
-                .sleep(tokio::time::sleep)
-                .when(|e| matches!(e, SlotError::Full))
-                .await
-                .map_err(|e| match e {
-                    SlotError::Database(e) => outlive::Error::provider(
-                        outlive::ErrorKind::Launch,
-                        "PostgreSQL did not give a session slot",
-                    )
-                    .caused_by(e),
-                    SlotError::Full => unreachable!("waited for"),
-                })?;
-            let session = self.inner.launch().await?;
-            Ok(Box::new(Limited {
-                inner: Some(session),
-                slot: Some(slot),
-            }) as Box<dyn Session>)
-        })
-    }
-}
-
-/// A session holding its slot until it is released.
-struct Limited {
-    inner: Option<Box<dyn Session>>,
-    slot: Option<PgConnection>,
-}
-
-impl Limited {
-    fn inner(&self) -> &dyn Session {
-        self.inner.as_deref().expect("present until released")
-    }
-}
-
-impl Session for Limited {
-    fn endpoint(&self) -> &outlive::CdpEndpoint {
-        self.inner().endpoint()
-    }
-
-    fn exited(&self) -> BoxFuture<'static, ()> {
-        self.inner().exited()
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.inner().pid()
-    }
-
-    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
-        let inner = self.inner.take().expect("released once");
-        let slot = self.slot.take();
-        Box::pin(async move {
-            let released = inner.release().await;
-            // Closing the connection frees its advisory lock.
-            if let Some(slot) = slot {
-                let _ = slot.close().await;
-            }
-            released
-        })
-    }
-}
-
-// Dropped without `release`: the inner session's own `Drop` ends it, and dropping the
-// connection closes its socket, which frees the lock on the server.
 
 fn db(what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::with(ErrorKind::Database { what }, e)
