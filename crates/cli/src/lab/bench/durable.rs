@@ -39,20 +39,48 @@ pub struct CheckpointArm {
     pub sealed_bytes: usize,
 }
 
+/// How the runs through the queue are taken: workers, runs at once each, the session limit.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shape {
+    /// `outlive worker` processes.
+    pub workers: u32,
+    /// Runs at once per worker (`--concurrency`).
+    pub concurrency: u32,
+    /// Sessions at once across the workers (`--max-sessions`), if limited.
+    pub max_sessions: Option<u32>,
+    /// Runs submitted (all at once).
+    pub runs: u32,
+}
+
 /// Runs through the queue with some workers.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Throughput {
-    /// `outlive worker` processes.
-    pub workers: u32,
-    /// Runs at once per worker.
-    pub concurrency: u32,
-    /// Runs submitted (all at once).
-    pub runs: u32,
+    /// How the runs were taken.
+    pub shape: Shape,
     /// From the first submit to the last run completed, ms.
     pub wall_ms: f64,
     /// `runs` per minute of `wall_ms`.
     pub runs_per_minute: f64,
+    /// Per run, from its submit to the first worker taking it (`outlive_runs.submitted_at`
+    /// to the first `outlive_pickups.taken_at`), ms, in submit order.
+    pub queue_wait_ms: Vec<f64>,
+    /// Percentiles of `queue_wait_ms` (nearest rank).
+    pub queue_wait_p50_ms: f64,
+    /// 95th percentile of `queue_wait_ms`.
+    pub queue_wait_p95_ms: f64,
+    /// Per run, from its submit to its end recorded, ms, in submit order.
+    pub submit_to_done_ms: Vec<f64>,
+    /// Median of `submit_to_done_ms`.
+    pub submit_to_done_p50_ms: f64,
+    /// 95th percentile of `submit_to_done_ms`.
+    pub submit_to_done_p95_ms: f64,
+    /// The most sessions the gateway held at once (a gateway of this measurement's own,
+    /// allowing more than any limit asked for).
+    pub peak_sessions: usize,
+    /// Pickups per run beyond one (a worker lost a run): should be 0.
+    pub extra_pickups: u32,
 }
 
 /// Everything `durable()` measured.
@@ -65,7 +93,7 @@ pub struct DurableReport {
     pub poll_every_ms: u64,
     /// In memory, then in PostgreSQL.
     pub checkpoints: Vec<CheckpointArm>,
-    /// With one worker, then two.
+    /// With one worker, then two, then the scale case (four workers under a session limit).
     pub throughput: Vec<Throughput>,
 }
 
@@ -167,16 +195,11 @@ fn rand_key() -> [u8; 32] {
     rand::random()
 }
 
-/// `runs` runs of the bank task through `workers` worker processes (this executable's
-/// `worker` command), `concurrency` each.
-async fn throughput(
-    base: &str,
-    bed: &TestBed,
-    workers: u32,
-    concurrency: u32,
-    runs: u32,
-    input: &serde_json::Value,
-) -> Result<Throughput, Error> {
+/// `shape.runs` runs of the bank task through `shape.workers` worker processes (this
+/// executable's `worker` command) on a gateway and bank of their own; the figures from the
+/// gateway and the runs' rows.
+async fn throughput(base: &str, shape: Shape, input: Input) -> Result<Throughput, Error> {
+    let bed = TestBed::start(until_killed(Duration::ZERO).max_sessions(GATEWAY_SESSIONS)).await?;
     let db = ScratchDatabase::create(base, "outlive_bench").await?;
     let store = PgStore::connect(db.url()).await?;
     jobs::setup(&store).await?;
@@ -184,40 +207,19 @@ async fn throughput(
     let key = dir.path().join("seal.key");
     std::fs::write(&key, hex_key())
         .map_err(|e| Error::with(ErrorKind::Write { path: key.clone() }, e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let mut children = Vec::new();
-    for _ in 0..workers {
-        let child = tokio::process::Command::new(&exe)
-            .args(["worker", "--solari-url", bed.gateway().base_url()])
-            .arg("--key-file")
-            .arg(&key)
-            .args(["--heartbeat", "1s", "--checkpoint-every", "500ms"])
-            .args(["--concurrency", &concurrency.to_string()])
-            .env("OUTLIVE_DATABASE_URL", db.url())
-            .env("SOLARI_API_KEY", bed.gateway().api_key())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::with(ErrorKind::Run, e))?;
-        children.push(child);
+    for _ in 0..shape.workers {
+        children.push(spawn_worker(&bed, db.url(), &key, shape)?);
     }
-    // Workers up (registered in apalis.workers) before the clock starts.
-    let up = Instant::now();
-    loop {
-        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM apalis.workers")
-            .fetch_one(store.pool())
-            .await
-            .unwrap_or((0,));
-        if n >= i64::from(workers) || up.elapsed() > Duration::from_secs(30) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_workers(&store, shape.workers).await;
     let tasks = crate::bank::tasks(None);
+    let input = serde_json::json!({
+        "bank_url": bed.bank().base_url(),
+        "polls": input.polls,
+        "poll_every_ms": input.poll_every_ms,
+    });
     let started = Instant::now();
-    for _ in 0..runs {
+    for _ in 0..shape.runs {
         jobs::submit(&store, &tasks, "bank", input.clone()).await?;
     }
     loop {
@@ -234,7 +236,86 @@ async fn throughput(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let wall = started.elapsed();
-    for child in &mut children {
+    let timings = run_timings(&store).await?;
+    stop_workers(&mut children).await;
+    store.pool().close().await;
+    db.drop_now().await?;
+    let peak_sessions = bed.gateway().status().peak_sessions;
+    bed.shutdown().await?;
+    let queue_wait_ms: Vec<f64> = timings.iter().map(|t| t.0).collect();
+    let submit_to_done_ms: Vec<f64> = timings.iter().map(|t| t.1).collect();
+    Ok(Throughput {
+        shape,
+        wall_ms: ms(wall),
+        runs_per_minute: f64::from(shape.runs) / wall.as_secs_f64() * 60.0,
+        queue_wait_p50_ms: percentile(&queue_wait_ms, 50),
+        queue_wait_p95_ms: percentile(&queue_wait_ms, 95),
+        queue_wait_ms,
+        submit_to_done_p50_ms: percentile(&submit_to_done_ms, 50),
+        submit_to_done_p95_ms: percentile(&submit_to_done_ms, 95),
+        submit_to_done_ms,
+        peak_sessions,
+        extra_pickups: timings.iter().map(|t| t.2).sum(),
+    })
+}
+
+/// Sessions the measurement's own gateway allows: above any limit the bench asks the
+/// workers for, so that the limit, not the gateway, is what holds them.
+const GATEWAY_SESSIONS: usize = 12;
+
+/// The bank task's input for the runs through the queue.
+#[derive(Debug, Clone, Copy)]
+struct Input {
+    polls: u32,
+    poll_every_ms: u64,
+}
+
+fn spawn_worker(
+    bed: &TestBed,
+    database_url: &str,
+    key: &std::path::Path,
+    shape: Shape,
+) -> Result<tokio::process::Child, Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::with(ErrorKind::Run, e))?;
+    let mut command = tokio::process::Command::new(&exe);
+    command
+        .args(["worker", "--solari-url", bed.gateway().base_url()])
+        .arg("--key-file")
+        .arg(key)
+        .args(["--heartbeat", "1s", "--checkpoint-every", "500ms"])
+        .args(["--concurrency", &shape.concurrency.to_string()]);
+    if let Some(max) = shape.max_sessions {
+        command.args(["--max-sessions", &max.to_string()]);
+    }
+    command
+        .env("OUTLIVE_DATABASE_URL", database_url)
+        .env("SOLARI_API_KEY", bed.gateway().api_key())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::with(ErrorKind::Run, e))
+}
+
+/// Until `workers` workers are registered in `apalis.workers` (30 s at most), so that the
+/// clock starts with every worker polling.
+async fn wait_for_workers(store: &PgStore, workers: u32) {
+    let up = Instant::now();
+    loop {
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM apalis.workers")
+            .fetch_one(store.pool())
+            .await
+            .unwrap_or((0,));
+        if n >= i64::from(workers) || up.elapsed() > Duration::from_secs(30) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn stop_workers(children: &mut [tokio::process::Child]) {
+    for child in children.iter() {
         if let Some(pid) = child.id() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
@@ -242,23 +323,59 @@ async fn throughput(
             );
         }
     }
-    for child in &mut children {
+    for child in children.iter_mut() {
         let _ = tokio::time::timeout(Duration::from_secs(40), child.wait()).await;
     }
-    store.pool().close().await;
-    db.drop_now().await?;
-    Ok(Throughput {
-        workers,
-        concurrency,
-        runs,
-        wall_ms: ms(wall),
-        runs_per_minute: f64::from(runs) / wall.as_secs_f64() * 60.0,
-    })
+}
+
+/// Per run, in submit order: submit → first pickup, submit → end (ms), pickups beyond one.
+async fn run_timings(store: &PgStore) -> Result<Vec<(f64, f64, u32)>, Error> {
+    let rows: Vec<(f64, f64, i64)> = sqlx::query_as(
+        "SELECT EXTRACT(EPOCH FROM (min(p.taken_at) - r.submitted_at))::float8 * 1000,
+                EXTRACT(EPOCH FROM (max(p.ended_at) - r.submitted_at))::float8 * 1000,
+                count(*)
+         FROM outlive_runs r JOIN outlive_pickups p ON p.run_id = r.run_id
+         GROUP BY r.run_id, r.submitted_at ORDER BY r.submitted_at",
+    )
+    .fetch_all(store.pool())
+    .await
+    .map_err(|e| {
+        Error::with(
+            ErrorKind::Database {
+                what: "read the runs' timings",
+            },
+            e,
+        )
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|(wait, done, pickups)| (wait, done, (pickups - 1).max(0) as u32))
+        .collect())
+}
+
+/// The `p`th percentile of `values`, nearest rank; NaN when empty.
+fn percentile(values: &[f64], p: u32) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (f64::from(p) / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn hex_key() -> String {
     hex::encode(rand_key())
 }
+
+/// The scale case: four workers taking two runs at once each, under a limit of six sessions
+/// across them, forty runs.
+pub const SCALE: Shape = Shape {
+    workers: 4,
+    concurrency: 2,
+    max_sessions: Some(6),
+    runs: 40,
+};
 
 /// Measures checkpoint persistence and queue throughput against PostgreSQL at `base` (a
 /// database the bench may create databases from).
@@ -276,16 +393,22 @@ pub async fn durable(base: &str, runs: u32) -> Result<DurableReport, Error> {
     let postgres = checkpoint_arm(&bed, Some(&store), polls, every).await?;
     store.pool().close().await;
     db.drop_now().await?;
-    let input = serde_json::json!({
-        "bank_url": bed.bank().base_url(),
-        "polls": 10,
-        "poll_every_ms": 200,
-    });
+    bed.shutdown().await?;
+    let input = Input {
+        polls: 10,
+        poll_every_ms: 200,
+    };
     let mut throughputs = Vec::new();
     for workers in [1, 2] {
-        throughputs.push(throughput(base, &bed, workers, 2, runs, &input).await?);
+        let shape = Shape {
+            workers,
+            concurrency: 2,
+            max_sessions: None,
+            runs,
+        };
+        throughputs.push(throughput(base, shape, input).await?);
     }
-    bed.shutdown().await?;
+    throughputs.push(throughput(base, SCALE, input).await?);
     Ok(DurableReport {
         polls,
         poll_every_ms: every.as_millis() as u64,
@@ -309,16 +432,41 @@ pub fn durable_summary(r: &DurableReport) -> String {
             c.sealed_bytes
         );
     }
-    s += "durable: runs through the queue (bank task, 10 polls 200 ms apart, submitted at once)\n";
+    s += "durable: runs through the queue (bank task, 10 polls 200 ms apart, all submitted at once; queue wait = submit → first worker took it)\n";
     for t in &r.throughput {
+        let limit = t.shape.max_sessions.map_or_else(
+            || "no session limit".to_owned(),
+            |m| format!("--max-sessions {m}"),
+        );
         s += &format!(
-            "  {} worker(s) × {} at once: {} runs in {:.1} s = {:.1} runs/min\n",
-            t.workers,
-            t.concurrency,
-            t.runs,
+            "  {} worker(s) × {} at once, {limit}: {} runs in {:.1} s = {:.1} runs/min; queue wait p50 {:.0} ms, p95 {:.0} ms; submit → done p50 {:.0} ms, p95 {:.0} ms; peak sessions {}; runs taken twice {}\n",
+            t.shape.workers,
+            t.shape.concurrency,
+            t.shape.runs,
             t.wall_ms / 1000.0,
-            t.runs_per_minute
+            t.runs_per_minute,
+            t.queue_wait_p50_ms,
+            t.queue_wait_p95_ms,
+            t.submit_to_done_p50_ms,
+            t.submit_to_done_p95_ms,
+            t.peak_sessions,
+            t.extra_pickups,
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert!(percentile(&[], 50).is_nan());
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50), 10.0);
+        assert_eq!(percentile(&v, 95), 19.0);
+        assert_eq!(percentile(&v, 100), 20.0);
+        assert_eq!(percentile(&[7.0], 95), 7.0);
+    }
 }

@@ -129,7 +129,10 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
     }
     if let Some((database_url, runs)) = &plan.durable {
         println!(
-            "durable: checkpoints in memory and in PostgreSQL, then {runs} runs through the queue with 1 and 2 workers"
+            "durable: checkpoints in memory and in PostgreSQL, then {runs} runs through the queue with 1 and 2 workers, and {} runs with {} workers under --max-sessions {}",
+            durable::SCALE.runs,
+            durable::SCALE.workers,
+            durable::SCALE.max_sessions.unwrap_or(0)
         );
         let report = durable::durable(database_url, *runs).await?;
         write_json(out, "durable.json", &report)?;
