@@ -352,8 +352,8 @@ pub struct BankResult {
 /// The tasks the `outlive` command's workers run: `bank`, the Aurora Bank task (sign-in with
 /// the default Aurora credentials, then `polls` polls; its poll count kept in the
 /// checkpoints). `bank` is the Aurora Bank used when a run's input names none.
-pub fn tasks(bank: Option<String>) -> crate::jobs::Tasks {
-    crate::jobs::Tasks::new().register(
+pub fn tasks(bank: Option<String>) -> outlive_jobs::Tasks {
+    outlive_jobs::Tasks::new().register(
         "bank",
         move |input: std::sync::Arc<BankInput>, page, ctx| {
             let bank = bank.clone();

@@ -53,44 +53,9 @@ pub enum ErrorKind {
         /// The HTTP status of the refusal, if there was a response.
         status: Option<u16>,
     },
-    /// The durable mode's database refused or could not be reached; `what` says which step.
-    Database {
-        /// The step: "connecting", "creating the checkpoint table", "loading a checkpoint", …
-        what: &'static str,
-    },
-    /// A run was submitted for a task no worker registers.
-    UnknownTask {
-        /// The name asked for.
-        name: String,
-        /// The names registered.
-        known: Vec<String>,
-    },
-    /// A task declaration (`outlive worker --task NAME='CMD ARGS…'`) was refused; the worker
-    /// did not start.
-    InvalidTask {
-        /// The task's name (or the whole declaration when it has no `=`).
-        name: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// No run has this id.
-    NoSuchRun {
-        /// The id asked for.
-        run_id: String,
-    },
-    /// The run is over already (completed, failed or cancelled): nothing to cancel.
-    RunOver {
-        /// The run.
-        run_id: String,
-        /// Its status.
-        status: String,
-    },
-    /// A run's input does not fit its task (its input type, or the size cap); the source
-    /// says how.
-    Input {
-        /// The task.
-        task: String,
-    },
+    /// The durable runs' library refused or failed (the database, a task, an input, a run
+    /// id); the source, an [`outlive_jobs::Error`], says which.
+    Jobs,
     /// A benchmark step failed (a client script, a run it measures); the source says which.
     Bench,
     /// A result file, or the directory it goes in, could not be written.
@@ -168,26 +133,20 @@ impl fmt::Display for Error {
             }
             ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
             ErrorKind::Bench => f.write_str("a benchmark step failed"),
-            ErrorKind::UnknownTask { name, known } => write!(
-                f,
-                "no task named {name:?}; the tasks are: {}",
-                known.join(", ")
-            ),
-            ErrorKind::InvalidTask { name, reason } => {
-                write!(f, "task {name:?} cannot be declared: {reason}")
-            }
-            ErrorKind::NoSuchRun { run_id } => {
-                write!(f, "no run {run_id:?} (`outlive runs` lists them)")
-            }
-            ErrorKind::RunOver { run_id, status } => {
-                write!(f, "run {run_id:?} is {status} already: nothing to cancel")
-            }
-            ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
-            ErrorKind::Database { what } => write!(
-                f,
-                "PostgreSQL failed while {what} (is it running? `scripts/postgres` starts a local one)"
-            ),
+            ErrorKind::Jobs => f.write_str("durable runs failed"),
         }
+    }
+}
+
+impl From<outlive_jobs::Error> for Error {
+    fn from(e: outlive_jobs::Error) -> Self {
+        Error::with(ErrorKind::Jobs, e)
+    }
+}
+
+impl From<outlive_testkit::ScratchError> for Error {
+    fn from(e: outlive_testkit::ScratchError) -> Self {
+        Error::with(ErrorKind::Bench, e)
     }
 }
 

@@ -12,11 +12,10 @@
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
 //! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
-//! * [`durable`] — a PostgreSQL [`CheckpointStore`](outlive::CheckpointStore) for durable runs.
-//! * [`jobs`] — durable runs as apalis jobs: tasks by name (Rust functions, or commands run
-//!   as `outlive run` runs them), `submit`, `runs`, `cancel`, workers holding each run under
-//!   a lease with a fencing token, and a session limit across workers; [`worker`] —
-//!   `outlive worker`.
+//! * [`worker`] — `outlive worker`: an [`outlive_jobs::Worker`] for the tasks declared on
+//!   the command line and the bank task, on a provider or an embedded gateway. Durable runs
+//!   themselves (the queue, the store, the lease, the session limit) are the `outlive-jobs`
+//!   crate.
 //! * [`error`] — the one [`Error`] type.
 //! * [`stats`] — the median the probe and the lab share.
 //!
@@ -28,9 +27,7 @@ pub mod bank;
 pub mod bed;
 pub mod cmd;
 pub mod demo;
-pub mod durable;
 pub mod error;
-pub mod jobs;
 pub mod lab;
 pub mod probe;
 pub mod setup;

@@ -218,7 +218,7 @@ async fn durable(command: Command) -> anyhow::Result<()> {
                 solari: solari_url.zip(api_key),
                 bank_url,
                 max_sessions,
-                config: outlive_cli::jobs::WorkerConfig {
+                config: outlive_jobs::WorkerConfig {
                     heartbeat,
                     missed_heartbeats,
                     concurrency,
@@ -261,26 +261,25 @@ async fn durable(command: Command) -> anyhow::Result<()> {
         } => {
             let input: serde_json::Value =
                 serde_json::from_str(&input).context("--input is not JSON")?;
-            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
-            outlive_cli::jobs::setup(&store).await?;
+            let store = outlive_jobs::PgStore::connect(&database_url).await?;
+            outlive_jobs::setup(&store).await?;
             let run_id =
-                outlive_cli::jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input)
-                    .await?;
+                outlive_jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input).await?;
             println!("{run_id}");
         }
         Command::Cancel {
             run_id,
             database_url,
         } => {
-            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
-            outlive_cli::jobs::setup(&store).await?;
-            let was = outlive_cli::jobs::cancel(&store, &run_id).await?;
+            let store = outlive_jobs::PgStore::connect(&database_url).await?;
+            outlive_jobs::setup(&store).await?;
+            let was = outlive_jobs::cancel(&store, &run_id).await?;
             println!("{run_id} cancelled ({was:?} before)");
         }
         Command::Runs { json, database_url } => {
-            let store = outlive_cli::durable::PgStore::connect(&database_url).await?;
-            outlive_cli::jobs::setup(&store).await?;
-            let runs = outlive_cli::jobs::runs(&store).await?;
+            let store = outlive_jobs::PgStore::connect(&database_url).await?;
+            outlive_jobs::setup(&store).await?;
+            let runs = outlive_jobs::runs(&store).await?;
             if json {
                 for run in &runs {
                     println!("{}", serde_json::to_string(run)?);

@@ -10,9 +10,9 @@ use outlive::solari_browser::{Client, ClientOptions};
 use outlive::{Options, Provider, SealKey, Sealer, Solari};
 
 use crate::bed::{TestBed, dying};
-use crate::durable::PgStore;
+use outlive_jobs::{self as jobs, PgStore, SessionLimit, Worker, WorkerConfig};
+
 use crate::error::{Error, ErrorKind};
-use crate::jobs::{self, SessionLimit, Worker, WorkerConfig};
 
 /// What `outlive worker` was asked for.
 pub struct WorkerArgs {
@@ -49,23 +49,16 @@ pub struct Prepared {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidTask`] for a declaration that does not parse, whose program is not
-/// found, or whose name is taken (before anything is connected or started);
-/// [`ErrorKind::Database`]; [`ErrorKind::Client`] for a bad provider URL;
+/// [`ErrorKind::Jobs`] for a declaration that does not parse, whose program is not found,
+/// or whose name is taken (before anything is connected or started), and for the database;
+/// [`ErrorKind::Client`] for a bad provider URL;
 /// [`ErrorKind::Bank`] / [`ErrorKind::Gateway`] if the embedded bed does not start;
 /// [`ErrorKind::InvalidOption`] for `max_sessions` 0.
 pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
+    // Every declaration checked before anything is connected or started.
     let mut tasks = crate::bank::tasks(None);
-    let mut commands = Vec::new();
     for declaration in &args.tasks {
-        let (name, command) = jobs::parse_task(declaration)?;
-        if tasks.names().any(|n| n == name) || commands.iter().any(|(n, _)| n == &name) {
-            return Err(Error::new(ErrorKind::InvalidTask {
-                name,
-                reason: "declared twice (or the name of a built-in task)".to_owned(),
-            }));
-        }
-        commands.push((name, command));
+        tasks = tasks.declare(declaration)?;
     }
     // apalis' listener, fetches and heartbeats, and per run its lease and its checkpoints.
     let connections = 4 + 2 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
@@ -94,8 +87,8 @@ pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
         .checkpoint_every(args.checkpoint_every)
         .max_relaunches(100);
     tasks = crate::bank::tasks(bank);
-    for (name, command) in commands {
-        tasks = tasks.command(name, command);
+    for declaration in &args.tasks {
+        tasks = tasks.declare(declaration)?;
     }
     let worker =
         Worker::new(store, Sealer::new(args.key), tasks, provider, options).config(args.config);

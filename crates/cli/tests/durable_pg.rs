@@ -13,7 +13,7 @@ use std::time::Duration;
 use outlive::{Durable, ErrorKind, Options, RunError, SealKey, Sealer};
 use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{TestBed, dying};
-use outlive_cli::durable::PgStore;
+use outlive_jobs::PgStore;
 use support::Tracked;
 use support::pg::Scratch;
 

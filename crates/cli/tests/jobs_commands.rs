@@ -7,11 +7,11 @@
 
 mod support;
 
-use outlive_cli::jobs::RunStatus;
+use outlive_jobs::RunStatus;
 use std::time::Duration;
 
-use outlive_cli::error::ErrorKind;
-use outlive_cli::jobs;
+use outlive_jobs as jobs;
+use outlive_jobs::ErrorKind;
 use serde_json::json;
 use support::commands::{marker, python_worker, read_json, submit_python};
 use support::pg::{JobsBed, until, worker_command};

@@ -8,11 +8,11 @@
 
 mod support;
 
-use outlive_cli::jobs::RunStatus;
+use outlive_jobs::RunStatus;
 use std::time::{Duration, Instant};
 
 use outlive::CheckpointStore;
-use outlive_cli::jobs::FencedStore;
+use outlive_jobs::FencedStore;
 use serde_json::json;
 use support::commands::{marker, python_worker, read_json, submit_python};
 use support::partition::Partition;

@@ -7,7 +7,7 @@
 
 mod support;
 
-use outlive_cli::jobs::RunStatus;
+use outlive_jobs::RunStatus;
 use std::time::Duration;
 
 use support::pg::{JobsBed, submit_bank, until};

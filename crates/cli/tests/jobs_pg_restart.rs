@@ -7,11 +7,11 @@
 
 mod support;
 
-use outlive_cli::jobs::RunStatus;
+use outlive_jobs::RunStatus;
 use std::time::{Duration, Instant};
 
-use outlive_cli::durable::PgStore;
-use outlive_cli::jobs;
+use outlive_jobs as jobs;
+use outlive_jobs::PgStore;
 use support::pg::{JobsBed, submit_bank};
 
 /// `pg_ctlcluster VERSION NAME restart` for the local cluster on the URL's port.

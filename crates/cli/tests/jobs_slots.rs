@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use outlive::{BoxFuture, CdpEndpoint, Provider, Session};
-use outlive_cli::durable::PgStore;
-use outlive_cli::jobs::{LISTENER_APPLICATION, SLOT_APPLICATION, SessionLimit};
+use outlive_jobs::PgStore;
+use outlive_jobs::{LISTENER_APPLICATION, SLOT_APPLICATION, SessionLimit};
 
 use support::pg::Scratch;
 

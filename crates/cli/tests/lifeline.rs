@@ -144,10 +144,8 @@ async fn a_sigkilled_outlive_run_leaves_no_chromium_and_its_profile_is_swept_at_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_worker_leaves_none_of_its_gateways_chromiums() {
     let db = support::pg::Scratch::create().await;
-    let store = outlive_cli::durable::PgStore::connect(&db.url)
-        .await
-        .unwrap();
-    outlive_cli::jobs::setup(&store).await.unwrap();
+    let store = outlive_jobs::PgStore::connect(&db.url).await.unwrap();
+    outlive_jobs::setup(&store).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let key = support::pg::key_file(&tmp);
     let root = tmp.path().join("root");

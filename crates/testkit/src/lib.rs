@@ -5,7 +5,12 @@
 //! * [`Captured`] — a `tracing` writer that keeps everything written, for searching the
 //!   logs for secrets afterwards.
 //! * [`serve`] — an axum app on 127.0.0.1, stopped when the returned [`Served`] drops.
+//! * [`ScratchDatabase`] — a PostgreSQL database of a test's or a benchmark's own.
 #![forbid(unsafe_code)]
+
+mod scratch;
+
+pub use scratch::{ScratchDatabase, ScratchError};
 
 use std::sync::{Arc, Mutex};
 

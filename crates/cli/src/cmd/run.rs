@@ -2,7 +2,7 @@
 //! browser.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
@@ -37,7 +37,8 @@ impl RunArgs {
             eprintln!("outlive: no command given: outlive run [options] -- CMD [ARGS…]");
             return EXIT_USAGE;
         };
-        if let Err(why) = find_program(Path::new(program)) {
+        let command = Command::new(program).args(args).kill_after(self.kill_after);
+        if let Err(why) = command.find_program() {
             eprintln!("outlive: {}: {why}", Path::new(program).display());
             return EXIT_NOT_FOUND;
         }
@@ -53,7 +54,6 @@ impl RunArgs {
             eprintln!("outlive: {e}");
             return EXIT_USAGE;
         }
-        let command = Command::new(program).args(args).kill_after(self.kill_after);
         match outlive::run_command(&provider, &command, options, interrupted()).await {
             Ok(()) => 0,
             Err(RunError::Task(failed)) => {
@@ -72,28 +72,4 @@ impl RunArgs {
             },
         }
     }
-}
-
-/// Finds the program as `execve` would: a path with a slash as is, else on `PATH`.
-pub(crate) fn find_program(program: &Path) -> Result<PathBuf, &'static str> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.as_os_str().is_empty() {
-        return Err("empty command");
-    }
-    if program.components().count() > 1 || program.is_absolute() {
-        return if executable(program) {
-            Ok(program.to_owned())
-        } else {
-            Err("no such executable file")
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| executable(p))
-        .ok_or("command not found")
 }

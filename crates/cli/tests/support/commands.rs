@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outlive_cli::error::ErrorKind;
-use outlive_cli::jobs;
+use outlive_jobs as jobs;
+use outlive_jobs::ErrorKind;
 use serde_json::Value;
 
 use super::pg::{JobsBed, WorkerProcess, worker_command};
@@ -103,7 +103,7 @@ pub fn attempts_seen(result: &Value) -> Vec<u64> {
 
 /// Asserts that `run` was taken twice: first by `first`, whose part has no end it could write
 /// (killed, or cut off from the database), then by the worker that completed it.
-pub fn assert_taken_over(run: &outlive_cli::jobs::RunRow, first: &str) {
+pub fn assert_taken_over(run: &outlive_jobs::RunRow, first: &str) {
     let parts: Vec<_> = run
         .history
         .iter()

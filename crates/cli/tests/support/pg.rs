@@ -4,7 +4,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use outlive_cli::bed::TestBed;
-use outlive_cli::durable::{PgStore, ScratchDatabase};
+use outlive_jobs::PgStore;
+use outlive_testkit::ScratchDatabase;
 use tokio::process::{Child, Command};
 
 /// A database of the test's own, dropped by [`Scratch::drop_now`].
@@ -119,7 +120,7 @@ pub fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
 /// Submits a run of the `bank` task: `polls` polls, `poll_every_ms` apart; answers its id.
 pub async fn submit_bank(store: &PgStore, polls: u32, poll_every_ms: u64) -> String {
     let input = serde_json::json!({ "polls": polls, "poll_every_ms": poll_every_ms });
-    outlive_cli::jobs::submit(store, &outlive_cli::bank::tasks(None), "bank", input)
+    outlive_jobs::submit(store, &outlive_cli::bank::tasks(None), "bank", input)
         .await
         .unwrap()
 }
@@ -139,7 +140,7 @@ impl JobsBed {
     pub async fn start(max_sessions: Option<usize>) -> JobsBed {
         let db = Scratch::create().await;
         let store = PgStore::connect(&db.url).await.unwrap();
-        outlive_cli::jobs::setup(&store).await.unwrap();
+        outlive_jobs::setup(&store).await.unwrap();
         let mut settings = outlive_cli::bed::dying(
             Duration::from_secs(300),
             Duration::ZERO,
@@ -171,11 +172,11 @@ pub async fn until(
     store: &PgStore,
     within: Duration,
     what: &str,
-    done: impl Fn(&[outlive_cli::jobs::RunRow]) -> bool,
-) -> Vec<outlive_cli::jobs::RunRow> {
+    done: impl Fn(&[outlive_jobs::RunRow]) -> bool,
+) -> Vec<outlive_jobs::RunRow> {
     let deadline = std::time::Instant::now() + within;
     loop {
-        let runs = outlive_cli::jobs::runs(store).await.unwrap();
+        let runs = outlive_jobs::runs(store).await.unwrap();
         if done(&runs) {
             return runs;
         }

@@ -94,6 +94,39 @@ impl Command {
     pub fn program(&self) -> &OsStr {
         &self.program
     }
+
+    /// Finds the program as `execve` would: a path with a slash as is, else the first
+    /// executable file of that name on `PATH`. Lets a caller refuse a missing program before
+    /// anything is launched.
+    ///
+    /// # Errors
+    ///
+    /// Why not, in a few words: "empty command", "no such executable file" (a path),
+    /// "command not found" (a name).
+    pub fn find_program(&self) -> Result<std::path::PathBuf, &'static str> {
+        use std::os::unix::fs::PermissionsExt;
+        use std::path::Path;
+        let program = Path::new(&self.program);
+        let executable = |p: &Path| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if program.as_os_str().is_empty() {
+            return Err("empty command");
+        }
+        if program.components().count() > 1 || program.is_absolute() {
+            return if executable(program) {
+                Ok(program.to_owned())
+            } else {
+                Err("no such executable file")
+            };
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|p| executable(p))
+            .ok_or("command not found")
+    }
 }
 
 /// Why a command's run failed on the command's side (the browser lived).

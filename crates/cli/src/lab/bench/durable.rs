@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outlive::{BoxFuture, CheckpointStore, Durable, Milestone, Options, SealKey, Sealer};
+use outlive_jobs::{self as jobs, PgStore};
+use outlive_testkit::ScratchDatabase;
 use serde::Serialize;
 
 use super::records::ms;
 use crate::bank::BankProgress;
 use crate::bed::{TestBed, until_killed};
-use crate::durable::{PgStore, ScratchDatabase};
 use crate::error::{Error, ErrorKind};
-use crate::jobs;
 use crate::stats::median;
 
 /// Checkpoints of one arm of the persistence measurement.
@@ -339,14 +339,7 @@ async fn run_timings(store: &PgStore) -> Result<Vec<(f64, f64, u32)>, Error> {
     )
     .fetch_all(store.pool())
     .await
-    .map_err(|e| {
-        Error::with(
-            ErrorKind::Database {
-                what: "read the runs' timings",
-            },
-            e,
-        )
-    })?;
+    .map_err(|e| Error::with(ErrorKind::Bench, e))?;
     Ok(rows
         .into_iter()
         .map(|(wait, done, pickups)| (wait, done, (pickups - 1).max(0) as u32))
@@ -382,7 +375,8 @@ pub const SCALE: Shape = Shape {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Database`], and whatever the test bed or a run reports.
+/// [`ErrorKind::Jobs`] and [`ErrorKind::Bench`] for the database, and whatever the test bed
+/// or a run reports.
 pub async fn durable(base: &str, runs: u32) -> Result<DurableReport, Error> {
     let (polls, every) = (20, Duration::from_millis(200));
     let bed = TestBed::start(until_killed(Duration::ZERO).max_sessions(8)).await?;

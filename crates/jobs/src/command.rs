@@ -3,7 +3,6 @@
 //! running code on the workers; each worker runs what it was started with, exactly as
 //! `outlive run -- CMD` does ([`outlive::run_command`]), with the input in `OUTLIVE_INPUT`.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,9 +55,11 @@ pub fn parse_task(declaration: &str) -> Result<(String, Command), Error> {
     let Some((program, args)) = words.split_first() else {
         return Err(invalid(name, "its command line is empty".to_owned()));
     };
-    crate::cmd::run::find_program(Path::new(program))
+    let command = Command::new(program).args(args);
+    command
+        .find_program()
         .map_err(|why| invalid(name, format!("{program}: {why}")))?;
-    Ok((name.to_owned(), Command::new(program).args(args)))
+    Ok((name.to_owned(), command))
 }
 
 /// Runs `command` as a durable run's task: `OUTLIVE_INPUT` set to `input`, everything else as

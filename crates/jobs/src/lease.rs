@@ -21,7 +21,7 @@ use outlive::{BoxFuture, CheckpointStore};
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use crate::durable::PgStore;
+use crate::PgStore;
 
 /// The lease timeline, from the heartbeat and the missed-heartbeat count.
 #[derive(Debug, Clone, Copy)]
@@ -281,7 +281,7 @@ impl CheckpointStore for FencedStore {
             .bind(self.pickup)
             .execute(self.store.pool())
             .await
-            .map_err(crate::durable::save_failed)?;
+            .map_err(crate::store::save_failed)?;
             if saved.rows_affected() == 0 {
                 return Err(outlive::Error::provider(
                     outlive::ErrorKind::Io,

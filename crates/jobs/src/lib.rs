@@ -22,12 +22,16 @@
 //! [`submit`] accepts besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
 
 mod command;
+mod error;
 mod lease;
 mod slots;
+mod store;
 
 pub use command::{MAX_INPUT_BYTES, parse_task};
+pub use error::{Error, ErrorKind};
 pub use lease::FencedStore;
 pub use slots::{LISTENER_APPLICATION, SLOT_APPLICATION, SessionLimit};
+pub use store::{PgStore, Saved};
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -46,8 +50,6 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::durable::PgStore;
-use crate::error::{Error, ErrorKind};
 use lease::{Claim, Lease, Lost};
 
 /// The apalis queue every outlive run goes through.
@@ -239,6 +241,23 @@ impl Tasks {
     pub fn command(mut self, name: impl Into<String>, command: outlive::Command) -> Self {
         self.by_name.insert(name.into(), Task::Command(command));
         self
+    }
+
+    /// Registers the command task of a declaration, `NAME='CMD ARGS…'` ([`parse_task`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidTask`] when it does not parse, its program is not found, or its
+    /// name is already registered.
+    pub fn declare(self, declaration: &str) -> Result<Self, Error> {
+        let (name, command) = parse_task(declaration)?;
+        if self.by_name.contains_key(&name) {
+            return Err(Error::new(ErrorKind::InvalidTask {
+                name,
+                reason: "declared twice (or the name of a task already registered)".to_owned(),
+            }));
+        }
+        Ok(self.command(name, command))
     }
 
     /// The registered names.
