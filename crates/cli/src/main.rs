@@ -210,8 +210,7 @@ async fn durable(command: Command) -> anyhow::Result<()> {
             let key = match key_file {
                 Some(path) => outlive::SealKey::from_file(&path),
                 None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
-            }
-            .context("no sealing key")?;
+            }?; // its message names the file or the variable, and what to do
             let config = durable_cli::WorkerArgs {
                 database_url,
                 key,

@@ -1,6 +1,7 @@
-//! The session limit against a real PostgreSQL: a launch that finds every slot taken waits on
-//! one connection (never a new one per try), is woken by a release, and a slot held by a
-//! session dropped without release is freed with its connection.
+//! What workers share on a real PostgreSQL. The session limit: a launch that finds every slot
+//! taken waits on one connection (never a new one per try), is woken by a release, and a slot
+//! held by a session dropped without release is freed with its connection. The tables: workers
+//! starting at once on a fresh database all set it up.
 
 mod support;
 
@@ -131,4 +132,24 @@ async fn a_waiting_launch_keeps_one_connection_and_takes_the_slot_a_release_free
 
     drop(limit);
     db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_starting_at_once_on_a_fresh_database_all_set_it_up() {
+    let db = Scratch::create().await;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(PgStore::connect(&db.url).await.unwrap());
+    }
+    // Without the setup lock, one of them fails on a duplicate type (pg_type's unique index).
+    let setups = stores.iter().map(outlive_jobs::setup);
+    for result in futures::future::join_all(setups).await {
+        result.unwrap();
+    }
+    let runs = outlive_jobs::runs(&stores[0]).await.unwrap();
+    assert!(runs.is_empty());
+    for store in stores.drain(1..) {
+        store.pool().close().await;
+    }
+    db.drop_now(stores.pop().unwrap()).await;
 }

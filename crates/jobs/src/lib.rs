@@ -106,6 +106,28 @@ const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
 ///
 /// [`ErrorKind::Database`].
 pub async fn setup(store: &PgStore) -> Result<(), Error> {
+    // `CREATE … IF NOT EXISTS` is not safe against itself: two workers starting at once on a
+    // fresh database both create, and one fails on a duplicate type. One at a time, under a
+    // session advisory lock on a connection of its own (unlocked when it closes, however).
+    // (Not a pooled connection: a pool of one would wait for itself.)
+    let mut lock =
+        <sqlx::PgConnection as sqlx::Connection>::connect_with(&store.pool().connect_options())
+            .await
+            .map_err(|e| db("connecting", e))?;
+    sqlx::query("SELECT pg_advisory_lock($1, 0)")
+        .bind(SETUP_CLASS)
+        .execute(&mut lock)
+        .await
+        .map_err(|e| db("waiting for another worker's setup", e))?;
+    let created = create_tables(store).await;
+    let _ = sqlx::Connection::close(lock).await;
+    created
+}
+
+/// The advisory lock class of [`setup`] ("olsu").
+const SETUP_CLASS: i32 = 0x6f6c_7375;
+
+async fn create_tables(store: &PgStore) -> Result<(), Error> {
     PostgresStorage::setup(store.pool())
         .await
         .map_err(|e| db("creating apalis' tables", e))?;

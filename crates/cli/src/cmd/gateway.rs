@@ -42,6 +42,11 @@ pub struct GatewayArgs {
     /// When the page fault strikes (must be shorter than the lifetime).
     #[arg(long, value_parser = humantime::parse_duration, requires = "page_fault")]
     pub page_fault_after: Option<Duration>,
+    /// Also serve an Aurora Bank (its default user, password and TOTP secret) at this
+    /// address: one bank that several `outlive worker --bank-url` share, so that a run taken
+    /// over by another worker is seen signed in once.
+    #[arg(long, value_name = "ADDR")]
+    pub bank: Option<std::net::SocketAddr>,
 }
 
 impl GatewayArgs {
@@ -73,9 +78,28 @@ impl GatewayArgs {
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("could not listen on {}", self.listen))?;
+        let bank = match self.bank {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("could not listen on {addr} for the bank"))?,
+            ),
+            None => None,
+        };
         println!("gateway listening on http://{}", listener.local_addr()?);
-        gateway::serve(listener, config, shutdown)
-            .await
-            .context("the gateway failed")
+        let shutdown = futures::FutureExt::shared(shutdown);
+        let bank = async {
+            let Some(bank) = bank else { return Ok(()) };
+            println!("Aurora Bank listening on http://{}", bank.local_addr()?);
+            aurora::serve(bank, aurora::Config::new(), shutdown.clone())
+                .await
+                .context("the bank failed")
+        };
+        let gateway = async {
+            gateway::serve(listener, config, shutdown.clone())
+                .await
+                .context("the gateway failed")
+        };
+        tokio::try_join!(gateway, bank).map(|_| ())
     }
 }
