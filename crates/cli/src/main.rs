@@ -2,11 +2,8 @@
 //! and `gateway` are the product; `bench` and `soak` are the lab (`outlive_cli::lab`).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outlive_cli::worker as durable_cli;
 
 #[derive(Parser)]
 #[command(
@@ -44,79 +41,14 @@ enum Command {
     /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
     /// saved; a run whose worker died is taken over from its newest checkpoint. Without
     /// --solari-url, the worker runs its own Aurora Bank and a gateway whose sessions die.
-    Worker {
-        /// PostgreSQL (`scripts/postgres` starts a local one and prints its URL).
-        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
-        database_url: String,
-        /// A file holding the sealing key (64 hex digits); else $OUTLIVE_SEAL_KEY.
-        #[arg(long)]
-        key_file: Option<std::path::PathBuf>,
-        /// A Solari-compatible API base URL to launch browsers from.
-        #[arg(long, requires = "api_key")]
-        solari_url: Option<String>,
-        /// Its API key (or set SOLARI_API_KEY).
-        #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
-        api_key: Option<String>,
-        /// The Aurora Bank for `bank` runs whose input names none.
-        #[arg(long)]
-        bank_url: Option<String>,
-        /// Live browser sessions at most, across every worker on this database.
-        #[arg(long)]
-        max_sessions: Option<u32>,
-        /// Runs at once in this worker.
-        #[arg(long, default_value_t = 2)]
-        concurrency: usize,
-        /// Heartbeat interval (the same on every worker).
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        heartbeat: Duration,
-        /// Heartbeats missed before a worker's runs go to another (the same on every worker).
-        #[arg(long, default_value_t = 3)]
-        missed_heartbeats: usize,
-        /// A run taken this many times without finishing (its workers died under it) is
-        /// failed instead of taken again.
-        #[arg(long, default_value_t = 5)]
-        max_pickups: u32,
-        /// Interval of the automatic checkpoint.
-        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-        checkpoint_every: Duration,
-        /// Lifetime of the embedded gateway's sessions (without --solari-url).
-        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
-        lifetime: Duration,
-        /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
-        /// `outlive run`, with the run's input in $OUTLIVE_INPUT.
-        #[arg(long = "task", value_name = "NAME=CMD")]
-        tasks: Vec<String>,
-    },
+    Worker(outlive_cli::cmd::durable::WorkerArgs),
     /// Enqueue a durable run of a task by name; prints its run id.
-    Submit {
-        /// The task: `bank`, or a name a worker declared with --task.
-        task: String,
-        /// Its input, as JSON, at most 64 KiB (`bank`: {"polls": 30, "poll_every_ms": 500,
-        /// "bank_url": …}; a command task gets it in $OUTLIVE_INPUT).
-        #[arg(long, default_value = "{}")]
-        input: String,
-        /// PostgreSQL.
-        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
-        database_url: String,
-    },
+    Submit(outlive_cli::cmd::durable::SubmitArgs),
     /// Cancel a durable run: a queued one is never taken; a running one is stopped by its
     /// worker (its command ended, its browser released) within a heartbeat.
-    Cancel {
-        /// The run id (`outlive submit` printed it; `outlive runs` lists them).
-        run_id: String,
-        /// PostgreSQL.
-        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
-        database_url: String,
-    },
+    Cancel(outlive_cli::cmd::durable::CancelArgs),
     /// List durable runs: status, worker pickups, entries, result or error.
-    Runs {
-        /// Print every run as JSON, wide event included, one per line.
-        #[arg(long)]
-        json: bool,
-        /// PostgreSQL.
-        #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
-        database_url: String,
-    },
+    Runs(outlive_cli::cmd::durable::RunsArgs),
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway(outlive_cli::cmd::gateway::GatewayArgs),
 }
@@ -161,10 +93,10 @@ async fn main() -> anyhow::Result<ExitCode> {
             .await?;
             Ok(ExitCode::SUCCESS)
         }
-        command => {
-            durable(command).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::Submit(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::Cancel(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::Runs(args) => args.run().await.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -187,125 +119,4 @@ async fn until_interrupted(
             Ok(status(128 + signal))
         }
     }
-}
-
-/// The durable mode's commands: `worker`, `submit`, `runs`.
-async fn durable(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Worker {
-            database_url,
-            key_file,
-            solari_url,
-            api_key,
-            bank_url,
-            max_sessions,
-            concurrency,
-            heartbeat,
-            missed_heartbeats,
-            max_pickups,
-            checkpoint_every,
-            lifetime,
-            tasks,
-        } => {
-            let key = match key_file {
-                Some(path) => outlive::SealKey::from_file(&path),
-                None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
-            }?; // its message names the file or the variable, and what to do
-            let config = durable_cli::WorkerArgs {
-                database_url,
-                key,
-                solari: solari_url.zip(api_key),
-                bank_url,
-                max_sessions,
-                config: outlive_jobs::WorkerConfig {
-                    heartbeat,
-                    missed_heartbeats,
-                    concurrency,
-                    max_pickups,
-                },
-                checkpoint_every,
-                lifetime,
-                tasks,
-            };
-            let prepared = durable_cli::prepare(config).await?;
-            println!(
-                "worker {} taking runs (Ctrl-C to stop){}",
-                prepared.worker.name(),
-                prepared
-                    .bed
-                    .as_ref()
-                    .map(|b| format!("; its Aurora Bank: {}", b.bank().base_url()))
-                    .unwrap_or_default()
-            );
-            prepared
-                .worker
-                .run(async {
-                    let mut term =
-                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                            .expect("SIGTERM handler");
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = term.recv() => {}
-                    }
-                })
-                .await?;
-            if let Some(bed) = prepared.bed {
-                bed.shutdown().await?;
-            }
-        }
-        Command::Submit {
-            task,
-            input,
-            database_url,
-        } => {
-            let input: serde_json::Value =
-                serde_json::from_str(&input).context("--input is not JSON")?;
-            let store = outlive_jobs::PgStore::connect(&database_url).await?;
-            outlive_jobs::setup(&store).await?;
-            let run_id =
-                outlive_jobs::submit(&store, &outlive_cli::bank::tasks(None), &task, input).await?;
-            println!("{run_id}");
-        }
-        Command::Cancel {
-            run_id,
-            database_url,
-        } => {
-            let store = outlive_jobs::PgStore::connect(&database_url).await?;
-            outlive_jobs::setup(&store).await?;
-            let was = outlive_jobs::cancel(&store, &run_id).await?;
-            println!("{run_id} cancelled ({was:?} before)");
-        }
-        Command::Runs { json, database_url } => {
-            let store = outlive_jobs::PgStore::connect(&database_url).await?;
-            outlive_jobs::setup(&store).await?;
-            let runs = outlive_jobs::runs(&store).await?;
-            if json {
-                for run in &runs {
-                    println!("{}", serde_json::to_string(run)?);
-                }
-            } else {
-                println!(
-                    "{:<38} {:<6} {:<10} {:>7} {:>7}  result / error",
-                    "run", "task", "status", "pickups", "entries"
-                );
-                for r in &runs {
-                    let outcome = match (&r.result, &r.error) {
-                        (Some(v), _) => v.to_string(),
-                        (None, Some(e)) => e.clone(),
-                        (None, None) => String::new(),
-                    };
-                    println!(
-                        "{:<38} {:<6} {:<10} {:>7} {:>7}  {outcome}",
-                        r.run_id,
-                        r.task,
-                        r.status,
-                        r.pickups,
-                        r.entries.map_or("-".to_owned(), |e| e.to_string()),
-                    );
-                }
-            }
-        }
-        _ => unreachable!("dispatched in main"),
-    }
-    Ok(())
 }

@@ -14,8 +14,9 @@ use outlive_jobs::{self as jobs, PgStore, SessionLimit, Worker, WorkerConfig};
 
 use crate::error::{Error, ErrorKind};
 
-/// What `outlive worker` was asked for.
-pub struct WorkerArgs {
+/// The worker's settings, derived from `outlive worker`'s flags
+/// ([`WorkerArgs`](crate::cmd::durable::WorkerArgs)).
+pub struct WorkerSettings {
     /// PostgreSQL.
     pub database_url: String,
     /// The sealing key.
@@ -54,7 +55,7 @@ pub struct Prepared {
 /// [`ErrorKind::Client`] for a bad provider URL;
 /// [`ErrorKind::Bank`] / [`ErrorKind::Gateway`] if the embedded bed does not start;
 /// [`ErrorKind::InvalidOption`] for `max_sessions` 0.
-pub async fn prepare(args: WorkerArgs) -> Result<Prepared, Error> {
+pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     // Every declaration checked before anything is connected or started.
     let mut tasks = crate::bank::tasks(None);
     for declaration in &args.tasks {

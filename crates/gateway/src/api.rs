@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use crate::chaos::{Death, Overrides};
 use crate::config::DeathMode;
+use crate::error::json_error as error;
 use crate::fault::{self, DeleteFault, Queued};
 use crate::relay;
 use crate::session::{
@@ -55,15 +56,6 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared)
-}
-
-/// A JSON error body the Solari client understands.
-pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(json!({ "error": message.into(), "code": code })),
-    )
-        .into_response()
 }
 
 fn invalid_session_id() -> Response {

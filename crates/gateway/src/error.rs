@@ -1,4 +1,8 @@
-//! The one error type of the gateway library.
+//! The one error type of the gateway library, and the JSON error body of its HTTP answers.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 
 /// Broad classification of an [`Error`], for matching.
 #[non_exhaustive]
@@ -73,6 +77,16 @@ impl Error {
     pub fn option(&self) -> Option<&'static str> {
         self.0.option
     }
+}
+
+/// A JSON error body the Solari client understands (`{"error": message, "code": code}`),
+/// shared by the REST API and the CDP endpoint's refusals.
+pub(crate) fn json_error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": message.into(), "code": code })),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

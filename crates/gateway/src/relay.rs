@@ -32,8 +32,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 use uuid::Uuid;
 
-use crate::api::error;
 use crate::chaos::Death;
+use crate::error::json_error as error;
 use crate::session::{AttachError, Attachment, Phase, Shared, parse_session_id};
 
 /// How long the relay waits for Chromium to accept its websocket.

@@ -284,7 +284,7 @@ impl CheckpointStore for FencedStore {
             .map_err(crate::store::save_failed)?;
             if saved.rows_affected() == 0 {
                 return Err(outlive::Error::provider(
-                    outlive::ErrorKind::Io,
+                    outlive::ProviderFailure::Io,
                     "the checkpoint was refused: this worker no longer holds the run (taken \
                      over, cancelled, or its lease lapsed)",
                 ));

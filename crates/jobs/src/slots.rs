@@ -163,7 +163,7 @@ impl<P: Provider> Provider for SessionLimit<P> {
         Box::pin(async move {
             let slot = self.slot().await.map_err(|e| {
                 outlive::Error::provider(
-                    outlive::ErrorKind::Launch,
+                    outlive::ProviderFailure::Launch,
                     "PostgreSQL did not give a session slot",
                 )
                 .caused_by(e)

@@ -126,7 +126,7 @@ impl CheckpointStore for PgStore {
 /// A checkpoint save the database did not do, as the run sees it.
 pub(crate) fn save_failed(e: sqlx::Error) -> outlive::Error {
     outlive::Error::provider(
-        outlive::ErrorKind::Io,
+        outlive::ProviderFailure::Io,
         "PostgreSQL did not save the checkpoint",
     )
     .caused_by(e)

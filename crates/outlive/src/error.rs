@@ -47,6 +47,34 @@ impl ErrorKind {
     }
 }
 
+/// What a [`Provider`](crate::Provider), a [`Session`](crate::Session) or a
+/// [`CheckpointStore`](crate::CheckpointStore) implemented outside this crate may report, for
+/// [`Error::provider`]; each is the [`ErrorKind`] of the same name.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderFailure {
+    /// No browser session could be launched.
+    Launch,
+    /// The launched browser could not be reached.
+    Connect,
+    /// A session could not be released.
+    Release,
+    /// Something local or remote the implementation needed refused (a socket, a file, a
+    /// database write).
+    Io,
+}
+
+impl From<ProviderFailure> for ErrorKind {
+    fn from(kind: ProviderFailure) -> ErrorKind {
+        match kind {
+            ProviderFailure::Launch => ErrorKind::Launch,
+            ProviderFailure::Connect => ErrorKind::Connect,
+            ProviderFailure::Release => ErrorKind::Release,
+            ProviderFailure::Io => ErrorKind::Io,
+        }
+    }
+}
+
 type Source = Box<dyn StdError + Send + Sync + 'static>;
 
 /// An error of outlive itself (never the task's own error; see [`RunError`]).
@@ -89,10 +117,13 @@ impl Error {
         self
     }
 
-    /// Creates an error for use by a [`Provider`](crate::Provider) implementation outside
-    /// this crate. `message` must not contain secrets.
-    pub fn provider(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self::new(kind, message)
+    /// Creates an error for a [`Provider`](crate::Provider), a [`Session`](crate::Session) or
+    /// a [`CheckpointStore`](crate::CheckpointStore) implemented outside this crate. Only the
+    /// kinds such code can fail with are offered ([`ProviderFailure`]): a run's own verdicts
+    /// (`GaveUp`, `InvalidOption`, `Sealed`, …) are outlive's to give. `message` must not
+    /// contain secrets.
+    pub fn provider(kind: ProviderFailure, message: impl Into<String>) -> Self {
+        Self::new(kind.into(), message)
     }
 
     /// Attaches a cause. The cause must not carry secrets in its `Display`.

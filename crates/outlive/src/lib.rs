@@ -151,12 +151,13 @@ pub use command::{
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
-pub use error::{Error, ErrorKind, RunError};
-pub use options::{Diagnostics, Dialogs, Options, Rotation};
+pub use error::{Error, ErrorKind, ProviderFailure, RunError};
+pub use options::{Dialogs, Options, Rotation};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
 };
 pub use quiet::{Quiet, quietly};
+pub use redact::Diagnostics;
 pub use relay::DeathCause;
 pub use report::{Milestone, Outcome, WideEvent};
 pub use seal::{SealKey, Sealer};

@@ -6,21 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::redact::Diagnostics;
 use crate::setters::setters;
 
 use crate::report::{Milestone, WideEvent};
-
-/// How much outlive may reveal in logs and the wide event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Diagnostics {
-    /// URLs reduced to scheme and host, credential-shaped values blanked, text clipped to
-    /// 300 characters.
-    #[default]
-    Safe,
-    /// Raw text, neither redacted nor clipped: URLs, tokens and all. Use only where you trust
-    /// every log sink.
-    Full,
-}
 
 /// A page size in CSS pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,10 +10,20 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+/// How much outlive may reveal in logs and the wide event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Diagnostics {
+    /// URLs reduced to scheme and host, credential-shaped values blanked, text clipped to
+    /// 300 characters.
+    #[default]
+    Safe,
+    /// Raw text, neither redacted nor clipped: URLs, tokens and all. Use only where you trust
+    /// every log sink.
+    Full,
+}
+
 /// The longest text redaction returns, in characters.
 pub const MAX_LEN: usize = 300;
-
-use crate::options::Diagnostics;
 
 static URL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(

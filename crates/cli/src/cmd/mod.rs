@@ -3,6 +3,7 @@
 //! [`ProviderArgs`] and [`RunOptionArgs`].
 
 pub mod demo;
+pub mod durable;
 pub mod gateway;
 pub mod lab;
 pub mod probe;

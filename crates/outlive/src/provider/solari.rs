@@ -11,7 +11,7 @@ use solari_browser::{Client, CreateSessionOptions, SolariError, SolariErrorCode}
 use super::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
-use crate::options::Diagnostics;
+use crate::redact::Diagnostics;
 use crate::redact::redact;
 use crate::setters::setters;
 

@@ -1,0 +1,201 @@
+//! The durable-run commands: `outlive worker`, `submit`, `cancel` and `runs`, thin layers over
+//! the `outlive-jobs` crate (the worker's set-up is [`crate::worker`]).
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::worker::{self, WorkerSettings};
+
+/// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
+/// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
+/// saved; a run whose worker died is taken over from its newest checkpoint. Without
+/// --solari-url, the worker runs its own Aurora Bank and a gateway whose sessions die.
+#[derive(Args)] // no Debug: it holds the API key
+pub struct WorkerArgs {
+    /// PostgreSQL (`scripts/postgres` starts a local one and prints its URL).
+    #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// A file holding the sealing key (64 hex digits); else $OUTLIVE_SEAL_KEY.
+    #[arg(long)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// A Solari-compatible API base URL to launch browsers from.
+    #[arg(long, requires = "api_key")]
+    pub solari_url: Option<String>,
+    /// Its API key (or set SOLARI_API_KEY).
+    #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The Aurora Bank for `bank` runs whose input names none.
+    #[arg(long)]
+    pub bank_url: Option<String>,
+    /// Live browser sessions at most, across every worker on this database.
+    #[arg(long)]
+    pub max_sessions: Option<u32>,
+    /// Runs at once in this worker.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    /// Heartbeat interval (the same on every worker).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub heartbeat: Duration,
+    /// Heartbeats missed before a worker's runs go to another (the same on every worker).
+    #[arg(long, default_value_t = 3)]
+    pub missed_heartbeats: usize,
+    /// A run taken this many times without finishing (its workers died under it) is
+    /// failed instead of taken again.
+    #[arg(long, default_value_t = 5)]
+    pub max_pickups: u32,
+    /// Interval of the automatic checkpoint.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub checkpoint_every: Duration,
+    /// Lifetime of the embedded gateway's sessions (without --solari-url).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub lifetime: Duration,
+    /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
+    /// `outlive run`, with the run's input in $OUTLIVE_INPUT.
+    #[arg(long = "task", value_name = "NAME=CMD")]
+    pub tasks: Vec<String>,
+}
+
+/// Enqueue a durable run of a task by name; prints its run id.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The task: `bank`, or a name a worker declared with --task.
+    pub task: String,
+    /// Its input, as JSON, at most 64 KiB (`bank`: {"polls": 30, "poll_every_ms": 500,
+    /// "bank_url": …}; a command task gets it in $OUTLIVE_INPUT).
+    #[arg(long, default_value = "{}")]
+    pub input: String,
+    /// PostgreSQL.
+    #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// Cancel a durable run: a queued one is never taken; a running one is stopped by its
+/// worker (its command ended, its browser released) within a heartbeat.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run id (`outlive submit` printed it; `outlive runs` lists them).
+    pub run_id: String,
+    /// PostgreSQL.
+    #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// List durable runs: status, worker pickups, entries, result or error.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Print every run as JSON, wide event included, one per line.
+    #[arg(long)]
+    pub json: bool,
+    /// PostgreSQL.
+    #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+impl WorkerArgs {
+    /// Takes runs until SIGINT or SIGTERM, then lets the runs in hand go back to the queue.
+    pub async fn run(self) -> anyhow::Result<()> {
+        // Its message names the file or the variable, and what to do.
+        let key = match &self.key_file {
+            Some(path) => outlive::SealKey::from_file(path),
+            None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
+        }?;
+        let settings = WorkerSettings {
+            database_url: self.database_url,
+            key,
+            solari: self.solari_url.zip(self.api_key),
+            bank_url: self.bank_url,
+            max_sessions: self.max_sessions,
+            config: outlive_jobs::WorkerConfig {
+                heartbeat: self.heartbeat,
+                missed_heartbeats: self.missed_heartbeats,
+                concurrency: self.concurrency,
+                max_pickups: self.max_pickups,
+            },
+            checkpoint_every: self.checkpoint_every,
+            lifetime: self.lifetime,
+            tasks: self.tasks,
+        };
+        let stop = super::interrupted(); // handlers in place before any run is taken
+        let prepared = worker::prepare(settings).await?;
+        println!(
+            "worker {} taking runs (Ctrl-C to stop){}",
+            prepared.worker.name(),
+            prepared
+                .bed
+                .as_ref()
+                .map(|b| format!("; its Aurora Bank: {}", b.bank().base_url()))
+                .unwrap_or_default()
+        );
+        prepared
+            .worker
+            .run(async {
+                stop.await;
+            })
+            .await?;
+        if let Some(bed) = prepared.bed {
+            bed.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+impl SubmitArgs {
+    /// Queues the run and prints its id.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let input: serde_json::Value = serde_json::from_str(&self.input)
+            .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
+        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
+        outlive_jobs::setup(&store).await?;
+        let tasks = crate::bank::tasks(None);
+        let run_id = outlive_jobs::submit(&store, &tasks, &self.task, input).await?;
+        println!("{run_id}");
+        Ok(())
+    }
+}
+
+impl CancelArgs {
+    /// Cancels the run and says what it was.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
+        outlive_jobs::setup(&store).await?;
+        let was = outlive_jobs::cancel(&store, &self.run_id).await?;
+        println!("{} cancelled ({was:?} before)", self.run_id);
+        Ok(())
+    }
+}
+
+impl RunsArgs {
+    /// Prints every run: a table, or one JSON object per line with `--json`.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
+        outlive_jobs::setup(&store).await?;
+        let runs = outlive_jobs::runs(&store).await?;
+        if self.json {
+            for run in &runs {
+                println!("{}", serde_json::to_string(run)?);
+            }
+            return Ok(());
+        }
+        println!(
+            "{:<38} {:<6} {:<10} {:>7} {:>7}  result / error",
+            "run", "task", "status", "pickups", "entries"
+        );
+        for r in &runs {
+            let outcome = match (&r.result, &r.error) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(e)) => e.clone(),
+                (None, None) => String::new(),
+            };
+            println!(
+                "{:<38} {:<6} {:<10} {:>7} {:>7}  {outcome}",
+                r.run_id,
+                r.task,
+                r.status,
+                r.pickups,
+                r.entries.map_or("-".to_owned(), |e| e.to_string()),
+            );
+        }
+        Ok(())
+    }
+}
