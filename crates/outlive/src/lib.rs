@@ -77,7 +77,8 @@
 //! # Layout
 //!
 //! * `provider` — where browsers come from: [`LocalChromium`] (the default),
-//!   [`Solari`], [`Endpoint`] (any CDP websocket URL); the [`Provider`] and [`Session`] traits.
+//!   `Solari` (feature `solari`), [`Endpoint`] (any CDP websocket URL); the [`Provider`] and
+//!   [`Session`] traits.
 //! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
 //!   detects a death first (close frame, reset, silent connection, process exit) and watches
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
@@ -97,6 +98,15 @@
 //!
 //! Every type has one public path, at the crate root; [`redact`] and [`wire`] are the public
 //! modules (their functions).
+//!
+//! # Features and platforms
+//!
+//! * `solari` (default): the Solari provider through the official `solari-browser` client,
+//!   and its re-export. `default-features = false` leaves [`LocalChromium`] and [`Endpoint`],
+//!   without solari-browser's HTTP stack.
+//!
+//! Unix only (Linux first; macOS compiles): local browsers are tied to their owner by a pipe
+//! and their profiles by a `flock`, and commands run in process groups (`nix`).
 #![forbid(unsafe_code)]
 
 mod browser;
@@ -153,14 +163,15 @@ pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
 pub use options::{Dialogs, Options, Rotation};
-pub use provider::{
-    BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session, Solari, SolariLaunch,
-};
+pub use provider::{BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session};
+#[cfg(feature = "solari")]
+pub use provider::{Solari, SolariLaunch};
 pub use quiet::{Quiet, quietly};
 pub use redact::Diagnostics;
 pub use relay::DeathCause;
 pub use report::{Milestone, Outcome, WideEvent};
 pub use seal::{SealKey, Sealer};
+#[cfg(feature = "solari")]
 pub use solari_browser;
 
 /// [`outlive()`], also returning the run's [`WideEvent`] (the one `on_event` receives).

@@ -6,12 +6,14 @@
 
 mod endpoint_fn;
 mod local;
+#[cfg(feature = "solari")]
 mod solari;
 
 use std::sync::Arc;
 
 pub use endpoint_fn::Endpoint;
 pub use local::{LocalBrowser, LocalChromium};
+#[cfg(feature = "solari")]
 pub use solari::{Solari, SolariLaunch};
 
 use crate::endpoint::CdpEndpoint;
