@@ -10,7 +10,7 @@ use std::time::Duration;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use outlive::chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{Ctx, Options, Page, Provider, RunError, WideEvent};
+use outlive::{Ctx, Options, Page, Provider};
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -230,7 +230,7 @@ impl BankTask {
         provider: &P,
         progress: &BankProgress,
         options: Options,
-    ) -> (Result<u32, RunError<BankError>>, WideEvent) {
+    ) -> outlive::Reported<u32, BankError> {
         outlive::outlive_with_event(
             provider,
             |page, ctx| async move { self.run(&page, Some(&ctx), progress, &|_| {}).await },

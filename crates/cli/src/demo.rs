@@ -170,7 +170,7 @@ pub async fn run(
     });
     let on_task = move |e: BankEvent| on_event(DemoEvent::Task(e));
 
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (task, progress, on_task) = (&task, &progress, &on_task);

@@ -28,7 +28,7 @@ async fn bank_run(
     durable: Durable,
 ) -> (Result<u32, String>, outlive::WideEvent) {
     let progress = BankProgress::default();
-    let (result, event) = bed
+    let outlive::Reported { result, event } = bed
         .task(12, Duration::from_millis(100))
         .outlive(
             provider,
@@ -134,7 +134,7 @@ async fn checkpoints_are_stored_sealed_and_a_run_is_taken_over_from_them() {
     for (key, says) in [(1, "altered"), (2, "sealed under key")] {
         let durable = Durable::new(run_id, sealer(key), Arc::new(store.clone()))
             .resume(tampered.sealed.clone(), tampered.attempt);
-        let (result, event) = bed
+        let outlive::Reported { result, event } = bed
             .task(12, Duration::from_millis(100))
             .outlive(
                 &provider,

@@ -23,7 +23,7 @@ async fn death_during_checkpoint_capture() {
     let site = Site::start().await;
     let provider = Tracked::new(&gw, 0);
     let answers = Mutex::new(Vec::new());
-    let (result, e) = outlive::outlive_with_event(
+    let outlive::Reported { result, event: e } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (gw, site, provider, answers) = (&gw, &site, &provider, &answers);
@@ -129,7 +129,7 @@ async fn death_during_restore() {
         },
         quiet().on_milestone(on_milestone),
     );
-    let ((result, e), died_before_entry) = tokio::join!(run, killer);
+    let (outlive::Reported { result, event: e }, died_before_entry) = tokio::join!(run, killer);
     result.unwrap();
 
     assert!(
@@ -197,7 +197,7 @@ async fn death_during_the_resume_navigation() {
         },
         quiet().on_milestone(on_milestone),
     );
-    let ((result, e), died_before_entry) = tokio::join!(run, killer);
+    let (outlive::Reported { result, event: e }, died_before_entry) = tokio::join!(run, killer);
     assert_eq!(result.unwrap(), (2, "slow".to_owned()));
     assert!(died_before_entry);
     assert_eq!(site.slow_hits.load(Ordering::SeqCst), 3);
@@ -270,7 +270,8 @@ async fn two_deaths_in_quick_succession() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_on_arrival_within_the_budget_completes() {
     let (gw, provider) = fault_bed(3).await;
-    let (result, e) = run_instant(&provider, (), quiet().max_relaunches(5)).await;
+    let outlive::Reported { result, event: e } =
+        run_instant(&provider, (), quiet().max_relaunches(5)).await;
     result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts, e.release_failed),
@@ -282,7 +283,8 @@ async fn dead_on_arrival_within_the_budget_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
     let (gw, provider) = fault_bed(100).await;
-    let (result, e) = run_instant(&provider, (), quiet().max_relaunches(3)).await;
+    let outlive::Reported { result, event: e } =
+        run_instant(&provider, (), quiet().max_relaunches(3)).await;
     let err = result.unwrap_err();
     assert_eq!(err.outlive().unwrap().kind(), outlive::ErrorKind::GaveUp);
     assert_eq!(
@@ -387,7 +389,7 @@ async fn session_creation_failing_with_503_then_succeeding() {
     let (gw, provider) = fault_bed(0).await;
     gw.fail_creates(3, 503).unwrap();
 
-    let (result, e) = run_instant(&provider, (), quiet()).await;
+    let outlive::Reported { result, event: e } = run_instant(&provider, (), quiet()).await;
     result.unwrap();
     assert_eq!((e.outcome, e.attempts), (Outcome::Completed, 1));
     assert!(
@@ -404,7 +406,7 @@ async fn session_creation_refused_429_concurrency_limit() {
     let (gw, provider) = fault_bed(0).await;
     gw.fail_creates(2, 429).unwrap();
 
-    let (result, e) = run_instant(&provider, (), quiet()).await;
+    let outlive::Reported { result, event: e } = run_instant(&provider, (), quiet()).await;
     result.unwrap();
     assert_eq!(
         (e.outcome, e.relaunches, e.attempts, e.sessions),
@@ -424,7 +426,7 @@ async fn a_release_answering_500_is_counted_and_nothing_else_is_affected() {
     gw.fail_deletes(None, gateway::DeleteFault::Status(500))
         .unwrap();
 
-    let (result, e) = run_instant(&provider, 7, quiet()).await;
+    let outlive::Reported { result, event: e } = run_instant(&provider, 7, quiet()).await;
     let v = result.unwrap();
     assert_eq!(v, 7);
     assert_eq!((e.outcome, e.release_failed), (Outcome::Completed, 1));
@@ -442,7 +444,7 @@ async fn a_hanging_release_is_bounded() {
     gw.fail_deletes(None, gateway::DeleteFault::Hang).unwrap();
 
     let started = tokio::time::Instant::now();
-    let (result, e) = run_instant(
+    let outlive::Reported { result, event: e } = run_instant(
         &provider,
         (),
         quiet().release_timeout(Duration::from_secs(1)),

@@ -108,7 +108,7 @@ async fn run(provider: &dyn Provider, site: &TwoSite, kill: Kill) -> WideEvent {
         .checkpoint_every(Duration::from_secs(3600))
         .relaunch_backoff(Duration::from_millis(100));
     let url = site.app_url();
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         provider,
         |page, ctx| task(page, ctx, url.clone(), 2, kill.clone(), seen.clone()),
         options,

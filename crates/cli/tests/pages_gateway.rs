@@ -55,7 +55,7 @@ async fn page_fails_mid_task(fault: PageFault) {
             assert!(hit >= 1, "the gateway found the task's page");
         }
     };
-    let ((result, event), ()) = futures::join!(run, chaos);
+    let (outlive::Reported { result, event }, ()) = futures::join!(run, chaos);
 
     assert_eq!(
         result.map_err(|e| e.to_string()),

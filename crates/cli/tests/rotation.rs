@@ -36,7 +36,7 @@ async fn bank_run(
     let progress = BankProgress::default();
     let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
     let sink = seen.clone();
-    let (result, event) = task
+    let outlive::Reported { result, event } = task
         .outlive(
             provider,
             &progress,
@@ -196,7 +196,7 @@ async fn a_standby_is_brought_up_to_date_with_what_changed_after_its_restore() {
         });
     let url = bed.bank().url("/login");
     let big = "b".repeat(64 * 1024);
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (url, big, ready, bed, provider) =

@@ -24,7 +24,7 @@ async fn a_silent_death_during_a_waiting_command_is_noticed_fast() {
         .heartbeat_interval(Duration::from_secs(30))
         .heartbeat_timeout(Duration::from_secs(30))
         .on_milestone(on_milestone);
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (gw, provider, killed_at) = (&gw, &provider, killed_at.clone());

@@ -32,7 +32,7 @@ async fn run_outlive<P: Provider>(
 ) -> (Result<u32, String>, WideEvent, BankProgress) {
     let task = bed.task(POLLS, Duration::from_millis(100));
     let progress = BankProgress::default();
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         provider,
         |page, ctx| {
             let (task, progress) = (&task, &progress);
@@ -201,7 +201,15 @@ async fn a_busy_provider_makes_a_launch_wait_instead_of_failing_the_run() {
         holding.notified().await;
         run(None).await
     };
-    let ((r1, e1), (r2, e2)) = tokio::join!(first, second);
+    let (first, second) = tokio::join!(first, second);
+    let outlive::Reported {
+        result: r1,
+        event: e1,
+    } = first;
+    let outlive::Reported {
+        result: r2,
+        event: e2,
+    } = second;
     assert!(r1.is_ok(), "{}", e1.to_json());
     assert!(r2.is_ok(), "{}", e2.to_json());
     assert_eq!(

@@ -55,7 +55,10 @@ async fn no_secret_reaches_an_application_log_at_trace() {
         Duration::from_millis(100),
     );
     let progress = BankProgress::default();
-    let (cookie, event) = outlive::outlive_with_event(
+    let outlive::Reported {
+        result: cookie,
+        event,
+    } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (task, progress) = (&task, &progress);

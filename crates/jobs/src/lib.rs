@@ -225,7 +225,7 @@ impl Tasks {
                     options,
                 );
                 // Stopped: the entry is dropped, and its browser released with it.
-                let (result, event) = tokio::select! {
+                let outlive::Reported { result, event } = tokio::select! {
                     ran = run => ran,
                     () = stopped(stop) => {
                         return Finished {

@@ -24,7 +24,7 @@ mod steps;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base = steps::start().await?;
 
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         &LocalChromium::new(),
         |page, ctx| {
             let base = &base;

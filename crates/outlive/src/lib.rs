@@ -179,7 +179,7 @@ pub use solari_browser;
 /// ```no_run
 /// # async fn demo() {
 /// use outlive::{LocalChromium, Options};
-/// let (result, event) = outlive::outlive_with_event(
+/// let outlive::Reported { result, event } = outlive::outlive_with_event(
 ///     &LocalChromium::new(),
 ///     |page, _ctx| async move { page.url().await },
 ///     Options::new(),
@@ -195,7 +195,7 @@ pub async fn outlive_with_event<P, F, Fut, T, E>(
     provider: &P,
     task: F,
     options: Options,
-) -> (Result<T, RunError<E>>, WideEvent)
+) -> Reported<T, E>
 where
     P: Provider + ?Sized,
     F: FnMut(Page, Ctx) -> Fut,
@@ -209,7 +209,16 @@ where
         .expect("event slot poisoned")
         .take()
         .expect("every run that returns has emitted its event");
-    (result, event)
+    Reported { result, event }
+}
+
+/// What [`outlive_with_event`] answers: the run's result and its wide event.
+#[derive(Debug)]
+pub struct Reported<T, E> {
+    /// What [`outlive()`] would have returned.
+    pub result: Result<T, RunError<E>>,
+    /// The run's wide event (the one `on_event` received).
+    pub event: WideEvent,
 }
 
 /// Runs `task` against a browser from `provider` and returns what it returns, relaunching

@@ -69,7 +69,10 @@ async fn run_task(breaks: &[Break], checkpoint_before_break: bool) -> Outcome {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let milestones = seen.clone();
 
-    let (state, event) = outlive_with_event(
+    let outlive::Reported {
+        result: state,
+        event,
+    } = outlive_with_event(
         &provider,
         |page, ctx| {
             let (site, provider, transferred, seen) = (&site, &provider, &transferred, &seen);
@@ -336,7 +339,10 @@ async fn a_slow_navigation_is_not_a_hung_page() {
     // DevTools messages until the navigation commits, so a probe then would go unanswered by
     // a healthy page. outlive does not probe a navigating page.
     let (site, profiles, provider) = support::start().await;
-    let (name, e) = outlive_with_event(
+    let outlive::Reported {
+        result: name,
+        event: e,
+    } = outlive_with_event(
         &provider,
         |page, _ctx| {
             let site = &site;
@@ -369,7 +375,10 @@ async fn a_slow_navigation_is_not_a_hung_page() {
 async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
     let (site, profiles, provider) = support::start().await;
     let entries = AtomicU32::new(0);
-    let (answers, e) = outlive_with_event(
+    let outlive::Reported {
+        result: answers,
+        event: e,
+    } = outlive_with_event(
         &provider,
         |page, _ctx| {
             let (site, entries) = (&site, &entries);
@@ -416,7 +425,10 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
         EventJavascriptDialogOpening, HandleJavaScriptDialogParams,
     };
     let (site, profiles, provider) = support::start().await;
-    let (answer, e) = outlive_with_event(
+    let outlive::Reported {
+        result: answer,
+        event: e,
+    } = outlive_with_event(
         &provider,
         |page, _ctx| {
             let site = &site;
@@ -458,7 +470,10 @@ async fn a_page_that_hangs_before_its_navigation_commits_is_noticed() {
     let navigated_at = Arc::new(Mutex::new(None));
     let failed_at = Arc::new(Mutex::new(None));
     let seen = failed_at.clone();
-    let (name, e) = outlive_with_event(
+    let outlive::Reported {
+        result: name,
+        event: e,
+    } = outlive_with_event(
         &provider,
         |page, ctx| {
             let (site, navigated_at) = (&site, &navigated_at);

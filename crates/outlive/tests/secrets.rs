@@ -18,7 +18,10 @@ async fn no_checkpoint_value_reaches_a_trace_log() {
     let storage_secret = format!("LSSECRET{}", uuid_like());
     let (site, profiles, provider) = support::start().await;
 
-    let (seen, event) = outlive_with_event(
+    let outlive::Reported {
+        result: seen,
+        event,
+    } = outlive_with_event(
         &provider,
         |page, ctx| {
             let (site, provider, cookie_secret, storage_secret) =

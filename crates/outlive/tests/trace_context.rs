@@ -20,7 +20,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// A run that asks the browser one thing and returns.
 async fn one_evaluation(provider: &LocalChromium) -> outlive::WideEvent {
-    let (result, event) = outlive_with_event(
+    let outlive::Reported { result, event } = outlive_with_event(
         provider,
         |page, _ctx| async move { Ok::<u32, CdpError>(page.evaluate("6 * 7").await?.into_value()?) },
         Options::new(),

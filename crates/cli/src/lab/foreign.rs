@@ -308,7 +308,7 @@ async fn replace_phase(
             }
         });
     let task = bed.task(40, Duration::from_millis(500));
-    let (r, _) = task
+    let outlive::Reported { result: r, .. } = task
         .outlive(
             &bed.provider(),
             &crate::bank::BankProgress::default(),

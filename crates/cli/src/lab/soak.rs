@@ -254,7 +254,7 @@ pub async fn soak(
             );
             running.push(async move {
                 let progress = BankProgress::default();
-                let (_, event) = outlive::outlive_with_event(
+                let outlive::Reported { result: _, event } = outlive::outlive_with_event(
                     provider,
                     |page, ctx| {
                         let (task, progress) = (task, &progress);

@@ -18,8 +18,7 @@ use axum::routing::get;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::solari_browser::{Client, ClientOptions, CreateSessionOptions};
 use outlive::{
-    BoxFuture, CdpEndpoint, Milestone, Options, Provider, RunError, Session, Solari, SolariLaunch,
-    WideEvent,
+    BoxFuture, CdpEndpoint, Milestone, Options, Provider, Session, Solari, SolariLaunch,
 };
 use outlive_testkit::{Served, serve};
 use tokio::sync::{Notify, mpsc};
@@ -222,7 +221,7 @@ pub async fn run_instant<T: Clone>(
     provider: &Tracked,
     value: T,
     options: Options,
-) -> (Result<T, RunError<CdpError>>, WideEvent) {
+) -> outlive::Reported<T, CdpError> {
     outlive::outlive_with_event(
         provider,
         |_page, _ctx| {

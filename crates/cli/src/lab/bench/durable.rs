@@ -160,7 +160,7 @@ async fn checkpoint_arm(
     }
     let mut task = bed.task(polls, every);
     task.durable_progress = true;
-    let (result, event) = task
+    let outlive::Reported { result, event } = task
         .outlive(&bed.provider(), &BankProgress::default(), options)
         .await;
     if result.is_err() {

@@ -306,7 +306,7 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
         }
     };
     // The killer ends when the run (and its milestone sender) is gone.
-    let ((_, event), ()) = futures::join!(run, killer);
+    let (outlive::Reported { event, .. }, ()) = futures::join!(run, killer);
     bed.shutdown().await?;
     let replacements = records.lock().expect("records").clone();
     let of = |page: bool| -> Vec<f64> {

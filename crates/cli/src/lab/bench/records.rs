@@ -105,7 +105,7 @@ pub(crate) async fn bank_outlive<P: outlive::Provider + ?Sized, N: Notes>(
     let progress = crate::bank::BankProgress::default();
     let sink = notes.clone();
     let started = tokio::time::Instant::now();
-    let (result, event) = task
+    let outlive::Reported { result, event } = task
         .outlive(
             provider,
             &progress,

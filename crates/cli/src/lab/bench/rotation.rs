@@ -541,7 +541,7 @@ async fn run_short(
     task.durable_progress = true;
     let progress = BankProgress::default();
     let started = Instant::now();
-    let (result, event) = task
+    let outlive::Reported { result, event } = task
         .outlive(&provider, &progress, options_for(config, arm, &tape))
         .await;
     let total_ms = ms(started.elapsed());
@@ -592,7 +592,7 @@ async fn run_long(
     };
     let progress = WizardProgress::default();
     let started = Instant::now();
-    let (result, event) = outlive::outlive_with_event(
+    let outlive::Reported { result, event } = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
             let (task, progress) = (&task, &progress);
