@@ -1,9 +1,10 @@
 // Reads one frame's client-side state for a checkpoint. Called as
 // `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
-// hash is among them comes back as `{h}` alone, so unchanged megabytes never cross the wire.
-// opts: { idb: bool, idbMax: bytes, idbSame: null | { origin, h, l } }. Returns { url,
-// origin, local, session, idb }, each part `null` (not readable here) or `{ h, d?, u?, l? }`:
-// d the JSON text, u values left out, l (IndexedDB read in full) the databases it found.
+// hash is among them comes back as `{ hash }` alone, so unchanged megabytes never cross the
+// wire. opts: { idb: bool, idbMax: bytes, idbSame: null | { origin, hash, list } }. Returns
+// { url, origin, local, session, idb }, each part `null` (not readable here) or
+// `{ hash, data?, leftOut?, list? }`: data the JSON text, leftOut the values left out, list
+// (IndexedDB read in full) the databases it found.
 // Installed once per document; `memo` keeps the items of the last read of each Web Storage
 // area, so an unchanged area is recognised by comparing strings (V8 compares the same string
 // by identity, equal ones by memcmp) instead of hashing every character again.
@@ -28,7 +29,7 @@
     };
     return { mix, done };
   };
-  const part = (h, text) => (have.has(h) ? { h } : { h, d: text() });
+  const part = (hash, text) => (have.has(hash) ? { hash } : { hash, data: text() });
 
   const area = (name) => {
     let s;
@@ -65,14 +66,14 @@
       if (typeof indexedDB === 'undefined' || !indexedDB.databases) return null;
       infos = await indexedDB.databases();
     } catch (e) { return null; }
-    // The databases by name and version: what a full read reports as `l`.
+    // The databases by name and version: what a full read reports as `list`.
     const list = infos.map((i) => i.name + '\u0000' + i.version).sort().join('\u0001');
-    // outlive saw no change to this origin's IndexedDB since the full read that gave hash h
-    // (Chromium's change events; top frame only): unless a database came, went or changed
-    // version, that read stands.
+    // outlive saw no change to this origin's IndexedDB since the full read that gave
+    // `same.hash` (Chromium's change events; top frame only): unless a database came, went or
+    // changed version, that read stands.
     const same = opts.idbSame;
-    if (same && window === window.top && same.origin === location.origin && same.l === list) {
-      return { h: same.h };
+    if (same && window === window.top && same.origin === location.origin && same.list === list) {
+      return { hash: same.hash };
     }
     const C = OUTLIVE_CODEC;
     const dbs = [];
@@ -125,17 +126,17 @@
         db.close();
       }
     }
-    if (!dbs.length) return left ? { h: 'i0', d: '[]', u: left } : null;
+    if (!dbs.length) return left ? { hash: 'i0', data: '[]', leftOut: left } : null;
     const text = JSON.stringify(dbs);
     if (text.length > opts.idbMax) {
       const records = dbs.reduce((n, db) => n + db.stores.reduce((m, s) => m + s.records.length, 0), 0);
-      return { h: 'i0', d: '[]', u: left + records };
+      return { hash: 'i0', data: '[]', leftOut: left + records };
     }
     const x = hasher();
     x.mix(text);
     const p = part('i' + x.done(), () => text);
-    if (left) p.u = left;
-    p.l = list;
+    if (left) p.leftOut = left;
+    p.list = list;
     return p;
   };
 

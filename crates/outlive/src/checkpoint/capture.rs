@@ -1,0 +1,355 @@
+//! Capturing a checkpoint: the capture script (`js/capture.js`) runs in every frame of a page
+//! (the top frame; same-process frames in an isolated world of each; out-of-process frames
+//! through their sessions on the relay), and what each frame reports, with the cookies,
+//! becomes a `Checkpoint`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use chromiumoxide::Page;
+use chromiumoxide::cdp::browser_protocol::page::{
+    CreateIsolatedWorldParams, FrameTree, GetFrameTreeParams,
+};
+use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
+use serde::Deserialize;
+use tokio::time::Instant;
+use zeroize::Zeroizing;
+
+use super::idb::IdbWatch;
+use super::script::{CODEC_JS, cdp_error, evaluate};
+use super::{
+    Checkpoint, FrameState, Part, PartCache, StorageKey, StoredCookie, is_storable_origin,
+};
+use crate::error::{Error, ErrorKind};
+use crate::relay::Calls;
+
+/// The capture script (see its header for what it answers).
+const CAPTURE_JS: &str = include_str!("../js/capture.js");
+
+/// How long a read in a cross-site frame may take (the capture as a whole is bounded too).
+const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a capture reads besides cookies and Web Storage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CaptureOptions {
+    /// Read IndexedDB.
+    pub(crate) indexed_db: bool,
+    /// The most IndexedDB (serialised) one frame may hold and still be captured.
+    pub(crate) indexed_db_max_bytes: usize,
+}
+
+/// What the capture script reports for one frame.
+#[derive(Deserialize)]
+struct FrameRead {
+    url: String,
+    origin: String,
+    local: Option<RawPart>,
+    session: Option<RawPart>,
+    idb: Option<RawPart>,
+}
+
+/// A part as the script sends it: without `data` when its hash was among the known ones.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPart {
+    hash: String,
+    /// The part's content as JSON text.
+    data: Option<String>,
+    /// Values the script could not serialise (IndexedDB only).
+    #[serde(default)]
+    left_out: u64,
+    /// IndexedDB read in full: the databases found (names and versions).
+    #[serde(default)]
+    list: Option<String>,
+}
+
+impl FrameRead {
+    /// The frame's storage: each part as sent, or the one `cache` holds by its hash.
+    fn state(self, cache: &PartCache) -> Result<FrameState, Error> {
+        let part = |raw: Option<RawPart>| -> Result<Option<Arc<Part>>, Error> {
+            let Some(raw) = raw else { return Ok(None) };
+            let part = match raw.data {
+                Some(json) => Arc::new(Part {
+                    hash: raw.hash,
+                    json,
+                    left_out: raw.left_out,
+                }),
+                None => cache.get(&raw.hash).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Cdp,
+                        "the page reported storage as unchanged that outlive no longer holds",
+                    )
+                })?,
+            };
+            Ok(Some(part))
+        };
+        Ok(FrameState {
+            local: part(self.local)?,
+            session: part(self.session)?,
+            idb: part(self.idb)?,
+        })
+    }
+}
+
+/// The expression that runs the capture script (installing it in the document first if need
+/// be), offering the `known` hashes and, as `idb_same`, what it may take as unchanged.
+fn capture_expression(
+    known: &[String],
+    options: CaptureOptions,
+    idb_same: Option<serde_json::Value>,
+) -> String {
+    let known = serde_json::to_string(known).expect("strings serialise");
+    let opts = serde_json::json!({
+        "idb": options.indexed_db,
+        "idbMax": options.indexed_db_max_bytes,
+        "idbSame": idb_same,
+    });
+    // Installed once per document and reused: a function V8 has seen before runs its loops
+    // optimised (a fresh one hashes a megabyte in the interpreter, ~10× slower).
+    format!(
+        "(globalThis[Symbol.for('outlive.capture')] ??= (() => {{\n{CODEC_JS}\nreturn ({CAPTURE_JS});\n}})())({known}, {opts})"
+    )
+}
+
+/// Runs the capture script in a frame of the page's own process (the top frame, or with
+/// `context` a same-process child frame).
+async fn read_here(
+    page: &Page,
+    expression: String,
+    context: Option<i64>,
+) -> Result<FrameRead, Error> {
+    evaluate(page, expression, context, "reading a frame's storage").await
+}
+
+/// Runs the capture script in an out-of-process frame, through its session on the relay.
+async fn read_remote(calls: &Calls, session: String, expression: String) -> Option<FrameRead> {
+    #[derive(Deserialize)]
+    struct Reply {
+        result: Option<Evaluated>,
+    }
+    #[derive(Deserialize)]
+    struct Evaluated {
+        result: Remote,
+        #[serde(rename = "exceptionDetails")]
+        exception: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(Deserialize)]
+    struct Remote {
+        value: Option<FrameRead>,
+    }
+    let params = serde_json::json!({
+        "expression": expression,
+        "awaitPromise": true,
+        "returnByValue": true,
+    });
+    let text = Zeroizing::new(
+        calls
+            .call(session, "Runtime.evaluate", params, FRAME_READ_TIMEOUT)
+            .await?,
+    );
+    let reply: Reply = serde_json::from_str(&text).ok()?;
+    let evaluated = reply.result?;
+    if evaluated.exception.is_some() {
+        return None;
+    }
+    evaluated.result.value
+}
+
+/// Captures a checkpoint from `page` and its frames. Cookies, the top frame, the frame tree
+/// and every out-of-process frame are read at once, so a capture costs about one round trip
+/// (same-process cross-origin frames add one more); parts `cache` holds unchanged cross the
+/// wire as a hash.
+pub(crate) async fn capture(
+    page: &Page,
+    calls: &Calls,
+    cache: &PartCache,
+    idb: &IdbWatch,
+    options: CaptureOptions,
+) -> Result<Checkpoint, Error> {
+    let taken = Instant::now();
+    let at = SystemTime::now();
+    let (mut changes, idb_same) = idb.begin(cache);
+    let offered = idb_same.is_some();
+    let expression = capture_expression(&cache.known(), options, idb_same);
+    let remote = async {
+        let sessions = calls.frame_sessions().await;
+        let reads = sessions
+            .into_iter()
+            .map(|s| read_remote(calls, s, expression.clone()));
+        futures::future::join_all(reads).await
+    };
+    let (cookies, top, tree, remote) = futures::join!(
+        page.execute(GetCookiesParams::default()),
+        read_here(page, expression.clone(), None),
+        page.execute(GetFrameTreeParams::default()),
+        remote,
+    );
+    tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
+    let cookies = cookies
+        .map_err(|e| cdp_error("Storage.getCookies", e))?
+        .result
+        .cookies;
+    let mut top = top?;
+    // The script took the last full read as standing; if a change event came meanwhile (a
+    // commit between `begin` and the script's reads, whose completion the page may have acted
+    // on in what was just read), that read does not go with the rest: read it again, in full.
+    if offered
+        && top
+            .idb
+            .as_ref()
+            .is_some_and(|p| p.list.is_none() && p.data.is_none())
+        && let Some(now) = idb.moved_since(changes)
+    {
+        tracing::debug!("IndexedDB changed during the capture; reading the top frame again");
+        changes = now;
+        let full = capture_expression(&cache.known(), options, None);
+        top = read_here(page, full, None).await?;
+    }
+    let top_origin = top.origin.clone();
+    let url = top.url.clone();
+    let idb_read = top
+        .idb
+        .as_ref()
+        .and_then(|p| Some((p.hash.clone(), p.list.clone()?)));
+
+    let mut frames_unread = 0;
+    let mut reads = Vec::new();
+    if is_storable_origin(&top_origin) {
+        reads.push(top);
+    }
+    for read in remote {
+        match read {
+            Some(r) => reads.push(r),
+            None => frames_unread += 1,
+        }
+    }
+
+    // Same-process frames of another origin (same-site subdomains, or every frame where
+    // site isolation is off): read in an isolated world of each.
+    if let Ok(tree) = tree {
+        let mut frames = Vec::new();
+        collect_frames(&tree.result.frame_tree, &mut frames);
+        let mut seen: Vec<String> = reads.iter().map(|r| r.origin.clone()).collect();
+        frames.retain(|(_, origin)| {
+            let new = is_storable_origin(origin) && !seen.contains(origin);
+            if new {
+                seen.push(origin.clone());
+            }
+            new
+        });
+        let local_reads = frames.iter().map(|(frame, _)| async {
+            let world = CreateIsolatedWorldParams::builder()
+                .frame_id(frame.clone())
+                .world_name("outlive")
+                .build()
+                .ok()?;
+            let context = page.execute(world).await.ok()?.result.execution_context_id;
+            read_here(page, expression.clone(), Some(*context.inner()))
+                .await
+                .ok()
+        });
+        for read in futures::future::join_all(local_reads).await {
+            match read {
+                Some(r) => reads.push(r),
+                None => frames_unread += 1,
+            }
+        }
+    }
+
+    let mut storage = BTreeMap::new();
+    for read in reads {
+        if !is_storable_origin(&read.origin) {
+            continue;
+        }
+        let key = StorageKey {
+            top: top_origin.clone(),
+            origin: read.origin.clone(),
+        };
+        if storage.contains_key(&key) {
+            continue;
+        }
+        storage.insert(key, read.state(cache)?);
+    }
+
+    let checkpoint = Checkpoint {
+        url,
+        cookies: cookies.into_iter().map(StoredCookie::from).collect(),
+        storage,
+        frames_unread,
+        at,
+        taken,
+        progress: None,
+    };
+    cache.remember(&checkpoint);
+    if let Some((hash, list)) = idb_read {
+        idb.read_in_full(page, &top_origin, hash, list, changes)
+            .await;
+    }
+    Ok(checkpoint)
+}
+
+/// Frames below the top one, with their security origins.
+fn collect_frames(tree: &FrameTree, out: &mut Vec<(String, String)>) {
+    for child in tree.child_frames.iter().flatten() {
+        out.push((
+            child.frame.id.inner().clone(),
+            child.frame.security_origin.clone(),
+        ));
+        collect_frames(child, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::cache::KNOWN_MIN_BYTES;
+    use crate::checkpoint::test_support::{key, local};
+
+    #[test]
+    fn unchanged_parts_come_from_the_cache_by_hash() {
+        let cache = PartCache::default();
+        let mut cp = Checkpoint::at_url("https://a.example/", Instant::now());
+        let big = format!(r#"[["k","{}"]]"#, "x".repeat(KNOWN_MIN_BYTES));
+        cp.storage
+            .insert(key("https://a.example", "https://a.example"), local(&big));
+        cache.remember(&cp);
+        let hash = cp
+            .storage
+            .values()
+            .next()
+            .unwrap()
+            .local
+            .as_ref()
+            .unwrap()
+            .hash
+            .clone();
+        assert_eq!(cache.known(), vec![hash.clone()]);
+        let read = FrameRead {
+            url: "https://a.example/".into(),
+            origin: "https://a.example".into(),
+            local: Some(RawPart {
+                hash,
+                data: None,
+                left_out: 0,
+                list: None,
+            }),
+            session: None,
+            idb: None,
+        };
+        assert_eq!(read.state(&cache).unwrap().local.unwrap().json, big);
+        let unknown = FrameRead {
+            url: "https://a.example/".into(),
+            origin: "https://a.example".into(),
+            local: Some(RawPart {
+                hash: "nope".into(),
+                data: None,
+                left_out: 0,
+                list: None,
+            }),
+            session: None,
+            idb: None,
+        };
+        assert!(unknown.state(&cache).is_err());
+    }
+}

@@ -1,0 +1,337 @@
+//! Checkpoints: cookies (CHIPS partition keys included), and per storage key — a frame's
+//! origin under the top-level origin it was seen in — localStorage, sessionStorage and
+//! IndexedDB, plus the URL; captured from a live page and all its frames, restored into a
+//! fresh one.
+//!
+//! Reading and writing storage is page script (`js/`): the capture script runs in every frame
+//! of the page (cross-site iframes through their own sessions, which the relay sees), so each
+//! frame reads exactly the storage partition it uses. It hashes what it read and sends only
+//! parts whose hash outlive does not already hold, so unchanged megabytes are never sent
+//! twice. Restore serves documents through `Fetch` interception — no request reaches the real
+//! site — a top-level document of each top origin embedding one iframe per cross-site origin
+//! captured under it, each writing its own part; Chromium files every write under the same
+//! storage key the original frame had.
+//!
+//! A checkpoint is a credential. It lives in memory only, its `Debug` shows sizes and never
+//! values, and its strings are zeroed when it is dropped — so are the copies restore makes
+//! (the restore documents). The copies inside the CDP messages chromiumoxide and serde
+//! handle are theirs and are not zeroed.
+//!
+//! This module holds the data model: a [`Checkpoint`], its cookies, storage keys and parts,
+//! and what zeroes them. The rest, one concern a file: `capture` (reading a page and its
+//! frames), `cache` (the parts outlive holds by hash), `idb` (Chromium's IndexedDB change
+//! tracking, which lets a capture skip an unchanged IndexedDB), `restore` (writing a checkpoint
+//! into a fresh page), `persist` (a checkpoint as bytes) and `script` (running the page
+//! scripts, and the value codec both of them embed).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use chromiumoxide::cdp::browser_protocol::network::{
+    Cookie, CookieParam, CookiePartitionKey, CookiePriority, CookieSameSite, CookieSourceScheme,
+    TimeSinceEpoch,
+};
+use serde::Deserialize;
+use tokio::time::Instant;
+use zeroize::Zeroize;
+
+mod cache;
+mod capture;
+mod idb;
+mod persist;
+mod restore;
+mod script;
+#[cfg(test)]
+mod test_support;
+
+pub(crate) use cache::PartCache;
+pub(crate) use capture::{CaptureOptions, capture};
+pub(crate) use idb::IdbWatch;
+pub(crate) use restore::restore;
+
+/// One cookie, as much of it as `Storage.setCookies` can put back.
+#[derive(Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StoredCookie {
+    name: String,
+    value: String,
+    domain: String,
+    path: String,
+    expires: Option<f64>,
+    http_only: bool,
+    secure: bool,
+    same_site: Option<CookieSameSite>,
+    priority: CookiePriority,
+    source_scheme: CookieSourceScheme,
+    source_port: i64,
+    /// CHIPS: the top-level site the cookie is partitioned under.
+    partition_key: Option<CookiePartitionKey>,
+}
+
+impl From<Cookie> for StoredCookie {
+    fn from(c: Cookie) -> Self {
+        StoredCookie {
+            expires: (!c.session && c.expires > 0.0).then_some(c.expires),
+            name: c.name,
+            value: c.value,
+            domain: c.domain,
+            path: c.path,
+            http_only: c.http_only,
+            secure: c.secure,
+            same_site: c.same_site,
+            priority: c.priority,
+            source_scheme: c.source_scheme,
+            source_port: c.source_port,
+            partition_key: c.partition_key,
+        }
+    }
+}
+
+impl StoredCookie {
+    fn to_param(&self) -> CookieParam {
+        let mut p = CookieParam::new(self.name.clone(), self.value.clone());
+        p.domain = Some(self.domain.clone());
+        p.path = Some(self.path.clone());
+        p.secure = Some(self.secure);
+        p.http_only = Some(self.http_only);
+        p.same_site = self.same_site.clone();
+        p.expires = self.expires.map(TimeSinceEpoch::new);
+        p.priority = Some(self.priority.clone());
+        p.source_scheme = Some(self.source_scheme.clone());
+        p.source_port = Some(self.source_port);
+        p.partition_key = self.partition_key.clone();
+        p
+    }
+
+    fn bytes(&self) -> usize {
+        self.name.len() + self.value.len() + self.domain.len() + self.path.len()
+    }
+}
+
+impl Drop for StoredCookie {
+    fn drop(&mut self) {
+        self.name.zeroize();
+        self.value.zeroize();
+        self.domain.zeroize();
+        self.path.zeroize();
+    }
+}
+
+/// Where a frame's storage lives: its origin, under the top-level origin of the page it was
+/// captured in. Chromium partitions a cross-site frame's storage by the top-level *site*;
+/// restoring under the same top origin reproduces whatever key Chromium gave it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, Deserialize)]
+pub(crate) struct StorageKey {
+    pub(crate) top: String,
+    pub(crate) origin: String,
+}
+
+impl StorageKey {
+    /// The key of a top-level document of `origin`.
+    fn first_party(origin: &str) -> Self {
+        StorageKey {
+            top: origin.to_owned(),
+            origin: origin.to_owned(),
+        }
+    }
+
+    fn is_first_party(&self) -> bool {
+        self.top == self.origin
+    }
+}
+
+/// One part of a frame's state — its localStorage, sessionStorage or IndexedDB — as the
+/// page's script serialised it, with the hash the script computed of its content.
+pub(crate) struct Part {
+    hash: String,
+    json: String,
+    /// Values the script could not serialise (IndexedDB only).
+    left_out: u64,
+}
+
+impl Part {
+    fn is_empty(&self) -> bool {
+        self.json == "[]"
+    }
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        self.json.zeroize();
+    }
+}
+
+/// A frame's storage: each part shared between the checkpoints that hold the same content.
+#[derive(Clone, Default)]
+pub(crate) struct FrameState {
+    local: Option<Arc<Part>>,
+    session: Option<Arc<Part>>,
+    idb: Option<Arc<Part>>,
+}
+
+impl FrameState {
+    fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+        [&self.local, &self.session, &self.idb]
+            .into_iter()
+            .flatten()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.parts().all(|p| p.is_empty())
+    }
+
+    /// Whether `other` holds the same content (compared by the parts' hashes).
+    fn same_as(&self, other: &FrameState) -> bool {
+        fn hash(p: &Option<Arc<Part>>) -> Option<&str> {
+            p.as_ref().map(|p| p.hash.as_str())
+        }
+        hash(&self.local) == hash(&other.local)
+            && hash(&self.session) == hash(&other.session)
+            && hash(&self.idb) == hash(&other.idb)
+    }
+}
+
+/// The part of a page's state that survives a relaunch.
+#[derive(Clone)]
+pub(crate) struct Checkpoint {
+    pub(crate) url: String,
+    pub(crate) cookies: Vec<StoredCookie>,
+    /// Web Storage and IndexedDB per storage key.
+    pub(crate) storage: BTreeMap<StorageKey, FrameState>,
+    /// Frames whose storage could not be read at all.
+    pub(crate) frames_unread: u64,
+    /// Wall-clock time the capture started (what `ctx.resumed_from()` reports).
+    pub(crate) at: SystemTime,
+    /// Monotonic time the capture started (what lost-work accounting uses).
+    pub(crate) taken: Instant,
+    /// The task's own progress (JSON) as of the capture's start: `Ctx::checkpoint_with`.
+    pub(crate) progress: Option<Progress>,
+}
+
+/// The task's progress, serialised (JSON); zeroed when the last holder drops it.
+pub(crate) type Progress = Arc<zeroize::Zeroizing<String>>;
+
+impl Checkpoint {
+    /// An empty checkpoint at `url`; the fake backends in tests use it.
+    #[cfg(test)]
+    pub(crate) fn at_url(url: &str, taken: Instant) -> Self {
+        Checkpoint {
+            url: url.to_owned(),
+            cookies: Vec::new(),
+            storage: BTreeMap::new(),
+            frames_unread: 0,
+            at: SystemTime::now(),
+            taken,
+            progress: None,
+        }
+    }
+
+    /// Approximate size of the secret material, in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.url.len()
+            + self.progress.as_ref().map_or(0, |p| p.len())
+            + self.cookies.iter().map(StoredCookie::bytes).sum::<usize>()
+            + self
+                .storage
+                .iter()
+                .map(|(k, s)| {
+                    k.origin.len() + k.top.len() + s.parts().map(|p| p.json.len()).sum::<usize>()
+                })
+                .sum::<usize>()
+    }
+
+    /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
+    /// that are over the size cap, and frames whose storage could not be read.
+    pub(crate) fn left_out(&self) -> u64 {
+        self.frames_unread
+            + self
+                .storage
+                .values()
+                .flat_map(FrameState::parts)
+                .map(|p| p.left_out)
+                .sum::<u64>()
+    }
+
+    /// Keeps storage captured earlier under keys this capture did not see.
+    pub(crate) fn merge_older(&mut self, older: &Checkpoint) {
+        for (key, state) in &older.storage {
+            self.storage
+                .entry(key.clone())
+                .or_insert_with(|| state.clone());
+        }
+    }
+}
+
+impl Drop for Checkpoint {
+    fn drop(&mut self) {
+        self.url.zeroize();
+    }
+}
+
+impl fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("cookies", &self.cookies.len())
+            .field("storage_keys", &self.storage.len())
+            .field("bytes", &self.bytes())
+            .field("left_out", &self.left_out())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `origin` has storage a checkpoint holds: `http` and `https` origins only.
+fn is_storable_origin(origin: &str) -> bool {
+    origin.starts_with("http://") || origin.starts_with("https://")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{key, local};
+    use super::*;
+
+    #[test]
+    fn debug_shows_sizes_never_values() {
+        let mut cp = Checkpoint::at_url(
+            "https://bank.example/account?sid=SECRET-URL",
+            Instant::now(),
+        );
+        cp.storage.insert(
+            key("https://bank.example", "https://bank.example"),
+            local(r#"[["token","SECRET-ITEM"]]"#),
+        );
+        let debug = format!("{cp:?}");
+        assert!(!debug.contains("SECRET"), "{debug}");
+        assert!(debug.contains("bytes"));
+    }
+
+    #[test]
+    fn merge_keeps_keys_only_the_older_checkpoint_saw() {
+        let now = Instant::now();
+        let a = key("https://a.example", "https://a.example");
+        let b = key("https://a.example", "https://b.example");
+        let mut older = Checkpoint::at_url("https://a.example/", now);
+        older.storage.insert(a.clone(), local(r#"[["k","old"]]"#));
+        older.storage.insert(b.clone(), local(r#"[["k","b"]]"#));
+        let mut newer = Checkpoint::at_url("https://a.example/", now);
+        newer.storage.insert(a.clone(), local(r#"[["k","new"]]"#));
+        newer.merge_older(&older);
+        assert!(
+            newer.storage[&a]
+                .local
+                .as_ref()
+                .unwrap()
+                .json
+                .contains("new")
+        );
+        assert!(
+            newer.storage[&b]
+                .local
+                .as_ref()
+                .unwrap()
+                .json
+                .contains("\"b\"")
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! A checkpoint as bytes, for a store outside this process (durable runs seal them into
+//! PostgreSQL): versioned JSON with field names of its own, independent of the wire between
+//! the page scripts and outlive, so bytes stored by an earlier outlive still read back.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+use tokio::time::Instant;
+use zeroize::{Zeroize, Zeroizing};
+
+use super::{Checkpoint, FrameState, Part, StorageKey, StoredCookie};
+use crate::error::{Error, ErrorKind};
+
+/// A checkpoint as bytes (JSON), for a store outside this process; version 1.
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Persisted {
+    v: u32,
+    url: String,
+    cookies: Vec<StoredCookie>,
+    storage: Vec<PersistedFrame>,
+    frames_unread: u64,
+    /// Wall-clock time of the capture, milliseconds since the Unix epoch.
+    at_ms: u64,
+    progress: Option<String>,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PersistedFrame {
+    key: StorageKey,
+    local: Option<PersistedPart>,
+    session: Option<PersistedPart>,
+    idb: Option<PersistedPart>,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PersistedPart {
+    hash: String,
+    json: String,
+    left_out: u64,
+}
+
+impl Drop for Persisted {
+    fn drop(&mut self) {
+        self.url.zeroize();
+        if let Some(p) = &mut self.progress {
+            p.zeroize();
+        }
+    }
+}
+
+impl Drop for PersistedPart {
+    fn drop(&mut self) {
+        self.json.zeroize();
+    }
+}
+
+impl Checkpoint {
+    /// The checkpoint as bytes, for a store outside this process (seal them first: they are
+    /// a credential).
+    pub(crate) fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
+        let part = |p: &Option<Arc<Part>>| {
+            p.as_ref().map(|p| PersistedPart {
+                hash: p.hash.clone(),
+                json: p.json.clone(),
+                left_out: p.left_out,
+            })
+        };
+        let persisted = Persisted {
+            v: 1,
+            url: self.url.clone(),
+            cookies: self.cookies.clone(),
+            storage: self
+                .storage
+                .iter()
+                .map(|(key, state)| PersistedFrame {
+                    key: key.clone(),
+                    local: part(&state.local),
+                    session: part(&state.session),
+                    idb: part(&state.idb),
+                })
+                .collect(),
+            frames_unread: self.frames_unread,
+            at_ms: self
+                .at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            progress: self.progress.as_ref().map(|p| p.as_str().to_owned()),
+        };
+        Zeroizing::new(serde_json::to_vec(&persisted).expect("a checkpoint serialises to JSON"))
+    }
+
+    /// A checkpoint read back from [`Checkpoint::to_bytes`]; `taken` is when it counts as
+    /// taken on this process's clock (its capture happened elsewhere).
+    pub(crate) fn from_bytes(bytes: &[u8], taken: Instant) -> Result<Checkpoint, Error> {
+        let p: Persisted = serde_json::from_slice(bytes).map_err(|e| {
+            Error::new(
+                ErrorKind::Sealed,
+                format!(
+                    "a stored checkpoint opened but does not read as one ({:?} error at column {})",
+                    e.classify(),
+                    e.column()
+                ),
+            )
+        })?;
+        if p.v != 1 {
+            return Err(Error::new(
+                ErrorKind::Sealed,
+                format!(
+                    "a stored checkpoint has format version {}; this outlive reads version 1",
+                    p.v
+                ),
+            ));
+        }
+        let part = |p: &Option<PersistedPart>| {
+            p.as_ref().map(|p| {
+                Arc::new(Part {
+                    hash: p.hash.clone(),
+                    json: p.json.clone(),
+                    left_out: p.left_out,
+                })
+            })
+        };
+        Ok(Checkpoint {
+            url: p.url.clone(),
+            cookies: p.cookies.clone(),
+            storage: p
+                .storage
+                .iter()
+                .map(|f| {
+                    (
+                        f.key.clone(),
+                        FrameState {
+                            local: part(&f.local),
+                            session: part(&f.session),
+                            idb: part(&f.idb),
+                        },
+                    )
+                })
+                .collect(),
+            frames_unread: p.frames_unread,
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
+            taken,
+            progress: p
+                .progress
+                .as_ref()
+                .map(|s| Arc::new(Zeroizing::new(s.clone()))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chromiumoxide::cdp::browser_protocol::network::{
+        CookiePartitionKey, CookiePriority, CookieSameSite, CookieSourceScheme,
+    };
+
+    use super::*;
+    use crate::checkpoint::test_support::{key, part};
+
+    #[test]
+    fn a_checkpoint_reads_back_from_its_bytes() {
+        let mut cp = Checkpoint::at_url("https://bank.example/account", Instant::now());
+        cp.cookies.push(StoredCookie {
+            name: "aurora_session".into(),
+            value: "s3cr3t".into(),
+            domain: "bank.example".into(),
+            path: "/".into(),
+            expires: Some(1_900_000_000.0),
+            http_only: true,
+            secure: true,
+            same_site: Some(CookieSameSite::Strict),
+            priority: CookiePriority::Medium,
+            source_scheme: CookieSourceScheme::Secure,
+            source_port: 443,
+            partition_key: Some(CookiePartitionKey::new("https://top.example", false)),
+        });
+        cp.storage.insert(
+            key("https://bank.example", "https://widget.example"),
+            FrameState {
+                local: part(r#"[["k","v"]]"#),
+                session: part(r#"[["s","1"]]"#),
+                idb: None,
+            },
+        );
+        cp.frames_unread = 1;
+        cp.progress = Some(Arc::new(Zeroizing::new(r#"{"pages":7}"#.to_owned())));
+        let taken = Instant::now();
+        let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
+        assert_eq!(back.url, cp.url);
+        assert!(
+            back.cookies == cp.cookies,
+            "cookies, partition key included"
+        );
+        let frame = &back.storage[&key("https://bank.example", "https://widget.example")];
+        assert!(frame.same_as(&cp.storage[&key("https://bank.example", "https://widget.example")]));
+        assert_eq!(frame.session.as_ref().unwrap().json, r#"[["s","1"]]"#);
+        assert_eq!(back.frames_unread, 1);
+        assert_eq!(
+            back.progress.as_deref().map(|p| p.as_str()),
+            Some(r#"{"pages":7}"#)
+        );
+        assert_eq!(back.taken, taken);
+        assert_eq!(
+            back.at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+            cp.at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let bad = Checkpoint::from_bytes(b"{\"v\":2}", taken).unwrap_err();
+        assert_eq!(bad.kind(), ErrorKind::Sealed);
+    }
+
+    /// Bytes as format 1 has always written them (durable runs keep them in PostgreSQL) read
+    /// back, and write out unchanged: the format has field names of its own, whatever the
+    /// page scripts call theirs.
+    #[test]
+    fn stored_bytes_of_format_1_read_back_unchanged() {
+        const STORED: &str = r#"{"v":1,"url":"https://bank.example/account","cookies":[{"name":"aurora_session","value":"s3cr3t","domain":"bank.example","path":"/","expires":1900000000.0,"httpOnly":true,"secure":true,"sameSite":"Strict","priority":"Medium","sourceScheme":"Secure","sourcePort":443,"partitionKey":{"topLevelSite":"https://top.example","hasCrossSiteAncestor":false}}],"storage":[{"key":{"top":"https://bank.example","origin":"https://widget.example"},"local":{"hash":"h11","json":"[[\"k\",\"v\"]]","leftOut":0},"session":null,"idb":{"hash":"i1f","json":"[]","leftOut":2}}],"framesUnread":1,"atMs":1700000000123,"progress":"{\"pages\":7}"}"#;
+        let cp = Checkpoint::from_bytes(STORED.as_bytes(), Instant::now()).unwrap();
+        assert_eq!(cp.url, "https://bank.example/account");
+        assert_eq!(cp.cookies.len(), 1);
+        assert_eq!(cp.cookies[0].value, "s3cr3t");
+        let frame = &cp.storage[&key("https://bank.example", "https://widget.example")];
+        let local = frame.local.as_ref().unwrap();
+        assert_eq!(
+            (local.hash.as_str(), local.json.as_str()),
+            ("h11", r#"[["k","v"]]"#)
+        );
+        assert!(frame.session.is_none());
+        assert_eq!(frame.idb.as_ref().unwrap().left_out, 2);
+        assert_eq!(cp.frames_unread, 1);
+        assert_eq!(cp.left_out(), 3);
+        assert_eq!(
+            cp.at.duration_since(SystemTime::UNIX_EPOCH).unwrap(),
+            Duration::from_millis(1_700_000_000_123)
+        );
+        assert_eq!(
+            cp.progress.as_deref().map(|p| p.as_str()),
+            Some(r#"{"pages":7}"#)
+        );
+        assert_eq!(cp.to_bytes().as_slice(), STORED.as_bytes());
+    }
+}

@@ -1,0 +1,542 @@
+//! Restoring a checkpoint into a fresh page: its cookies through `Storage.setCookies`, its
+//! storage through restore documents served by `Fetch` interception (per top origin, a document
+//! embedding one iframe per cross-site origin captured under it, each running the restore
+//! script, `js/restore.js`, on its own part). Over an earlier restore only what changed is
+//! written, in place while the page still stands on that restore's document.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use chromiumoxide::Page;
+use chromiumoxide::cdp::browser_protocol::fetch::{
+    self, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern, RequestStage,
+};
+use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use chromiumoxide::cdp::browser_protocol::storage::{ClearCookiesParams, SetCookiesParams};
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::time::Instant;
+use zeroize::Zeroizing;
+
+use super::script::{CODEC_JS, cdp_error, evaluate};
+use super::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
+use crate::error::Error;
+use crate::task::AbortOnDrop;
+
+/// The restore script (see its header for what it takes and answers).
+const RESTORE_JS: &str = include_str!("../js/restore.js");
+
+/// How long a restore document waits for its cross-site iframes to report.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl FrameState {
+    /// The restore script's input for this frame. With `prior` (what an earlier restore put
+    /// in this browser for the same storage key), a part with the same content is left out
+    /// (`null`) and a Web Storage area that changed is sent as the items to set and remove.
+    fn restore_data(&self, children: usize, prior: Option<&FrameState>) -> Zeroizing<String> {
+        fn same(a: &Option<Arc<Part>>, b: &Option<Arc<Part>>) -> bool {
+            matches!((a, b), (Some(a), Some(b)) if a.hash == b.hash)
+        }
+        let part = |now: &Option<Arc<Part>>, before: Option<&Option<Arc<Part>>>, area: bool| match (
+            now, before,
+        ) {
+            (_, Some(b)) if same(now, b) => Zeroizing::new("null".to_owned()),
+            (Some(n), Some(Some(b))) if area => {
+                area_delta(&b.json, &n.json).unwrap_or_else(|| Zeroizing::new(n.json.clone()))
+            }
+            (Some(n), _) => Zeroizing::new(n.json.clone()),
+            (None, _) => Zeroizing::new("null".to_owned()),
+        };
+        let local = part(&self.local, prior.map(|p| &p.local), true);
+        let session = part(&self.session, prior.map(|p| &p.session), true);
+        let idb = part(&self.idb, prior.map(|p| &p.idb), false);
+        Zeroizing::new(format!(
+            r#"{{"local":{},"session":{},"idb":{},"children":{children},"childTimeoutMs":{}}}"#,
+            local.as_str(),
+            session.as_str(),
+            idb.as_str(),
+            CHILD_TIMEOUT.as_millis(),
+        ))
+    }
+}
+
+/// What turns a Web Storage area holding `before` (`[[key, value], …]`, as the capture
+/// script serialises it) into `after`: `{"set": [[key, value], …], "remove": [key, …]}`,
+/// built from slices of the two texts (no decoded copy of a value is made). `None` if either
+/// does not parse.
+fn area_delta(before: &str, after: &str) -> Option<Zeroizing<String>> {
+    use serde_json::value::RawValue;
+    type Items<'a> = Vec<(&'a RawValue, &'a RawValue)>;
+    let before: Items = serde_json::from_str(before).ok()?;
+    let after: Items = serde_json::from_str(after).ok()?;
+    // Keys compare by their JSON text: the same serialiser wrote both.
+    let old: HashMap<&str, &str> = before.iter().map(|(k, v)| (k.get(), v.get())).collect();
+    let new: std::collections::HashSet<&str> = after.iter().map(|(k, _)| k.get()).collect();
+    let mut out = Zeroizing::new(String::from(r#"{"set":["#));
+    let mut first = true;
+    for (k, v) in &after {
+        if old.get(k.get()) != Some(&v.get()) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push('[');
+            out.push_str(k.get());
+            out.push(',');
+            out.push_str(v.get());
+            out.push(']');
+        }
+    }
+    out.push_str(r#"],"remove":["#);
+    first = true;
+    for (k, _) in &before {
+        if !new.contains(k.get()) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(k.get());
+        }
+    }
+    out.push_str("]}");
+    Some(out)
+}
+
+/// A restore document: the codec and the restore script with `data`, then one iframe per
+/// child restore document.
+fn restore_document(data: &str, children: &[String]) -> Zeroizing<String> {
+    // The data goes in as a string for `JSON.parse`, never as an object literal (where a
+    // `"__proto__"` key would set a prototype instead of a property).
+    let literal = Zeroizing::new(serde_json::to_string(data).expect("strings serialise"));
+    // Keep it inside the <script> element whatever it contains: `<\/` and `<\!` read as
+    // `</` and `<!` in a string literal.
+    let step = Zeroizing::new(literal.replace("</", "<\\/"));
+    let data = Zeroizing::new(step.replace("<!--", "<\\!--"));
+    let frames: String = children
+        .iter()
+        .map(|src| format!("<iframe src=\"{src}\"></iframe>"))
+        .collect();
+    Zeroizing::new(format!(
+        "<!doctype html><meta charset=\"utf-8\"><title>outlive restore</title><link rel=\"icon\" href=\"data:,\">\
+         <script>(function(){{\n{CODEC_JS}\nwindow.__outlive_restored=({RESTORE_JS})(JSON.parse({data}));\n}})()</script>\
+         <body>{frames}</body>",
+        data = data.as_str()
+    ))
+}
+
+/// What a restore document reports.
+#[derive(Deserialize)]
+struct RestoreReport {
+    errors: Vec<String>,
+    /// Time spent in the page: Web Storage, IndexedDB, waiting for child documents.
+    ms: serde_json::Value,
+}
+
+impl RestoreReport {
+    /// How many writes failed, each named in a debug log.
+    fn failed(&self) -> u64 {
+        for error in &self.errors {
+            tracing::debug!(error, "a restore write failed");
+        }
+        self.errors.len() as u64
+    }
+}
+
+/// What the in-place write answers: `false` when the page is not on a restore document.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum InPlace {
+    NotThere(#[expect(dead_code, reason = "always false; only the variant matters")] bool),
+    Written(RestoreReport),
+}
+
+/// The documents of one restore, by URL.
+type Documents = HashMap<String, Zeroizing<String>>;
+
+/// What a restore writes: per top origin with anything to write, the URL to load; every
+/// document by its URL; and, over an earlier restore where only one top origin's own storage
+/// changed, that origin and the data to write in place.
+struct Plan {
+    loads: Vec<String>,
+    documents: Documents,
+    in_place: Option<(String, Zeroizing<String>)>,
+}
+
+/// Plans a restore (see [`Plan`]).
+fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> Plan {
+    let mut tops: BTreeMap<&str, (Option<&FrameState>, Vec<&StorageKey>)> = BTreeMap::new();
+    // A top origin whose every storage key holds what `prior` already put in the page needs
+    // no document.
+    let mut changed = std::collections::BTreeSet::new();
+    let mut frames_changed = false;
+    for (key, state) in &checkpoint.storage {
+        if state.is_empty() || !is_storable_origin(&key.top) || !is_storable_origin(&key.origin) {
+            continue;
+        }
+        let known = prior
+            .and_then(|p| p.storage.get(key))
+            .is_some_and(|before| before.same_as(state));
+        if !known {
+            changed.insert(key.top.as_str());
+            if !key.is_first_party() {
+                frames_changed = true;
+            }
+        }
+        let entry = tops.entry(key.top.as_str()).or_default();
+        if key.is_first_party() {
+            entry.0 = Some(state);
+        } else {
+            entry.1.push(key);
+        }
+    }
+    let mut documents = Documents::new();
+    let mut loads = Vec::new();
+    let mut in_place = None;
+    let mut n = 0;
+    let mut url_of = |origin: &str| {
+        n += 1;
+        format!("{origin}/__outlive_restore/{n}")
+    };
+    for (top, (own, children)) in tops {
+        if !changed.contains(top) {
+            continue;
+        }
+        let mut child_urls = Vec::new();
+        for key in children {
+            let url = url_of(&key.origin);
+            let before = prior.and_then(|p| p.storage.get(key));
+            let data = checkpoint.storage[key].restore_data(0, before);
+            documents.insert(url.clone(), restore_document(&data, &[]));
+            child_urls.push(url);
+        }
+        let before = prior.and_then(|p| p.storage.get(&StorageKey::first_party(top)));
+        let own = own.cloned().unwrap_or_default();
+        if prior.is_some() && !frames_changed && changed.len() == 1 {
+            in_place = Some((top.to_owned(), own.restore_data(0, before)));
+        }
+        let data = own.restore_data(child_urls.len(), before);
+        let url = url_of(top);
+        documents.insert(url.clone(), restore_document(&data, &child_urls));
+        loads.push(url);
+    }
+    Plan {
+        loads,
+        documents,
+        in_place,
+    }
+}
+
+/// Writes `data` into the page where it stands, if that is a restore document of `top` (an
+/// earlier restore's, with nothing else loaded since): one round trip, no navigation. `None`
+/// when the page is elsewhere.
+async fn write_in_place(page: &Page, top: &str, data: &str) -> Result<Option<u64>, Error> {
+    let top = serde_json::to_string(top).expect("strings serialise");
+    let data = Zeroizing::new(serde_json::to_string(data).expect("strings serialise"));
+    let mut expression = Zeroizing::new(format!(
+        "(() => {{ if (location.origin !== {top} || !location.pathname.startsWith('/__outlive_restore/')) return false;\n\
+         {CODEC_JS}\nreturn ({RESTORE_JS})(JSON.parse({data})); }})()",
+        data = data.as_str()
+    ));
+    let started = Instant::now();
+    // Moved, not copied (it can hold megabytes); chromiumoxide does not zero its own copies.
+    let answer = evaluate(
+        page,
+        std::mem::take(&mut *expression),
+        None,
+        "writing a restore in place",
+    )
+    .await?;
+    match answer {
+        InPlace::NotThere(_) => {
+            tracing::debug!("the page is not on a restore document; loading one");
+            Ok(None)
+        }
+        InPlace::Written(report) => {
+            tracing::debug!(took = ?started.elapsed(), in_page = %report.ms, "restore written in place");
+            Ok(Some(report.failed()))
+        }
+    }
+}
+
+/// Puts cookies and every storage key's state into a fresh page before any request reaches
+/// a real site: each top origin is loaded with every request intercepted (`Fetch.enable`)
+/// and answered with a restore document, which embeds the cross-site origins captured under
+/// it. The page is left on the last restore document; the caller navigates to the URL.
+/// Answers how many writes failed in the page (each named in a debug log).
+///
+/// With `prior` (what was restored into this browser before, with nothing else happening in it
+/// since), only what changed is written: the cookies are replaced, and only top origins whose
+/// storage differs get a document.
+pub(crate) async fn restore(
+    page: &Page,
+    checkpoint: &Checkpoint,
+    prior: Option<&Checkpoint>,
+) -> Result<u64, Error> {
+    let started = Instant::now();
+    let cookies_known = prior.is_some_and(|p| p.cookies == checkpoint.cookies);
+    if prior.is_some_and(|p| !p.cookies.is_empty()) && !cookies_known {
+        page.execute(ClearCookiesParams::default())
+            .await
+            .map_err(|e| cdp_error("Storage.clearCookies", e))?;
+    }
+    if !checkpoint.cookies.is_empty() && !cookies_known {
+        let cookies = checkpoint
+            .cookies
+            .iter()
+            .map(StoredCookie::to_param)
+            .collect::<Vec<_>>();
+        page.execute(SetCookiesParams::new(cookies))
+            .await
+            .map_err(|e| cdp_error("Storage.setCookies", e))?;
+    }
+    // Copies of the values: zeroed when restore returns, like the checkpoint itself.
+    let Plan {
+        loads,
+        documents,
+        in_place,
+    } = plan(checkpoint, prior);
+    if loads.is_empty() {
+        return Ok(0);
+    }
+    if let Some((top, data)) = in_place
+        && let Some(failed) = write_in_place(page, &top, &data).await?
+    {
+        return Ok(failed);
+    }
+    let planned = started.elapsed();
+
+    let mut paused = page
+        .event_listener::<EventRequestPaused>()
+        .await
+        .map_err(|e| cdp_error("listening for Fetch.requestPaused", e))?;
+    let responder_page = page.clone();
+    // Answers every paused request; owned, so it stops when restore returns.
+    let _responder = AbortOnDrop(crate::quiet::spawn(async move {
+        while let Some(event) = paused.next().await {
+            let key = url::Url::parse(&event.request.url)
+                .map(|u| format!("{}{}", u.origin().ascii_serialization(), u.path()))
+                .unwrap_or_default();
+            let body = documents.get(&key).map_or("", |d| d.as_str());
+            let t = Instant::now();
+            let encoded = Zeroizing::new(BASE64.encode(body.as_bytes()));
+            let fulfil = FulfillRequestParams::builder()
+                .request_id(event.request_id.clone())
+                .response_code(200)
+                .response_header(HeaderEntry::new("Content-Type", "text/html; charset=utf-8"))
+                .response_header(HeaderEntry::new("Cache-Control", "no-store"))
+                .body(encoded.to_string())
+                .build();
+            if let Ok(fulfil) = fulfil {
+                let _ = responder_page.execute(fulfil).await;
+            }
+            tracing::debug!(bytes = body.len(), took = ?t.elapsed(), "restore document served");
+        }
+    }));
+
+    let pattern = RequestPattern::builder()
+        .url_pattern("*")
+        .request_stage(RequestStage::Request)
+        .build();
+    page.execute(fetch::EnableParams::builder().pattern(pattern).build())
+        .await
+        .map_err(|e| cdp_error("Fetch.enable", e))?;
+    let enabled = started.elapsed();
+    let result = write_all(page, &loads).await;
+    let written = started.elapsed();
+    let disabled = page.execute(fetch::DisableParams::default()).await;
+    tracing::debug!(?planned, ?enabled, ?written, done = ?started.elapsed(), "restore phases");
+    let failed = result?;
+    disabled.map_err(|e| cdp_error("Fetch.disable", e))?;
+    Ok(failed)
+}
+
+/// Loads each restore document and waits for its report.
+async fn write_all(page: &Page, loads: &[String]) -> Result<u64, Error> {
+    let mut failed = 0;
+    for url in loads {
+        let started = Instant::now();
+        page.goto(NavigateParams::new(url.clone()))
+            .await
+            .map_err(|e| cdp_error("loading a restore document", e))?;
+        let loaded = started.elapsed();
+        let report: RestoreReport = evaluate(
+            page,
+            "window.__outlive_restored".to_owned(),
+            None,
+            "waiting for a restore document",
+        )
+        .await?;
+        tracing::debug!(?loaded, written = ?started.elapsed(), in_page = %report.ms, "restore document done");
+        failed += report.failed();
+    }
+    Ok(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::test_support::{chromium_page, key, local, part, read_value};
+
+    #[test]
+    fn restore_document_cannot_be_broken_out_of() {
+        let data =
+            local(r#"[["k","</script><script>alert(1)</script><!--"]]"#).restore_data(0, None);
+        let doc = restore_document(&data, &[]);
+        assert_eq!(doc.matches("</script>").count(), 1, "{}", doc.as_str());
+        assert!(!doc.contains("<!--"), "{}", doc.as_str());
+    }
+
+    #[test]
+    fn a_cross_site_frame_is_restored_inside_its_top_origin() {
+        let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+        cp.storage.insert(
+            key("https://app.example", "https://app.example"),
+            local(r#"[["a","1"]]"#),
+        );
+        cp.storage.insert(
+            key("https://app.example", "https://widget.example"),
+            local(r#"[["w","2"]]"#),
+        );
+        cp.storage.insert(
+            key("https://other.example", "https://other.example"),
+            local("[]"),
+        );
+        let Plan {
+            loads,
+            documents,
+            in_place,
+        } = plan(&cp, None);
+        assert!(
+            in_place.is_none(),
+            "a fresh page is not on a restore document"
+        );
+        assert_eq!(loads.len(), 1, "empty storage is not loaded: {loads:?}");
+        assert!(loads[0].starts_with("https://app.example/__outlive_restore/"));
+        let top = &documents[&loads[0]];
+        let child = documents
+            .keys()
+            .find(|u| u.starts_with("https://widget.example/"))
+            .expect("a document for the widget");
+        assert!(top.contains(&format!("<iframe src=\"{child}\">")));
+        assert!(top.contains(r#"\"children\":1"#));
+        assert!(documents[child].contains(r#"[[\"w\",\"2\"]]"#));
+    }
+
+    #[test]
+    fn over_an_earlier_restore_only_what_changed_is_written() {
+        let idb = part(r#"[{"name":"db","version":1,"stores":[]}]"#);
+        let app = key("https://app.example", "https://app.example");
+        let mut prior = Checkpoint::at_url("https://app.example/", Instant::now());
+        prior.storage.insert(
+            app.clone(),
+            FrameState {
+                local: part(r#"[["big","xxxx"],["step","1"],["gone","x"]]"#),
+                session: part(r#"[["s","1"]]"#),
+                idb: idb.clone(),
+            },
+        );
+        let mut now = Checkpoint::at_url("https://app.example/", Instant::now());
+        now.storage.insert(
+            app.clone(),
+            FrameState {
+                // Same length, so the test's hash differs only by content: give it its own.
+                local: Some(Arc::new(Part {
+                    hash: "changed".into(),
+                    json: r#"[["big","xxxx"],["step","2"],["new","\"q\""]]"#.into(),
+                    left_out: 0,
+                })),
+                session: part(r#"[["s","1"]]"#),
+                idb,
+            },
+        );
+        let Plan {
+            loads,
+            documents,
+            in_place,
+        } = plan(&now, Some(&prior));
+        assert_eq!(loads.len(), 1);
+        let (top, data) = in_place.expect("only the top origin's own storage changed");
+        assert_eq!(top, "https://app.example");
+        assert!(
+            data.contains(r#""local":{"set":[["step","2"],["new","\"q\""]],"remove":["gone"]}"#),
+            "{}",
+            data.as_str()
+        );
+        let doc = documents[&loads[0]].as_str();
+        assert!(
+            doc.contains(r#"\"local\":{\"set\":[[\"step\",\"2\"],[\"new\",\"\\\"q\\\"\"]],\"remove\":[\"gone\"]}"#),
+            "{doc}"
+        );
+        assert!(doc.contains(r#"\"session\":null,\"idb\":null"#), "{doc}");
+        assert!(
+            !doc.contains("xxxx"),
+            "the unchanged item is not sent again"
+        );
+        assert!(
+            plan(&prior, Some(&prior)).loads.is_empty(),
+            "nothing changed, nothing loaded"
+        );
+        // A cross-site frame's storage changed: its document must be loaded.
+        let widget = key("https://app.example", "https://widget.example");
+        let mut framed = Checkpoint::at_url("https://app.example/", Instant::now());
+        framed.storage = prior.storage.clone();
+        framed.storage.insert(widget, local(r#"[["w","2"]]"#));
+        let Plan {
+            loads, in_place, ..
+        } = plan(&framed, Some(&prior));
+        assert_eq!(loads.len(), 1);
+        assert!(
+            in_place.is_none(),
+            "a frame's change goes through a document"
+        );
+    }
+
+    /// Over an earlier restore still in the page, what changed is written where the page
+    /// stands (no navigation); a page that went elsewhere gets a restore document again.
+    #[tokio::test]
+    async fn a_restore_over_an_earlier_one_is_written_in_place_while_the_page_is_there() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let app = key("https://app.example", "https://app.example");
+        let state = |local: &str| {
+            let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+            cp.storage.insert(
+                app.clone(),
+                FrameState {
+                    local: Some(Arc::new(Part {
+                        hash: local.to_owned(),
+                        json: local.to_owned(),
+                        left_out: 0,
+                    })),
+                    session: part(r#"[["s","1"]]"#),
+                    idb: None,
+                },
+            );
+            cp
+        };
+        let read = r#"JSON.stringify([location.pathname, window.__mark ?? null,
+            Object.entries(localStorage).sort(), sessionStorage.getItem('s')])"#;
+        let first = state(r#"[["keep","1"],["step","1"],["gone","x"]]"#);
+        assert_eq!(restore(&page, &first, None).await.unwrap(), 0);
+        let _: serde_json::Value = read_value(&page, "window.__mark = 'still here'".into()).await;
+
+        let second = state(r#"[["keep","1"],["step","2"]]"#);
+        assert_eq!(restore(&page, &second, Some(&first)).await.unwrap(), 0);
+        let seen: String = read_value(&page, read.into()).await;
+        assert_eq!(
+            seen, r#"["/__outlive_restore/1","still here",[["keep","1"],["step","2"]],"1"]"#,
+            "written in place: the document (and its mark) stayed"
+        );
+
+        page.goto("about:blank").await.unwrap();
+        let third = state(r#"[["keep","1"],["step","3"]]"#);
+        assert_eq!(restore(&page, &third, Some(&second)).await.unwrap(), 0);
+        let seen: String = read_value(&page, read.into()).await;
+        assert_eq!(
+            seen, r#"["/__outlive_restore/1",null,[["keep","1"],["step","3"]],"1"]"#,
+            "a restore document was loaded again"
+        );
+    }
+}

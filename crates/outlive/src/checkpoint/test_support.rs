@@ -1,0 +1,72 @@
+//! What the checkpoint tests share: parts, storage keys and frame states to build checkpoints
+//! from, and a page in a local Chromium to run scripts in.
+
+use std::sync::Arc;
+
+use chromiumoxide::Page;
+use futures::StreamExt;
+
+use super::script::evaluate_params;
+use super::{FrameState, Part, StorageKey};
+use crate::task::AbortOnDrop;
+
+/// A part holding `json`, its hash made from its length (give parts of the same length
+/// hashes of their own).
+pub(super) fn part(json: &str) -> Option<Arc<Part>> {
+    Some(Arc::new(Part {
+        hash: format!("h{}", json.len()),
+        json: json.to_owned(),
+        left_out: 0,
+    }))
+}
+
+/// The storage key of `origin` under `top`.
+pub(super) fn key(top: &str, origin: &str) -> StorageKey {
+    StorageKey {
+        top: top.into(),
+        origin: origin.into(),
+    }
+}
+
+/// A frame state with only localStorage, holding `json`.
+pub(super) fn local(json: &str) -> FrameState {
+    FrameState {
+        local: part(json),
+        ..FrameState::default()
+    }
+}
+
+/// A page with a local Chromium behind it, owned by the returned guards.
+pub(super) async fn chromium_page() -> (
+    crate::LocalBrowser,
+    chromiumoxide::Browser,
+    AbortOnDrop,
+    Page,
+) {
+    let chromium = crate::LocalChromium::new()
+        .start()
+        .await
+        .expect("Chromium starts");
+    let (browser, mut handler) =
+        chromiumoxide::Browser::connect(chromium.endpoint().expose().to_owned())
+            .await
+            .expect("connects");
+    let pump = AbortOnDrop(tokio::spawn(async move {
+        while handler.next().await.is_some() {}
+    }));
+    let page = browser.new_page("about:blank").await.expect("a page");
+    (chromium, browser, pump, page)
+}
+
+/// What `expression` answers in `page`.
+pub(super) async fn read_value<T: serde::de::DeserializeOwned>(
+    page: &Page,
+    expression: String,
+) -> T {
+    let eval = evaluate_params(expression, None).unwrap();
+    page.evaluate_expression(eval)
+        .await
+        .expect("the check runs")
+        .into_value()
+        .expect("the check answers")
+}
