@@ -49,6 +49,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDrop;
 
 use lease::{Claim, Lease, Lost};
 
@@ -814,8 +815,9 @@ impl Worker {
         });
         declare(&store, &shared.tasks).await?;
         tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
-        let _requeue =
-            AbortOnDrop(tokio::spawn(requeue_lapsed(store.clone(), shared.timing)).abort_handle());
+        let _requeue = AbortOnDrop::new(
+            tokio::spawn(requeue_lapsed(store.clone(), shared.timing)).abort_handle(),
+        );
         Monitor::new()
             .shutdown_timeout(Duration::from_secs(30))
             // apalis ends a worker whose connection the server reset (a restart): it would
@@ -1055,7 +1057,7 @@ impl Holding {
         // checkpoint, a slow drop) must not make the lease look unrenewable.
         let mut renewing = self.lease.clone();
         let mut renewal = tokio::spawn(async move { renewing.lost().await });
-        let _renewal = AbortOnDrop(renewal.abort_handle());
+        let _renewal = AbortOnDrop::new(renewal.abort_handle());
         let lost = tokio::select! {
             finished = &mut self.run => return Held::Finished(Box::new((finished, self.lease))),
             lost = &mut renewal => lost.unwrap_or(Lost::Unrenewed),
@@ -1086,15 +1088,6 @@ impl Holding {
         };
         // The task is gone: only now may this take time.
         self.lease.record_lost(lost, event).await;
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

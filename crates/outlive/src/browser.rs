@@ -18,7 +18,7 @@ use crate::options::Options;
 use crate::provider::{Provider, Session};
 use crate::relay::{Death, DeathCause, Heartbeat, Relay};
 use crate::run::{Backend, LiveBrowser};
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// How long the websocket connect to a fresh session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -42,8 +42,8 @@ pub(crate) struct CdpBrowser {
     parts: Arc<PartCache>,
     /// IndexedDB change tracking on the page's session (a fresh page starts a fresh one).
     idb: Arc<IdbWatch>,
-    pump: Option<AbortOnDrop>,
-    _exit_watch: AbortOnDrop,
+    pump: Option<AbortOnDropHandle<()>>,
+    _exit_watch: AbortOnDropHandle<()>,
     relay: Relay,
     /// Last: dropping it ends the browser (a local process is killed synchronously).
     session: Option<Box<dyn Session>>,
@@ -120,7 +120,7 @@ async fn connect(
     // The handler pump: owned, and the first websocket error it reports is a death. It runs
     // quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
     let death_tx = relay.death_sender();
-    let pump = AbortOnDrop(crate::quiet::spawn(async move {
+    let pump = AbortOnDropHandle::new(crate::quiet::spawn(async move {
         while let Some(event) = handler.next().await {
             if let Err(CdpError::Ws(_)) = event {
                 death_tx.declare(DeathCause::Closed);
@@ -131,7 +131,7 @@ async fn connect(
 
     // The provider's own signal (a local process exiting) feeds the same death.
     let exit_tx = relay.death_sender();
-    let exit_watch = AbortOnDrop(crate::quiet::spawn(async move {
+    let exit_watch = AbortOnDropHandle::new(crate::quiet::spawn(async move {
         exited.await;
         exit_tx.declare(DeathCause::ProcessExit);
     }));

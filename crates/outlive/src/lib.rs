@@ -126,7 +126,6 @@ mod report;
 mod run;
 mod seal;
 mod setters;
-mod task;
 
 pub mod wire {
     //! Reading a CDP frame the way outlive's relay does: on bytes, never slicing text at a

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::{PartCache, is_storable_origin};
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// Whether the top frame's IndexedDB may have changed since the capture script last read it
 /// in full, from Chromium's own change events (`Storage.trackIndexedDBForStorageKey`, then
@@ -57,7 +57,7 @@ struct IdbState {
 struct IdbEvents {
     /// Set once the first change came or the streams ended.
     changed: Arc<std::sync::atomic::AtomicBool>,
-    _watcher: AbortOnDrop,
+    _watcher: AbortOnDropHandle<()>,
 }
 
 impl IdbEvents {
@@ -81,7 +81,7 @@ impl IdbEvents {
         });
         IdbEvents {
             changed,
-            _watcher: AbortOnDrop(watcher),
+            _watcher: AbortOnDropHandle::new(watcher),
         }
     }
 }

@@ -24,7 +24,7 @@ use zeroize::Zeroizing;
 use super::script::{CODEC_JS, cdp_error, evaluate};
 use super::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
 use crate::error::Error;
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The restore script (see its header for what it takes and answers).
 const RESTORE_JS: &str = include_str!("../js/restore.js");
@@ -314,7 +314,7 @@ pub(crate) async fn restore(
         .map_err(|e| cdp_error("listening for Fetch.requestPaused", e))?;
     let responder_page = page.clone();
     // Answers every paused request; owned, so it stops when restore returns.
-    let _responder = AbortOnDrop(crate::quiet::spawn(async move {
+    let _responder = AbortOnDropHandle::new(crate::quiet::spawn(async move {
         while let Some(event) = paused.next().await {
             let key = url::Url::parse(&event.request.url)
                 .map(|u| format!("{}{}", u.origin().ascii_serialization(), u.path()))

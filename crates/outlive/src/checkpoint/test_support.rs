@@ -8,7 +8,7 @@ use futures::StreamExt;
 
 use super::script::evaluate_params;
 use super::{FrameState, Part, StorageKey};
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// A part holding `json`, its hash made from its length (give parts of the same length
 /// hashes of their own).
@@ -40,7 +40,7 @@ pub(super) fn local(json: &str) -> FrameState {
 pub(super) async fn chromium_page() -> (
     crate::LocalBrowser,
     chromiumoxide::Browser,
-    AbortOnDrop,
+    AbortOnDropHandle<()>,
     Page,
 ) {
     let chromium = crate::LocalChromium::new()
@@ -51,7 +51,7 @@ pub(super) async fn chromium_page() -> (
         chromiumoxide::Browser::connect(chromium.endpoint().expose().to_owned())
             .await
             .expect("connects");
-    let pump = AbortOnDrop(tokio::spawn(async move {
+    let pump = AbortOnDropHandle::new(tokio::spawn(async move {
         while handler.next().await.is_some() {}
     }));
     let page = browser.new_page("about:blank").await.expect("a page");

@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use super::filter::WorldFilter;
 use crate::ctx::{CheckpointHold, Ctx};
 use crate::endpoint::CdpEndpoint;
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The most progress a checkpoint request may carry.
 pub const MAX_PROGRESS_BYTES: usize = 1 << 20;
@@ -84,7 +84,7 @@ struct State {
 /// The server, owned: dropping it closes every connection.
 pub(crate) struct Front {
     state: Arc<State>,
-    _accept: AbortOnDrop,
+    _accept: AbortOnDropHandle<()>,
 }
 
 impl Front {
@@ -103,7 +103,7 @@ impl Front {
             wait_limit,
             closed: watch::channel(false).0,
         });
-        let accept = AbortOnDrop(crate::quiet::spawn(accept(listener, state.clone())));
+        let accept = AbortOnDropHandle::new(crate::quiet::spawn(accept(listener, state.clone())));
         Ok(Front {
             state,
             _accept: accept,

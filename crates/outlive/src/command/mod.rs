@@ -329,7 +329,7 @@ struct Programs {
     /// restore; its client waits at the endpoint for the browser to be served.
     early: Arc<std::sync::Mutex<Option<(Start, Child)>>>,
     /// The task starting it, owned: it ends with the run.
-    starter: std::sync::Mutex<Option<crate::task::AbortOnDrop>>,
+    starter: std::sync::Mutex<Option<tokio_util::task::AbortOnDropHandle<()>>>,
 }
 
 impl Programs {
@@ -375,7 +375,8 @@ impl Programs {
                 *early.lock().expect("programs poisoned") = Some((start, child));
             }
         });
-        *self.starter.lock().expect("programs poisoned") = Some(crate::task::AbortOnDrop(task));
+        *self.starter.lock().expect("programs poisoned") =
+            Some(tokio_util::task::AbortOnDropHandle::new(task));
     }
 }
 

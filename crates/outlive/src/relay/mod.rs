@@ -55,7 +55,7 @@ use tokio::time::Instant;
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
-use crate::task::AbortOnDrop;
+use tokio_util::task::AbortOnDropHandle;
 
 /// What ended an entry: the browser connection died, or (the `Page*` causes) only the task's
 /// page did, in a browser that lives on.
@@ -258,7 +258,7 @@ pub(crate) struct Relay {
     control: mpsc::UnboundedSender<Control>,
     cut_tx: Option<oneshot::Sender<()>>,
     dialogs: Dialogs,
-    _task: AbortOnDrop,
+    _task: AbortOnDropHandle<()>,
 }
 
 impl Relay {
@@ -335,7 +335,7 @@ impl Relay {
             control,
             cut_tx: Some(cut_tx),
             dialogs,
-            _task: AbortOnDrop(task),
+            _task: AbortOnDropHandle::new(task),
         })
     }
 
