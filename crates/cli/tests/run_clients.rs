@@ -269,10 +269,10 @@ async fn the_client_sees_nothing_of_outlive_across_checkpoints_and_a_restore() {
     let verdict = &frames["verdict"];
     assert_eq!(verdict["clean"], true, "{verdict}");
     let event = run.json("event.json");
-    assert_eq!(
-        (event["outcome"].as_str(), event["attempts"].as_u64()),
-        (Some("completed"), Some(2))
-    );
+    // At least one restore under the recorder; on a loaded machine its start-up can take it
+    // past its own session's 7 s, and the next entry records again, on a restored browser too.
+    assert_eq!(event["outcome"].as_str(), Some("completed"), "{event}");
+    assert!(event["attempts"].as_u64().unwrap() >= 2, "{event}");
     assert!(event["checkpointCount"].as_u64().unwrap() >= 5, "{event}");
     support::assert_no_process(&marker);
     bed.finish().await;
