@@ -4,6 +4,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use tokio::time::sleep_until;
+
 use super::*;
 use crate::relay::DeathCause;
 
