@@ -6,7 +6,7 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
 use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use chromiumoxide::error::CdpError;
-use chromiumoxide::handler::HandlerConfig;
+use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
 use crate::options::Options;
 use crate::provider::{Provider, Session};
-use crate::relay::{Death, DeathCause, Heartbeat, Relay};
+use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, Relay};
 use crate::run::{Backend, LiveBrowser};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -88,6 +88,8 @@ async fn release_quietly(session: Box<dyn Session>) {
     let _ = tokio::time::timeout(Duration::from_secs(15), session.release()).await;
 }
 
+/// Connects chromiumoxide through `relay`, starts the tasks that feed the relay's death
+/// signal, and opens the run's first page.
 async fn connect(
     mut relay: Relay,
     exited: crate::provider::BoxFuture<'static, ()>,
@@ -97,17 +99,8 @@ async fn connect(
         request_timeout: REQUEST_TIMEOUT,
         ..HandlerConfig::default()
     };
-    let died_early = |d: Death| {
-        Error::new(
-            ErrorKind::Launch,
-            format!(
-                "the browser died while it was being connected ({})",
-                d.cause.as_str()
-            ),
-        )
-    };
     let client_url = relay.client_url().to_owned();
-    let (browser, mut handler) = tokio::select! {
+    let (browser, handler) = tokio::select! {
         r = Browser::connect_with_config(client_url, config) => match (r, relay.death()) {
             (Ok(b), _) => b,
             // A failure explained by a death the relay saw is reported as that death.
@@ -116,27 +109,70 @@ async fn connect(
         },
         d = relay.died() => return Err(died_early(d)),
     };
+    let pump = spawn_pump(handler, relay.death_sender());
+    let exit_watch = spawn_exit_watch(exited, relay.death_sender());
+    let page = first_page(&mut relay, &browser, options.viewport).await?;
+    Ok(CdpBrowser {
+        page,
+        browser,
+        viewport: options.viewport,
+        capture: CaptureOptions {
+            indexed_db: options.indexed_db,
+            indexed_db_max_bytes: options.indexed_db_max_bytes,
+        },
+        parts: Arc::default(),
+        idb: Arc::default(),
+        pump: Some(pump),
+        _exit_watch: exit_watch,
+        relay,
+        session: None,
+    })
+}
 
-    // The handler pump: owned, and the first websocket error it reports is a death. It runs
-    // quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
-    let death_tx = relay.death_sender();
-    let pump = AbortOnDropHandle::new(crate::quiet::spawn(async move {
+/// The error for a browser that died (`d`) while it was being connected.
+fn died_early(d: Death) -> Error {
+    Error::new(
+        ErrorKind::Launch,
+        format!(
+            "the browser died while it was being connected ({})",
+            d.cause.as_str()
+        ),
+    )
+}
+
+/// Spawns the handler pump: owned, and the first websocket error it reports is a death. It
+/// runs quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
+fn spawn_pump(mut handler: Handler, death_tx: DeathSender) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(crate::quiet::spawn(async move {
         while let Some(event) = handler.next().await {
             if let Err(CdpError::Ws(_)) = event {
                 death_tx.declare(DeathCause::Closed);
                 break;
             }
         }
-    }));
+    }))
+}
 
-    // The provider's own signal (a local process exiting) feeds the same death.
-    let exit_tx = relay.death_sender();
-    let exit_watch = AbortOnDropHandle::new(crate::quiet::spawn(async move {
+/// Spawns the watch that feeds the provider's own signal (a local process exiting) into the
+/// same death.
+fn spawn_exit_watch(
+    exited: crate::provider::BoxFuture<'static, ()>,
+    exit_tx: DeathSender,
+) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(crate::quiet::spawn(async move {
         exited.await;
         exit_tx.declare(DeathCause::ProcessExit);
-    }));
+    }))
+}
 
-    let ready = open_page(&browser, options.viewport);
+/// Opens the new browser's first page (see `open_page`) and has `relay` watch it; a death of
+/// the page or the browser meanwhile is the error.
+async fn first_page(
+    relay: &mut Relay,
+    browser: &Browser,
+    viewport: crate::options::Viewport,
+) -> Result<Page, Error> {
+    let ready = open_page(browser, viewport);
     let generation = relay.opening();
     let (mut page_death, _) = relay.page_watch();
     let page = tokio::select! {
@@ -158,21 +194,7 @@ async fn connect(
         page.target_id().as_ref().to_owned(),
         page.session_id().as_ref().to_owned(),
     );
-    Ok(CdpBrowser {
-        page,
-        browser,
-        viewport: options.viewport,
-        capture: CaptureOptions {
-            indexed_db: options.indexed_db,
-            indexed_db_max_bytes: options.indexed_db_max_bytes,
-        },
-        parts: Arc::default(),
-        idb: Arc::default(),
-        pump: Some(pump),
-        _exit_watch: exit_watch,
-        relay,
-        session: None,
-    })
+    Ok(page)
 }
 
 /// A blank page with the run's viewport.

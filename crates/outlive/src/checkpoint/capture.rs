@@ -172,18 +172,11 @@ pub(crate) async fn capture(
     let (mut changes, idb_same) = idb.begin(cache);
     let offered = idb_same.is_some();
     let expression = capture_expression(&cache.known(), options, idb_same);
-    let remote = async {
-        let sessions = calls.frame_sessions().await;
-        let reads = sessions
-            .into_iter()
-            .map(|s| read_remote(calls, s, expression.clone()));
-        futures::future::join_all(reads).await
-    };
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
         read_here(page, expression.clone(), None),
         page.execute(GetFrameTreeParams::default()),
-        remote,
+        read_remote_frames(calls, &expression),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = cookies
@@ -195,10 +188,7 @@ pub(crate) async fn capture(
     // commit between `begin` and the script's reads, whose completion the page may have acted
     // on in what was just read), that read does not go with the rest: read it again, in full.
     if offered
-        && top
-            .idb
-            .as_ref()
-            .is_some_and(|p| p.list.is_none() && p.data.is_none())
+        && idb_taken_as_unchanged(&top)
         && let Some(now) = idb.moved_since(changes)
     {
         tracing::debug!("IndexedDB changed during the capture; reading the top frame again");
@@ -213,65 +203,22 @@ pub(crate) async fn capture(
         .as_ref()
         .and_then(|p| Some((p.hash.clone(), p.list.clone()?)));
 
-    let mut frames_unread = 0;
     let mut reads = Vec::new();
     if is_storable_origin(&top_origin) {
         reads.push(top);
     }
-    for read in remote {
-        match read {
-            Some(r) => reads.push(r),
-            None => frames_unread += 1,
-        }
-    }
+    let mut frames_unread = keep_reads(&mut reads, remote);
 
     // Same-process frames of another origin (same-site subdomains, or every frame where
     // site isolation is off): read in an isolated world of each.
     if let Ok(tree) = tree {
-        let mut frames = Vec::new();
-        collect_frames(&tree.result.frame_tree, &mut frames);
-        let mut seen: Vec<String> = reads.iter().map(|r| r.origin.clone()).collect();
-        frames.retain(|(_, origin)| {
-            let new = is_storable_origin(origin) && !seen.contains(origin);
-            if new {
-                seen.push(origin.clone());
-            }
-            new
-        });
-        let local_reads = frames.iter().map(|(frame, _)| async {
-            let world = CreateIsolatedWorldParams::builder()
-                .frame_id(frame.clone())
-                .world_name("outlive")
-                .build()
-                .ok()?;
-            let context = page.execute(world).await.ok()?.result.execution_context_id;
-            read_here(page, expression.clone(), Some(*context.inner()))
-                .await
-                .ok()
-        });
-        for read in futures::future::join_all(local_reads).await {
-            match read {
-                Some(r) => reads.push(r),
-                None => frames_unread += 1,
-            }
-        }
+        let seen = reads.iter().map(|r| r.origin.clone()).collect();
+        let tree = &tree.result.frame_tree;
+        let local = read_same_process_frames(page, tree, seen, &expression).await;
+        frames_unread += keep_reads(&mut reads, local);
     }
 
-    let mut storage = BTreeMap::new();
-    for read in reads {
-        if !is_storable_origin(&read.origin) {
-            continue;
-        }
-        let key = StorageKey {
-            top: top_origin.clone(),
-            origin: read.origin.clone(),
-        };
-        if storage.contains_key(&key) {
-            continue;
-        }
-        storage.insert(key, read.state(cache)?);
-    }
-
+    let storage = storage_by_key(reads, &top_origin, cache)?;
     let checkpoint = Checkpoint {
         url,
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),
@@ -287,6 +234,90 @@ pub(crate) async fn capture(
             .await;
     }
     Ok(checkpoint)
+}
+
+/// Runs the capture script in every out-of-process frame the relay holds a session for.
+async fn read_remote_frames(calls: &Calls, expression: &str) -> Vec<Option<FrameRead>> {
+    let sessions = calls.frame_sessions().await;
+    let reads = sessions
+        .into_iter()
+        .map(|s| read_remote(calls, s, expression.to_owned()));
+    futures::future::join_all(reads).await
+}
+
+/// Whether the script took IndexedDB as unchanged since the last full read (it sent neither
+/// the database list nor the data).
+fn idb_taken_as_unchanged(read: &FrameRead) -> bool {
+    read.idb
+        .as_ref()
+        .is_some_and(|p| p.list.is_none() && p.data.is_none())
+}
+
+/// Moves the frames that answered into `reads`; answers how many did not.
+fn keep_reads(reads: &mut Vec<FrameRead>, answers: Vec<Option<FrameRead>>) -> u64 {
+    let mut unread = 0;
+    for read in answers {
+        match read {
+            Some(r) => reads.push(r),
+            None => unread += 1,
+        }
+    }
+    unread
+}
+
+/// Runs the capture script in an isolated world of each same-process frame below `tree`
+/// whose storable origin is not in `seen` yet (one frame per origin).
+async fn read_same_process_frames(
+    page: &Page,
+    tree: &FrameTree,
+    mut seen: Vec<String>,
+    expression: &str,
+) -> Vec<Option<FrameRead>> {
+    let mut frames = Vec::new();
+    collect_frames(tree, &mut frames);
+    frames.retain(|(_, origin)| {
+        let new = is_storable_origin(origin) && !seen.contains(origin);
+        if new {
+            seen.push(origin.clone());
+        }
+        new
+    });
+    let local_reads = frames.iter().map(|(frame, _)| async {
+        let world = CreateIsolatedWorldParams::builder()
+            .frame_id(frame.clone())
+            .world_name("outlive")
+            .build()
+            .ok()?;
+        let context = page.execute(world).await.ok()?.result.execution_context_id;
+        read_here(page, expression.to_owned(), Some(*context.inner()))
+            .await
+            .ok()
+    });
+    futures::future::join_all(local_reads).await
+}
+
+/// The frames' storage under the top origin, by storage key: the first read of each storable
+/// origin, its parts resolved against `cache`.
+fn storage_by_key(
+    reads: Vec<FrameRead>,
+    top_origin: &str,
+    cache: &PartCache,
+) -> Result<BTreeMap<StorageKey, FrameState>, Error> {
+    let mut storage = BTreeMap::new();
+    for read in reads {
+        if !is_storable_origin(&read.origin) {
+            continue;
+        }
+        let key = StorageKey {
+            top: top_origin.to_owned(),
+            origin: read.origin.clone(),
+        };
+        if storage.contains_key(&key) {
+            continue;
+        }
+        storage.insert(key, read.state(cache)?);
+    }
+    Ok(storage)
 }
 
 /// Frames below the top one, with their security origins.

@@ -276,22 +276,7 @@ pub(crate) async fn restore(
     prior: Option<&Checkpoint>,
 ) -> Result<u64, Error> {
     let started = Instant::now();
-    let cookies_known = prior.is_some_and(|p| p.cookies == checkpoint.cookies);
-    if prior.is_some_and(|p| !p.cookies.is_empty()) && !cookies_known {
-        page.execute(ClearCookiesParams::default())
-            .await
-            .map_err(|e| cdp_error("Storage.clearCookies", e))?;
-    }
-    if !checkpoint.cookies.is_empty() && !cookies_known {
-        let cookies = checkpoint
-            .cookies
-            .iter()
-            .map(StoredCookie::to_param)
-            .collect::<Vec<_>>();
-        page.execute(SetCookiesParams::new(cookies))
-            .await
-            .map_err(|e| cdp_error("Storage.setCookies", e))?;
-    }
+    replace_cookies(page, checkpoint, prior).await?;
     // Copies of the values: zeroed when restore returns, like the checkpoint itself.
     let Plan {
         loads,
@@ -308,13 +293,64 @@ pub(crate) async fn restore(
     }
     let planned = started.elapsed();
 
+    // Answers every paused request; owned, so it stops when restore returns.
+    let _responder = serve_documents(page, documents).await?;
+
+    let pattern = RequestPattern::builder()
+        .url_pattern("*")
+        .request_stage(RequestStage::Request)
+        .build();
+    page.execute(fetch::EnableParams::builder().pattern(pattern).build())
+        .await
+        .map_err(|e| cdp_error("Fetch.enable", e))?;
+    let enabled = started.elapsed();
+    let result = write_all(page, &loads).await;
+    let written = started.elapsed();
+    let disabled = page.execute(fetch::DisableParams::default()).await;
+    tracing::debug!(?planned, ?enabled, ?written, done = ?started.elapsed(), "restore phases");
+    let failed = result?;
+    disabled.map_err(|e| cdp_error("Fetch.disable", e))?;
+    Ok(failed)
+}
+
+/// Replaces the page's cookies with the checkpoint's, unless `prior` already put the same ones
+/// there.
+async fn replace_cookies(
+    page: &Page,
+    checkpoint: &Checkpoint,
+    prior: Option<&Checkpoint>,
+) -> Result<(), Error> {
+    let cookies_known = prior.is_some_and(|p| p.cookies == checkpoint.cookies);
+    if prior.is_some_and(|p| !p.cookies.is_empty()) && !cookies_known {
+        page.execute(ClearCookiesParams::default())
+            .await
+            .map_err(|e| cdp_error("Storage.clearCookies", e))?;
+    }
+    if !checkpoint.cookies.is_empty() && !cookies_known {
+        let cookies = checkpoint
+            .cookies
+            .iter()
+            .map(StoredCookie::to_param)
+            .collect::<Vec<_>>();
+        page.execute(SetCookiesParams::new(cookies))
+            .await
+            .map_err(|e| cdp_error("Storage.setCookies", e))?;
+    }
+    Ok(())
+}
+
+/// Starts answering every request the page pauses (`Fetch.requestPaused`) with its document
+/// from `documents` (an empty one for any other URL); the task stops when the handle drops.
+async fn serve_documents(
+    page: &Page,
+    documents: Documents,
+) -> Result<AbortOnDropHandle<()>, Error> {
     let mut paused = page
         .event_listener::<EventRequestPaused>()
         .await
         .map_err(|e| cdp_error("listening for Fetch.requestPaused", e))?;
     let responder_page = page.clone();
-    // Answers every paused request; owned, so it stops when restore returns.
-    let _responder = AbortOnDropHandle::new(crate::quiet::spawn(async move {
+    Ok(AbortOnDropHandle::new(crate::quiet::spawn(async move {
         while let Some(event) = paused.next().await {
             let key = url::Url::parse(&event.request.url)
                 .map(|u| format!("{}{}", u.origin().ascii_serialization(), u.path()))
@@ -334,23 +370,7 @@ pub(crate) async fn restore(
             }
             tracing::debug!(bytes = body.len(), took = ?t.elapsed(), "restore document served");
         }
-    }));
-
-    let pattern = RequestPattern::builder()
-        .url_pattern("*")
-        .request_stage(RequestStage::Request)
-        .build();
-    page.execute(fetch::EnableParams::builder().pattern(pattern).build())
-        .await
-        .map_err(|e| cdp_error("Fetch.enable", e))?;
-    let enabled = started.elapsed();
-    let result = write_all(page, &loads).await;
-    let written = started.elapsed();
-    let disabled = page.execute(fetch::DisableParams::default()).await;
-    tracing::debug!(?planned, ?enabled, ?written, done = ?started.elapsed(), "restore phases");
-    let failed = result?;
-    disabled.map_err(|e| cdp_error("Fetch.disable", e))?;
-    Ok(failed)
+    })))
 }
 
 /// Loads each restore document and waits for its report.

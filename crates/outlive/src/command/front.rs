@@ -19,12 +19,13 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_tungstenite::WebSocketStream;
+use async_tungstenite::tokio::ConnectStream;
 use async_tungstenite::tokio::TokioAdapter;
 use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use async_tungstenite::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -450,34 +451,8 @@ where
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
     let end = {
-        let to_browser = async {
-            while let Some(m) = client_rx.next().await {
-                match m {
-                    Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
-                        if up_tx.send(m).await.is_err() {
-                            return End::BrowserGone;
-                        }
-                    }
-                    Ok(Message::Close(_)) | Err(_) => return End::ClientGone,
-                    Ok(_) => {}
-                }
-            }
-            End::ClientGone
-        };
-        let to_client = async {
-            while let Some(m) = up_rx.next().await {
-                let pass = match &m {
-                    Ok(Message::Text(t)) => filter.passes(t.as_str()),
-                    Ok(Message::Binary(_)) => true,
-                    Ok(Message::Close(_)) | Err(_) => return End::BrowserGone,
-                    Ok(_) => false,
-                };
-                if pass && client_tx.send(m.expect("checked")).await.is_err() {
-                    return End::ClientGone;
-                }
-            }
-            End::BrowserGone
-        };
+        let to_browser = client_to_browser(&mut client_rx, &mut up_tx);
+        let to_client = browser_to_client(&mut up_rx, &mut client_tx, &mut filter);
         let over = async {
             let generation = current.generation;
             let _ = serving
@@ -509,10 +484,54 @@ where
     }
 }
 
+/// Forwards the client's text and binary messages to the browser until one side goes.
+async fn client_to_browser<S>(
+    client_rx: &mut WebSocketReceiver<S>,
+    up_tx: &mut WebSocketSender<ConnectStream>,
+) -> End
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    while let Some(m) = client_rx.next().await {
+        match m {
+            Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
+                if up_tx.send(m).await.is_err() {
+                    return End::BrowserGone;
+                }
+            }
+            Ok(Message::Close(_)) | Err(_) => return End::ClientGone,
+            Ok(_) => {}
+        }
+    }
+    End::ClientGone
+}
+
+/// Forwards the browser's messages to the client, those `filter` holds back excepted, until
+/// one side goes.
+async fn browser_to_client<S>(
+    up_rx: &mut WebSocketReceiver<ConnectStream>,
+    client_tx: &mut WebSocketSender<S>,
+    filter: &mut WorldFilter,
+) -> End
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    while let Some(m) = up_rx.next().await {
+        let pass = match &m {
+            Ok(Message::Text(t)) => filter.passes(t.as_str()),
+            Ok(Message::Binary(_)) => true,
+            Ok(Message::Close(_)) | Err(_) => return End::BrowserGone,
+            Ok(_) => false,
+        };
+        if pass && client_tx.send(m.expect("checked")).await.is_err() {
+            return End::ClientGone;
+        }
+    }
+    End::BrowserGone
+}
+
 /// A websocket to the browser, `TCP_NODELAY` set (see `accept`).
-async fn connect_upstream(
-    endpoint: &CdpEndpoint,
-) -> Option<WebSocketStream<async_tungstenite::tokio::ConnectStream>> {
+async fn connect_upstream(endpoint: &CdpEndpoint) -> Option<WebSocketStream<ConnectStream>> {
     let url = url::Url::parse(endpoint.expose()).ok()?;
     let host = url
         .host_str()?
