@@ -57,7 +57,7 @@ pub struct WorkerArgs {
 }
 
 /// Enqueue a durable run of a task by name; prints its run id.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct SubmitArgs {
     /// The task: `bank`, or a name a worker declared with --task.
     pub task: String,
@@ -72,7 +72,7 @@ pub struct SubmitArgs {
 
 /// Cancel a durable run: a queued one is never taken; a running one is stopped by its
 /// worker (its command ended, its browser released) within a heartbeat.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct CancelArgs {
     /// The run id (`outlive submit` printed it; `outlive runs` lists them).
     pub run_id: String,
@@ -82,7 +82,7 @@ pub struct CancelArgs {
 }
 
 /// List durable runs: status, worker pickups, entries, result or error.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct RunsArgs {
     /// Print every run as JSON, wide event included, one per line.
     #[arg(long)]

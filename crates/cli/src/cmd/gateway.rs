@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct GatewayArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7070")]

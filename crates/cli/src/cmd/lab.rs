@@ -9,7 +9,7 @@ use crate::lab::{bench, foreign, soak};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct BenchArgs {
     /// Tasks per arm.
     #[arg(long, default_value_t = 5)]

@@ -17,7 +17,7 @@ use outlive::solari_browser::{Client, ClientOptions};
 use outlive::{Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
 
 /// Where browsers come from: local Chromium unless one of these is given.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ProviderArgs {
     /// A Solari-compatible API base URL to launch browsers from (key in SOLARI_API_KEY).
     #[arg(long, conflicts_with = "cdp_url")]

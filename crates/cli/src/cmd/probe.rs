@@ -8,7 +8,7 @@ use crate::probe;
 
 /// Measure how long a provider's sessions really live: create, hold idle, note when the
 /// connection dies, repeat. Without --base-url, probes an embedded gateway.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ProbeArgs {
     /// A Solari-compatible API base URL (e.g. `https://api.solari.example`).
     #[arg(long, requires = "api_key")]

@@ -14,7 +14,7 @@ use super::{ProviderArgs, RunOptionArgs, interrupted};
 pub const EXIT_INTERNAL: i32 = 70;
 
 /// The flags of `outlive run`.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct RunArgs {
     /// Where browsers come from.
     #[command(flatten)]

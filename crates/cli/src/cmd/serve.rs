@@ -10,7 +10,7 @@ use super::run::EXIT_INTERNAL;
 use super::{ProviderArgs, RunOptionArgs, interrupted};
 
 /// The flags of `outlive serve`.
-#[derive(Debug, Args)]
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ServeArgs {
     /// Where browsers come from.
     #[command(flatten)]
