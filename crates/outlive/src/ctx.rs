@@ -75,6 +75,7 @@ impl Store {
     }
 
     /// Makes `checkpoint` the newest without counting it (one taken by another process).
+    #[cfg(feature = "durable")]
     pub(crate) fn seed(&self, checkpoint: Checkpoint) {
         *self.latest.lock().expect("checkpoint store poisoned") = Some(Arc::new(checkpoint));
     }
@@ -169,6 +170,7 @@ struct Inner {
     diagnostics: crate::Diagnostics,
     on_milestone: Option<crate::options::OnMilestone>,
     /// Where checkpoints are saved, sealed, for a durable run.
+    #[cfg(feature = "durable")]
     durable: Option<crate::Durable>,
     /// The progress this entry resumed with (from the restored checkpoint).
     restored_progress: Option<Progress>,
@@ -220,6 +222,7 @@ impl Ctx {
                 capture_timeout: options.capture_timeout,
                 diagnostics: options.diagnostics,
                 on_milestone: options.on_milestone.clone(),
+                #[cfg(feature = "durable")]
                 durable: options.durable.clone(),
                 progress: Mutex::new(restored_progress.clone()),
                 restored_progress,
@@ -473,9 +476,11 @@ impl Ctx {
             Ok(Ok(mut cp)) if !self.is_retired() => {
                 cp.progress = progress;
                 let bytes = cp.bytes();
+                #[cfg(feature = "durable")]
                 let plain = self.inner.durable.as_ref().map(|_| cp.to_bytes());
                 let kept = self.inner.store.offer(cp);
                 // A durable run's checkpoint counts once its store has it.
+                #[cfg(feature = "durable")]
                 let kept = match (kept, plain, &self.inner.durable) {
                     (true, Some(plain), Some(durable)) => {
                         self.persist(durable, &plain, deadline).await
@@ -509,6 +514,7 @@ impl Ctx {
     }
 
     /// Seals `plain` and saves it in the durable run's store, by `deadline`.
+    #[cfg(feature = "durable")]
     async fn persist(&self, durable: &crate::Durable, plain: &[u8], deadline: Instant) -> bool {
         let sealed = durable.sealer.seal(&durable.run_id, plain);
         let attempt = self.inner.attempt;

@@ -102,8 +102,12 @@
 //! # Features and platforms
 //!
 //! * `solari` (default): the Solari provider through the official `solari-browser` client,
-//!   and its re-export. `default-features = false` leaves [`LocalChromium`] and [`Endpoint`],
-//!   without solari-browser's HTTP stack.
+//!   and its re-export.
+//! * `durable` (default): durable runs — `Options::durable`, `Durable`, `CheckpointStore`,
+//!   `SealKey`, `Sealer` and the sealing stack (XChaCha20-Poly1305, SHA-256).
+//!
+//! `default-features = false` leaves a local-only library: [`LocalChromium`] and
+//! [`Endpoint`], checkpoints in memory.
 //!
 //! Unix only (Linux first; macOS compiles): local browsers are tied to their owner by a pipe
 //! and their profiles by a `flock`, and commands run in process groups (`nix`).
@@ -113,6 +117,7 @@ mod browser;
 pub(crate) mod checkpoint;
 mod command;
 mod ctx;
+#[cfg(feature = "durable")]
 mod durable;
 mod endpoint;
 mod error;
@@ -124,6 +129,7 @@ pub mod redact;
 mod relay;
 mod report;
 mod run;
+#[cfg(feature = "durable")]
 mod seal;
 mod setters;
 
@@ -158,6 +164,7 @@ pub use command::{
     MAX_PROGRESS_BYTES, run_command, serve,
 };
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
+#[cfg(feature = "durable")]
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
@@ -169,6 +176,7 @@ pub use quiet::{Quiet, quietly};
 pub use redact::Diagnostics;
 pub use relay::DeathCause;
 pub use report::{Milestone, Outcome, WideEvent};
+#[cfg(feature = "durable")]
 pub use seal::{SealKey, Sealer};
 #[cfg(feature = "solari")]
 pub use solari_browser;

@@ -112,6 +112,7 @@ pub struct Options {
     pub(crate) rotation: Rotation,
     pub(crate) standby: bool,
     pub(crate) dialogs: Option<Dialogs>,
+    #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
 }
 
@@ -147,7 +148,6 @@ impl fmt::Debug for Options {
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
             .field("dialogs", &self.dialogs)
-            .field("durable", &self.durable)
             .finish()
     }
 }
@@ -179,6 +179,7 @@ impl Options {
             rotation: Rotation::Off,
             standby: false,
             dialogs: None,
+            #[cfg(feature = "durable")]
             durable: None,
         }
     }
@@ -210,6 +211,7 @@ impl Options {
     /// # Default
     ///
     /// None: checkpoints live in this process's memory only.
+    #[cfg(feature = "durable")]
     pub fn durable(mut self, durable: crate::Durable) -> Self {
         self.durable = Some(durable);
         self

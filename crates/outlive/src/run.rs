@@ -270,10 +270,13 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Display,
 {
+    #[cfg(feature = "durable")]
     let run_id = options
         .durable
         .as_ref()
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), |d| d.run_id.clone());
+    #[cfg(not(feature = "durable"))]
+    let run_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("outlive", run_id = %run_id);
     let store = Arc::new(Store::default());
     let reporter = Reporter {
@@ -538,6 +541,14 @@ where
 
     /// A durable run taken over from another process: its sealed checkpoint opened and made
     /// the newest, the entries made there counted.
+    #[cfg(not(feature = "durable"))]
+    fn take_over(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// A durable run taken over from another process: its sealed checkpoint opened and made
+    /// the newest, the entries made there counted.
+    #[cfg(feature = "durable")]
     fn take_over(&mut self) -> Result<(), Error> {
         let Some(durable) = &self.options.durable else {
             return Ok(());

@@ -40,6 +40,7 @@ use zeroize::Zeroize;
 mod cache;
 mod capture;
 mod idb;
+#[cfg(feature = "durable")]
 mod persist;
 mod restore;
 mod script;
