@@ -10,8 +10,9 @@ pub enum ErrorKind {
     /// An option was out of range; reported before anything was launched.
     InvalidOption,
     /// The run stopped trying: the browser died (or a launch failed) more than
-    /// `max_relaunches` times, or its page failed more than `max_page_recoveries` times in a
-    /// browser that lived on.
+    /// `max_relaunches` times in a row, or its page failed more than `max_page_recoveries`
+    /// times in a row in a browser that lived on ("in a row": without a checkpoint of the
+    /// task's own between).
     GaveUp,
     /// A provider could not launch a browser session.
     Launch,

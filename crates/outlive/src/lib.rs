@@ -58,8 +58,9 @@
 //! * [`RunError::Task`]: the task returned `Err` while its browser was alive. Returned
 //!   unchanged, never retried.
 //! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the browser died (or failed to
-//!   launch) more than `max_relaunches` times, or the page failed more than
-//!   `max_page_recoveries` times; with [`ErrorKind::InvalidOption`]: an option was out of
+//!   launch) more than `max_relaunches` times in a row, or the page failed more than
+//!   `max_page_recoveries` times in a row — "in a row" meaning without a checkpoint of the
+//!   task's own between; with [`ErrorKind::InvalidOption`]: an option was out of
 //!   range, reported before anything was launched.
 //! * A panic in the task closes every browser, emits the event, and resumes unwinding.
 //!   Dropping the `outlive` future closes every browser too.

@@ -267,19 +267,29 @@ impl Options {
         /// 30 s.
         fn checkpoint_every(every: Duration);
 
-        /// How many times the browser may die (or fail to launch) before the run gives up.
-        /// `0` means the first death ends the run with `GaveUp`.
+        /// How many times in a row the browser may die (or fail to launch, or a rotation end an
+        /// entry without progress) before the run gives up. "In a row" means without progress
+        /// between: an entry in which the task saved a checkpoint of its own
+        /// ([`Ctx::checkpoint`](crate::Ctx::checkpoint), [`Ctx::checkpoint_with`](crate::Ctx::checkpoint_with),
+        /// or a foreign client's `POST …/checkpoint`) starts the count again, so a long task
+        /// that keeps moving outlives any number of browsers, while one whose browsers die
+        /// before it gets anywhere (steps longer than a session's life, a launch that keeps
+        /// failing) stops. Checkpoint after a step, not before it: a checkpoint every entry
+        /// makes before doing anything counts as progress too. A task that never checkpoints
+        /// on its own counts every failure. `0` means the first death ends the run with
+        /// `GaveUp`.
         ///
         /// # Default
         ///
-        /// 5 (about an hour of task on a ten-minute session).
+        /// 5.
         fn max_relaunches(n: u32);
 
         /// How many times the task's page may fail (crash, be closed, hang) in a browser that
         /// lives on before the run gives up. Each such failure is recovered on a fresh page in the
         /// same browser, without a relaunch; this budget is separate from `max_relaunches`. A page
         /// that fails again and again (a site that exhausts the renderer's memory) ends the run
-        /// with `GaveUp` instead of looping. `0` means the first page failure gives up.
+        /// with `GaveUp` instead of looping. Counted like `max_relaunches`: in a row, without a
+        /// checkpoint of the task's own between. `0` means the first page failure gives up.
         ///
         /// # Default
         ///

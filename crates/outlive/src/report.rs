@@ -11,7 +11,9 @@ pub enum Outcome {
     /// The task returned `Err` with its browser alive, panicked, an option was invalid, or
     /// the caller dropped the run.
     Failed,
-    /// The browser died (or failed to launch) more than `max_relaunches` times.
+    /// The browser died (or failed to launch) more than `max_relaunches` times in a row (or
+    /// the page failed more than `max_page_recoveries` times in a row), without a checkpoint
+    /// of the task's own between.
     GaveUp,
 }
 

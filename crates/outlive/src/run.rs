@@ -91,9 +91,11 @@ pub(crate) trait LiveBrowser: Send {
 struct Tally {
     relaunches: u32,
     attempts: u32,
-    /// Browser deaths plus failed launches and restores: what `max_relaunches` limits.
+    /// Browser deaths, failed launches and restores and rotations without progress since the
+    /// task last saved a checkpoint of its own: what `max_relaunches` limits.
     failures: u32,
-    /// Page failures: what `max_page_recoveries` limits.
+    /// Page failures since the task last saved a checkpoint of its own: what
+    /// `max_page_recoveries` limits.
     page_failures: u32,
     /// Fresh pages that took over in a browser that lived on.
     page_recoveries: u32,
@@ -111,6 +113,15 @@ struct Tally {
     sessions: u32,
     /// Time successors and standbys were up beside the task's browser.
     standby: Duration,
+}
+
+impl Tally {
+    /// An entry that ended had saved a checkpoint of its own: the budgets count failures in a
+    /// row without progress, so they start again.
+    fn progressed(&mut self) {
+        self.failures = 0;
+        self.page_failures = 0;
+    }
 }
 
 /// Builds and emits the wide event exactly once; if the run future is dropped first, its
@@ -438,6 +449,9 @@ struct EntryEnd {
     /// The task's own last checkpoint in the entry, or its start: what the next entry redoes
     /// counts from here.
     redo_from: Instant,
+    /// The task saved a checkpoint of its own in the entry: the failures counted so far are
+    /// behind it.
+    progressed: bool,
 }
 
 /// How an entry ended.
@@ -512,6 +526,9 @@ where
                     self.last_failure = Some(Instant::now());
                     self.periodic_safe = !fruitless;
                     self.blind |= fruitless;
+                    if !fruitless {
+                        self.reporter.tally.progressed();
+                    }
                     if fruitless {
                         // As costly as a death: the task starts over on the successor.
                         self.reporter.tally.failures += 1;
@@ -616,7 +633,7 @@ where
                 tracing::warn!(failures = self.reporter.tally.failures, %error, "launch failed");
                 if self.reporter.tally.failures > self.options.max_relaunches {
                     let msg = format!(
-                        "gave up after {} browser failures (max_relaunches is {}); the last launch failed: {}",
+                        "gave up after {} browser failures in a row without a checkpoint of the task's own (max_relaunches is {}); the last launch failed: {}",
                         self.reporter.tally.failures, self.options.max_relaunches, e
                     );
                     return Err(self
@@ -825,7 +842,7 @@ where
         self.settle_background().await;
         let cause = last;
         Err(self.give_up(format!(
-            "gave up after {} browser failures (max_relaunches is {}); the last was: {}",
+            "gave up after {} browser failures in a row without a checkpoint of the task's own (max_relaunches is {}); the last was: {}",
             self.reporter.tally.failures, self.options.max_relaunches, cause
         )))
     }

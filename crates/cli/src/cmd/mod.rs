@@ -70,7 +70,8 @@ pub struct RunOptionArgs {
     /// Interval of the automatic checkpoint.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub checkpoint_every: Duration,
-    /// Browser deaths (and failed launches) before the run gives up.
+    /// Browser deaths (and failed launches) in a row, without a checkpoint of the task's own
+    /// between, before the run gives up.
     #[arg(long, default_value_t = 5)]
     pub max_relaunches: u32,
     /// Page failures in a live browser before the run gives up.

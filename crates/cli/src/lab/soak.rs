@@ -235,7 +235,10 @@ pub async fn soak(
     )
     .await?;
     let provider = bed.provider();
-    let task = bed.task(config.polls, Duration::from_millis(100));
+    // Each poll is saved with the checkpoint (`ctx.checkpoint_with`), as the README tells a
+    // task to keep its steps: a death after a poll starts `max_relaunches` again.
+    let mut task = bed.task(config.polls, Duration::from_millis(100));
+    task.durable_progress = true;
 
     let events: Arc<Mutex<Vec<WideEvent>>> = Arc::default();
     let extra_sign_ins = Arc::new(std::sync::atomic::AtomicU32::new(0));

@@ -356,6 +356,7 @@ where
             attempt: entry.attempt,
             started: entry.started,
             redo_from: entry.ctx.own_since(),
+            progressed: entry.ctx.made_progress(),
         };
         self.blind |= !entry.ctx.made_progress();
         cut
@@ -454,6 +455,7 @@ where
             attempt,
             started: entry_started,
             redo_from: ctx.own_since(),
+            progressed: ctx.made_progress(),
         };
         let redone = self.reporter.record_redone(&cut, ended_at);
         let age = ended_at.saturating_duration_since(self.born);

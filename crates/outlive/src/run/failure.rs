@@ -217,6 +217,9 @@ where
     /// Adds what `death` cost the entry it cut (if any) to the tally.
     fn record_failure(&mut self, death: Death, entry: Option<EntryEnd>) -> Loss {
         let attempt = entry.map_or(0, |e| e.attempt);
+        if entry.is_some_and(|e| e.progressed) {
+            self.reporter.tally.progressed();
+        }
         let lost = self.reporter.record_loss(death, entry.map(|e| e.started));
         let redone = entry.map_or(Duration::ZERO, |e| {
             self.reporter.record_redone(&e, death.at)
@@ -258,7 +261,7 @@ where
             self.release_later(browser);
             self.settle_background().await;
             return Err(self.give_up(format!(
-                "gave up after {} page failures (max_page_recoveries is {}); the last was: {}",
+                "gave up after {} page failures in a row without a checkpoint of the task's own (max_page_recoveries is {}); the last was: {}",
                 self.reporter.tally.page_failures,
                 options.max_page_recoveries,
                 death.cause.as_str()

@@ -388,6 +388,74 @@ async fn launch_failures_count_toward_the_budget() {
     assert_eq!((e.attempts, e.relaunches), (0, 1));
 }
 
+/// Each entry checkpoints on its own (its step done) 500 ms in, then works until it is
+/// dropped; attempt `n` finishes.
+fn one_step_per_entry_until(
+    n: u32,
+) -> impl FnMut((), Ctx) -> BoxFuture<'static, Result<u32, String>> {
+    move |(), ctx| {
+        async move {
+            if ctx.attempt() >= n {
+                return Ok(ctx.attempt());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            ctx.checkpoint().await;
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn deaths_after_progress_start_the_budget_again() {
+    // Eight deaths, each after the entry saved a checkpoint of its own: a long task that keeps
+    // moving is never given up on, however many browsers it outlives.
+    let fake = Fake::new(&[dies(1_000); 8]);
+    let (v, e) = run_fake(&fake, |o| o.max_relaunches(2), one_step_per_entry_until(9)).await;
+    assert_eq!(v.unwrap(), 9);
+    assert_eq!((e.attempts, e.relaunches), (9, 8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn deaths_in_a_row_without_progress_give_up_after_progress_too() {
+    // Entries 1 and 2 save a step; from the third on, the browser dies before any step is
+    // done: the budget (2) counts from the last entry with progress.
+    let fake = Fake::new(&[
+        dies(1_000),
+        dies(1_000),
+        dies(300),
+        dies(300),
+        dies(300),
+        dies(300),
+    ]);
+    let (result, e) = run_fake(&fake, |o| o.max_relaunches(2), one_step_per_entry_until(99)).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+    assert!(
+        err.to_string().contains("3 browser failures in a row"),
+        "{err}"
+    );
+    // Deaths 1 and 2 after progress; death 2 starts the count at 1; deaths 3 and 4 make it 3.
+    assert_eq!((e.attempts, e.relaunches), (4, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn page_failures_after_progress_start_the_budget_again() {
+    let fake = Fake::new(&[Plan::PagesFail {
+        after: Duration::from_secs(1),
+        times: 6,
+    }]);
+    let (v, e) = run_fake(
+        &fake,
+        |o| o.max_page_recoveries(1),
+        one_step_per_entry_until(7),
+    )
+    .await;
+    assert_eq!(v.unwrap(), 7);
+    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (7, 6, 0));
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_entry_that_finishes_within_the_grace_completes() {
     let fake = Fake::new(&[Plan::DieAfter(Duration::from_secs(1))]);
