@@ -27,6 +27,9 @@ use crate::relay::Calls;
 /// The capture script (see its header for what it answers).
 const CAPTURE_JS: &str = include_str!("../js/capture.js");
 
+/// The content hash's WebAssembly module (`js/hash.wat`, assembled), base64.
+const HASH_WASM_B64: &str = include_str!("../js/hash.wasm.b64");
+
 /// How long a read in a cross-site frame may take (the capture as a whole is bounded too).
 const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -108,7 +111,8 @@ fn capture_expression(
     // Installed once per document and reused: a function V8 has seen before runs its loops
     // optimised (a fresh one hashes a megabyte in the interpreter, ~10× slower).
     format!(
-        "(globalThis[Symbol.for('outlive.capture')] ??= (() => {{\n{CODEC_JS}\nreturn ({CAPTURE_JS});\n}})())({known}, {opts})"
+        "(globalThis[Symbol.for('outlive.capture')] ??= (() => {{\n{CODEC_JS}\nconst OUTLIVE_HASH_WASM = '{}';\nreturn ({CAPTURE_JS});\n}})())({known}, {opts})",
+        HASH_WASM_B64.trim()
     )
 }
 
@@ -334,8 +338,150 @@ fn collect_frames(tree: &FrameTree, out: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_module_is_its_text_assembled() {
+        use base64::Engine as _;
+        let assembled = wat::parse_str(include_str!("../js/hash.wat")).expect("hash.wat parses");
+        let embedded = base64::engine::general_purpose::STANDARD
+            .decode(HASH_WASM_B64.trim())
+            .expect("hash.wasm.b64 is base64");
+        assert!(
+            embedded == assembled,
+            "js/hash.wasm.b64 is out of date with js/hash.wat; write this into it:\n{}",
+            base64::engine::general_purpose::STANDARD.encode(&assembled)
+        );
+    }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
-    use crate::checkpoint::test_support::{key, local};
+    use crate::checkpoint::test_support::{chromium_page, key, local, read_value};
+    use tokio_util::task::AbortOnDropHandle;
+
+    /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
+    /// WebAssembly (and every script but DevTools'), as a strict site's CSP does.
+    async fn site() -> (String, AbortOnDropHandle<()>) {
+        use axum::response::IntoResponse;
+        let app = axum::Router::new().fallback(|uri: axum::http::Uri| async move {
+            let page = axum::response::Html(format!("<title>{}</title>", uri.path()));
+            if uri.path().starts_with("/csp/") {
+                ([("content-security-policy", "script-src 'none'")], page).into_response()
+            } else {
+                page.into_response()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (url, AbortOnDropHandle::new(server))
+    }
+
+    /// Whether `now` reused the part `before` held (it crossed the wire as a hash), for
+    /// localStorage, sessionStorage and IndexedDB in turn.
+    fn reused(before: &Checkpoint, now: &Checkpoint) -> [bool; 3] {
+        let (a, b) = (
+            before.storage.values().next().unwrap(),
+            now.storage.values().next().unwrap(),
+        );
+        let same = |x: &Option<Arc<Part>>, y: &Option<Arc<Part>>| match (x, y) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        [
+            same(&a.local, &b.local),
+            same(&a.session, &b.session),
+            same(&a.idb, &b.idb),
+        ]
+    }
+
+    /// After a navigation to a new document of the same origin (where the capture script and
+    /// its memory are new), unchanged storage crosses the wire as hashes only, and a change to
+    /// any one kind — a single character in a 64 KiB value — is captured; with WebAssembly
+    /// forbidden by the page's CSP, and for text that is not well-formed UTF-16, the
+    /// JavaScript hash does the same.
+    #[tokio::test]
+    async fn after_a_navigation_only_what_changed_is_sent() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (url, _server) = site().await;
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let options = CaptureOptions {
+            indexed_db: true,
+            indexed_db_max_bytes: 1 << 20,
+        };
+        let capture = || capture(&page, &calls, &cache, &watch, options);
+        for (dir, lone) in [("", ""), ("csp/", ""), ("", "\\ud800")] {
+            let go = |n: u32| page.goto(format!("{url}/{dir}page{n}"));
+            go(0).await.unwrap();
+            let seed = format!(
+                "(async () => {{
+                  localStorage.clear(); sessionStorage.clear();
+                  for (let i = 0; i < 4; i++) {{
+                    localStorage.setItem('l' + i, 'a'.repeat(65536) + '{lone}');
+                    sessionStorage.setItem('s' + i, 'b'.repeat(65536));
+                  }}
+                  await new Promise((resolve) => {{ const r = indexedDB.open('db', 1);
+                    r.onupgradeneeded = () => r.result.createObjectStore('s');
+                    r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
+                      tx.objectStore('s').put('c'.repeat(4096), 'k');
+                      tx.oncomplete = () => {{ r.result.close(); resolve(); }}; }}; }});
+                  return 1;
+                }})()"
+            );
+            let _: i64 = read_value(&page, seed).await;
+            let _ = capture().await.unwrap();
+            let mut last = capture().await.unwrap();
+            let hash = &last
+                .storage
+                .values()
+                .next()
+                .unwrap()
+                .local
+                .as_ref()
+                .unwrap()
+                .hash;
+            assert_eq!(
+                hash.starts_with("lw"),
+                dir.is_empty() && lone.is_empty(),
+                "{dir}{lone}: hashed by WebAssembly only where it may run: {hash}"
+            );
+
+            go(1).await.unwrap();
+            let now = capture().await.unwrap();
+            assert_eq!(
+                reused(&last, &now),
+                [true; 3],
+                "{dir}{lone}: nothing changed"
+            );
+            last = now;
+
+            let changes = [
+                "(localStorage.setItem('l2', 'a'.repeat(65535) + 'z' + '{lone}'), 1)",
+                "(sessionStorage.setItem('s3', 'b'.repeat(65535) + 'z'), 1)",
+                "new Promise((resolve) => { const r = indexedDB.open('db', 1);
+                  r.onsuccess = () => { const tx = r.result.transaction('s', 'readwrite');
+                    tx.objectStore('s').put('c'.repeat(4095) + 'z', 'k');
+                    tx.oncomplete = () => { r.result.close(); resolve(1); }; }; })",
+            ];
+            for (kind, change) in changes.iter().enumerate() {
+                go(2 + kind as u32).await.unwrap();
+                let _: i64 = read_value(&page, change.replace("{lone}", lone)).await;
+                go(10 + kind as u32).await.unwrap();
+                let now = capture().await.unwrap();
+                let mut expected = [true; 3];
+                expected[kind] = false;
+                assert_eq!(reused(&last, &now), expected, "{dir}{lone}: change {kind}");
+                let state = now.storage.values().next().unwrap();
+                let part = [&state.local, &state.session, &state.idb][kind];
+                assert!(
+                    part.as_ref().unwrap().json.contains("az")
+                        || part.as_ref().unwrap().json.contains("bz")
+                        || part.as_ref().unwrap().json.contains("cz"),
+                    "{dir}{lone}: change {kind} is in the checkpoint"
+                );
+                last = now;
+            }
+        }
+    }
 
     #[test]
     fn unchanged_parts_come_from_the_cache_by_hash() {

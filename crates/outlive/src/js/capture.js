@@ -10,10 +10,11 @@
 // by identity, equal ones by memcmp) instead of hashing every character again.
 ((memo) => async (known, opts) => {
   const have = new Set(known);
-  // Two 32-bit lanes of a multiply-xorshift hash, over every string with its length.
-  const hasher = () => {
+  // Two 32-bit lanes of a multiply-xorshift hash, over every string with its length: the
+  // fallback where the WebAssembly hash cannot run.
+  const jsDigest = (strings) => {
     let h1 = 0x9e3779b9, h2 = 0x85ebca6b, n = 0;
-    const mix = (s) => {
+    for (const s of strings) {
       h1 = Math.imul(h1 ^ s.length, 0x85ebca77); h2 = Math.imul(h2 ^ s.length, 0xc2b2ae3d);
       for (let i = 0; i < s.length; i++) {
         const c = s.charCodeAt(i);
@@ -21,14 +22,44 @@
         h2 = Math.imul(h2 ^ c, 1597334677);
       }
       n += s.length + 1;
-    };
-    const done = () => {
-      h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-      h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-      return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0') + n.toString(16);
-    };
-    return { mix, done };
+    }
+    h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+    h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+    return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0') + n.toString(16);
   };
+  // The same strings hashed by `hash.wat`: each as its UTF-8 length (4 bytes) and bytes, in
+  // a fresh instance's memory (freed with it). A fresh document runs this at native speed
+  // where the loop above runs in V8's interpreter. `null` where it cannot run: WebAssembly
+  // refused (a page's CSP), a string not well-formed UTF-16 (a lone surrogate has no UTF-8
+  // of its own, and two different ones must not hash alike), no memory.
+  const wasmDigest = (strings) => {
+    if (memo.wasm === undefined) {
+      try {
+        memo.wasm = new WebAssembly.Module(Uint8Array.from(atob(OUTLIVE_HASH_WASM), (c) => c.charCodeAt(0)));
+      } catch (e) { memo.wasm = null; }
+    }
+    if (!memo.wasm || typeof ''.isWellFormed !== 'function') return null;
+    let need = 8;
+    for (const s of strings) {
+      if (!s.isWellFormed()) return null;
+      need += 4 + 3 * s.length;
+    }
+    try {
+      const { m, h } = new WebAssembly.Instance(memo.wasm).exports;
+      const pages = Math.ceil(need / 65536);
+      if (pages > 1) m.grow(pages - 1);
+      const bytes = new Uint8Array(m.buffer), view = new DataView(m.buffer), enc = new TextEncoder();
+      let at = 0;
+      for (const s of strings) {
+        const { written } = enc.encodeInto(s, bytes.subarray(at + 4));
+        view.setUint32(at, written, true);
+        at += 4 + written;
+      }
+      const [a, b] = h((at + 7) & ~7);
+      return 'w' + BigInt.asUintN(64, a).toString(16) + '.' + BigInt.asUintN(64, b).toString(16) + '.' + at.toString(16);
+    } catch (e) { return null; }
+  };
+  const digest = (strings) => wasmDigest(strings) ?? jsDigest(strings);
   const part = (hash, text) => (have.has(hash) ? { hash } : { hash, data: text() });
 
   const area = (name) => {
@@ -46,9 +77,7 @@
         && last.items.every(([k, v], i) => k === items[i][0] && v === items[i][1])) {
       h = last.h;
     } else {
-      const x = hasher();
-      for (const [k, v] of items) { x.mix(k); x.mix(v); }
-      h = name[0] + x.done();
+      h = name[0] + digest(items.flat());
       memo[name] = { items, h };
     }
     return part(h, () => JSON.stringify(items));
@@ -132,9 +161,7 @@
       const records = dbs.reduce((n, db) => n + db.stores.reduce((m, s) => m + s.records.length, 0), 0);
       return { hash: 'i0', data: '[]', leftOut: left + records };
     }
-    const x = hasher();
-    x.mix(text);
-    const p = part('i' + x.done(), () => text);
+    const p = part('i' + digest([text]), () => text);
     if (left) p.leftOut = left;
     p.list = list;
     return p;
@@ -142,11 +169,10 @@
 
   const origin = location.origin;
   const storable = origin.startsWith('http://') || origin.startsWith('https://');
-  return {
-    url: location.href,
-    origin,
-    local: storable ? area('localStorage') : null,
-    session: storable ? area('sessionStorage') : null,
-    idb: storable ? await idb() : null,
-  };
+  // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
+  // Storage is read and hashed here.
+  const db = storable ? idb() : null;
+  const local = storable ? area('localStorage') : null;
+  const session = storable ? area('sessionStorage') : null;
+  return { url: location.href, origin, local, session, idb: await db };
 })({})

@@ -68,6 +68,14 @@ pub struct CaptureCase {
     pub measured_rtt_ms: f64,
     /// What the page holds.
     pub seed: Seed,
+    /// Each checkpoint on a document the task just navigated to (a new document of the same
+    /// origin, its storage unchanged), as a multi-page task checkpoints; `None`: all on the
+    /// document that was seeded.
+    pub navigated: Option<AfterNavigation>,
+    /// With `navigated`: the task's first command on a new document right after `goto`
+    /// (`Runtime.evaluate("1")`), median — what any command costs there while the renderer
+    /// finishes the load; the floor under a checkpoint taken at that moment.
+    pub first_command_after_goto_ms: Option<f64>,
     /// The first checkpoint: everything crosses the wire.
     pub first_ms: f64,
     /// Later checkpoints, storage unchanged: median.
@@ -78,6 +86,18 @@ pub struct CaptureCase {
     pub bytes: usize,
     /// Every unchanged checkpoint, in order.
     pub unchanged_ms: Vec<f64>,
+}
+
+/// When, on a new document, the checkpoint is taken.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AfterNavigation {
+    /// Right after `goto` answered.
+    Immediately,
+    /// Half a second after `goto`, the page settled (as a task checkpoints after working on
+    /// it): what the capture itself costs on a new document — its script installed again,
+    /// storage hashed by a cold script, IndexedDB opened again — without the load's tail.
+    Settled,
 }
 
 /// Restores of 1 MiB localStorage + 1 000 IndexedDB records after a death on local Chromium.
@@ -129,6 +149,7 @@ fn bank_error(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 pub async fn capture_case(
     added_rtt: Duration,
     what: Seed,
+    navigated: Option<AfterNavigation>,
     samples: u32,
 ) -> Result<CaptureCase, Error> {
     let bed = TestBed::start(until_killed(added_rtt)).await?;
@@ -140,7 +161,7 @@ pub async fn capture_case(
         |page, ctx| {
             let (url, costs) = (url.clone(), costs.clone());
             async move {
-                page.goto(url).await?;
+                page.goto(url.as_str()).await?;
                 seed(&page, what).await?;
                 let mut rtts = Vec::new();
                 for _ in 0..samples {
@@ -149,17 +170,32 @@ pub async fn capture_case(
                     rtts.push(ms(t.elapsed()));
                 }
                 costs.lock().expect("costs").clear();
-                for _ in 0..=samples {
+                for n in 0..=samples {
+                    if let (Some(after), true) = (navigated, n > 0) {
+                        // Not timed: only the checkpoint after it is.
+                        page.goto(format!("{url}?page={n}")).await?;
+                        if after == AfterNavigation::Settled {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
                     ctx.checkpoint().await;
                 }
-                Ok::<_, CdpError>(median(&rtts))
+                let mut first_commands = Vec::new();
+                for n in 0..samples * u32::from(navigated.is_some()) {
+                    page.goto(format!("{url}?again={n}")).await?;
+                    let t = Instant::now();
+                    page.evaluate_expression("1").await?;
+                    first_commands.push(ms(t.elapsed()));
+                }
+                Ok::<_, CdpError>((median(&rtts), first_commands))
             }
         },
         options,
     )
     .await;
     bed.shutdown().await?;
-    let measured_rtt_ms = result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
+    let (measured_rtt_ms, first_commands) =
+        result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
     let costs = costs.lock().expect("costs").clone();
     let (first, unchanged) = costs
         .split_first()
@@ -169,6 +205,8 @@ pub async fn capture_case(
         added_rtt_ms: ms(added_rtt),
         measured_rtt_ms,
         seed: what,
+        navigated,
+        first_command_after_goto_ms: navigated.map(|_| median(&first_commands)),
         first_ms: first.0,
         unchanged_median_ms: median(&unchanged_ms),
         target_ms: 1.5 * measured_rtt_ms + 5.0,
@@ -271,7 +309,12 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
     let mut captures = Vec::new();
     for rtt in [Duration::ZERO, Duration::from_millis(20)] {
         for what in [Seed::Small, Seed::Local1MiB, Seed::Local1MiBIdb1000] {
-            captures.push(capture_case(rtt, what, samples).await?);
+            captures.push(capture_case(rtt, what, None, samples).await?);
+        }
+        for after in [AfterNavigation::Immediately, AfterNavigation::Settled] {
+            for what in [Seed::Small, Seed::Local1MiBIdb1000] {
+                captures.push(capture_case(rtt, what, Some(after), samples).await?);
+            }
         }
     }
     let restore = restore_case(samples, false).await?;
@@ -286,18 +329,29 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
 /// The storage figures as text.
 pub fn storage_summary(r: &StorageReport) -> String {
     let mut s = String::from(
-        "checkpoint cost with storage (gateway, Aurora origin)\n  added RTT  measured RTT  seed                  first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
+        "checkpoint cost with storage (gateway, Aurora origin). 'navigated': each checkpoint on a new document of the origin, right after goto or once the page settled (0.5 s); [first command]: any command right after goto, median\n  added RTT  measured RTT  seed                                       first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
     );
     for c in &r.captures {
         s += &format!(
-            "  {:>6.0} ms  {:>9.2} ms  {:<20}  {:>6.1} ms  {:>9.2} ms          {:>7.2} ms          {}\n",
+            "  {:>6.0} ms  {:>9.2} ms  {:<41}  {:>6.1} ms  {:>9.2} ms          {:>7.2} ms          {}{}\n",
             c.added_rtt_ms,
             c.measured_rtt_ms,
-            format!("{:?}", c.seed),
+            format!(
+                "{:?}{}",
+                c.seed,
+                match c.navigated {
+                    None => "",
+                    Some(AfterNavigation::Immediately) => ", navigated (right after goto)",
+                    Some(AfterNavigation::Settled) => ", navigated (settled)",
+                }
+            ),
             c.first_ms,
             c.unchanged_median_ms,
             c.target_ms,
-            c.bytes
+            c.bytes,
+            c.first_command_after_goto_ms
+                .map(|f| format!("  [first command {f:.2} ms]"))
+                .unwrap_or_default()
         );
     }
     for (what, c) in [
