@@ -127,6 +127,10 @@ pub struct SoakArgs {
     /// Where soak.json goes.
     #[arg(long, default_value = "docs/measurements")]
     pub out: std::path::PathBuf,
+    /// Keep the poll count only with the caller, not in a checkpoint after each poll (the
+    /// soak before 8dcf2da): every death then counts toward `max_relaunches`.
+    #[arg(long)]
+    pub no_progress_checkpoints: bool,
 }
 
 impl SoakArgs {
@@ -136,6 +140,7 @@ impl SoakArgs {
             runs: self.runs,
             concurrency: self.concurrency,
             lifetime: self.lifetime,
+            progress_checkpoints: !self.no_progress_checkpoints,
             ..soak::SoakConfig::default()
         };
         soak::run(&config, &self.out).await?;

@@ -38,6 +38,9 @@ pub struct SoakConfig {
     /// outlive's heartbeat timeout.
     #[serde(serialize_with = "ms")]
     pub heartbeat_timeout: Duration,
+    /// The task saves its poll count with a checkpoint after each poll (`checkpoint_with`);
+    /// without, it keeps it only with the caller and relies on the periodic checkpoints.
+    pub progress_checkpoints: bool,
 }
 
 fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -55,6 +58,7 @@ impl Default for SoakConfig {
             max_relaunches: 12,
             heartbeat_interval: Duration::from_millis(250),
             heartbeat_timeout: Duration::from_millis(500),
+            progress_checkpoints: true,
         }
     }
 }
@@ -238,7 +242,7 @@ pub async fn soak(
     // Each poll is saved with the checkpoint (`ctx.checkpoint_with`), as the README tells a
     // task to keep its steps: a death after a poll starts `max_relaunches` again.
     let mut task = bed.task(config.polls, Duration::from_millis(100));
-    task.durable_progress = true;
+    task.durable_progress = config.progress_checkpoints;
 
     let events: Arc<Mutex<Vec<WideEvent>>> = Arc::default();
     let extra_sign_ins = Arc::new(std::sync::atomic::AtomicU32::new(0));
