@@ -169,10 +169,11 @@
 
   const origin = location.origin;
   const storable = origin.startsWith('http://') || origin.startsWith('https://');
-  // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
-  // Storage is read and hashed here.
-  const db = storable ? idb() : null;
-  const local = storable ? area('localStorage') : null;
-  const session = storable ? area('sessionStorage') : null;
-  return { url: location.href, origin, local, session, idb: await db };
+  return {
+    url: location.href,
+    origin,
+    local: storable ? area('localStorage') : null,
+    session: storable ? area('sessionStorage') : null,
+    idb: storable ? await idb() : null,
+  };
 })({})
