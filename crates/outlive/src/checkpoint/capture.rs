@@ -376,13 +376,15 @@ mod tests {
         (url, AbortOnDropHandle::new(server))
     }
 
+    /// The state of the first storage key `cp` holds.
+    fn first(cp: &Checkpoint) -> &FrameState {
+        cp.storage.values().next().expect("a storage key")
+    }
+
     /// Whether `now` reused the part `before` held (it crossed the wire as a hash), for
     /// localStorage, sessionStorage and IndexedDB in turn.
     fn reused(before: &Checkpoint, now: &Checkpoint) -> [bool; 3] {
-        let (a, b) = (
-            before.storage.values().next().unwrap(),
-            now.storage.values().next().unwrap(),
-        );
+        let (a, b) = (first(before), first(now));
         let same = |x: &Option<Arc<Part>>, y: &Option<Arc<Part>>| match (x, y) {
             (Some(x), Some(y)) => Arc::ptr_eq(x, y),
             _ => false,
@@ -430,15 +432,7 @@ mod tests {
             let _: i64 = read_value(&page, seed).await;
             let _ = capture().await.unwrap();
             let mut last = capture().await.unwrap();
-            let hash = &last
-                .storage
-                .values()
-                .next()
-                .unwrap()
-                .local
-                .as_ref()
-                .unwrap()
-                .hash;
+            let hash = &first(&last).local.as_ref().unwrap().hash;
             assert_eq!(
                 hash.starts_with("lw"),
                 dir.is_empty() && lone.is_empty(),
@@ -470,12 +464,11 @@ mod tests {
                 let mut expected = [true; 3];
                 expected[kind] = false;
                 assert_eq!(reused(&last, &now), expected, "{dir}{lone}: change {kind}");
-                let state = now.storage.values().next().unwrap();
+                let state = first(&now);
                 let part = [&state.local, &state.session, &state.idb][kind];
+                let json = &part.as_ref().unwrap().json;
                 assert!(
-                    part.as_ref().unwrap().json.contains("az")
-                        || part.as_ref().unwrap().json.contains("bz")
-                        || part.as_ref().unwrap().json.contains("cz"),
+                    ["az", "bz", "cz"].iter().any(|m| json.contains(m)),
                     "{dir}{lone}: change {kind} is in the checkpoint"
                 );
                 last = now;
@@ -491,16 +484,7 @@ mod tests {
         cp.storage
             .insert(key("https://a.example", "https://a.example"), local(&big));
         cache.remember(&cp);
-        let hash = cp
-            .storage
-            .values()
-            .next()
-            .unwrap()
-            .local
-            .as_ref()
-            .unwrap()
-            .hash
-            .clone();
+        let hash = first(&cp).local.as_ref().unwrap().hash.clone();
         assert_eq!(cache.known(), vec![hash.clone()]);
         let read = FrameRead {
             url: "https://a.example/".into(),
