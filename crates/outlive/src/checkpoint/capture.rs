@@ -396,6 +396,12 @@ mod tests {
         ]
     }
 
+    /// Whether this page may compile and run a WebAssembly module: "ok", or the error.
+    const WASM_CHECK: &str = "(() => { try {
+        const bytes = Uint8Array.of(0, 97, 115, 109, 1, 0, 0, 0, 5, 3, 1, 0, 1);
+        new WebAssembly.Instance(new WebAssembly.Module(bytes)); return 'ok';
+      } catch (e) { return String(e); } })()";
+
     /// After a navigation to a new document of the same origin (where the capture script and
     /// its memory are new), unchanged storage crosses the wire as hashes only, and a change to
     /// any one kind — a single character in a 64 KiB value — is captured; with WebAssembly
@@ -421,10 +427,12 @@ mod tests {
                     localStorage.setItem('l' + i, 'a'.repeat(65536) + '{lone}');
                     sessionStorage.setItem('s' + i, 'b'.repeat(65536));
                   }}
-                  await new Promise((resolve) => {{ const r = indexedDB.open('db', 1);
+                  await new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
                     r.onupgradeneeded = () => r.result.createObjectStore('s');
+                    r.onerror = () => reject(r.error);
                     r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
                       tx.objectStore('s').put('c'.repeat(4096), 'k');
+                      tx.onabort = () => reject(tx.error);
                       tx.oncomplete = () => {{ r.result.close(); resolve(); }}; }}; }});
                   return 1;
                 }})()"
@@ -432,12 +440,13 @@ mod tests {
             let _: i64 = read_value(&page, seed).await;
             let _ = capture().await.unwrap();
             let mut last = capture().await.unwrap();
-            let hash = &first(&last).local.as_ref().unwrap().hash;
-            assert_eq!(
-                hash.starts_with("lw"),
-                dir.is_empty() && lone.is_empty(),
-                "{dir}{lone}: hashed by WebAssembly only where it may run: {hash}"
-            );
+            let hash = first(&last).local.as_ref().unwrap().hash.clone();
+            if hash.starts_with("lw") != (dir.is_empty() && lone.is_empty()) {
+                let here: String = read_value(&page, WASM_CHECK.into()).await;
+                panic!(
+                    "{dir}{lone}: hashed by WebAssembly only where it may run: {hash} (WebAssembly on this page: {here})"
+                );
+            }
 
             go(1).await.unwrap();
             let now = capture().await.unwrap();
@@ -451,9 +460,11 @@ mod tests {
             let changes = [
                 "(localStorage.setItem('l2', 'a'.repeat(65535) + 'z' + '{lone}'), 1)",
                 "(sessionStorage.setItem('s3', 'b'.repeat(65535) + 'z'), 1)",
-                "new Promise((resolve) => { const r = indexedDB.open('db', 1);
+                "new Promise((resolve, reject) => { const r = indexedDB.open('db', 1);
+                  r.onerror = () => reject(r.error);
                   r.onsuccess = () => { const tx = r.result.transaction('s', 'readwrite');
                     tx.objectStore('s').put('c'.repeat(4095) + 'z', 'k');
+                    tx.onabort = () => reject(tx.error);
                     tx.oncomplete = () => { r.result.close(); resolve(1); }; }; })",
             ];
             for (kind, change) in changes.iter().enumerate() {
@@ -473,6 +484,67 @@ mod tests {
                 );
                 last = now;
             }
+        }
+    }
+
+    /// `hash.wat` over `strings` as the capture script streams them: each string's length in
+    /// UTF-16 units (u32, little-endian) and its UTF-8 bytes, zero-padded to whole words.
+    fn wasm_hash(strings: &[String]) -> String {
+        let mut bytes = Vec::new();
+        for s in strings {
+            let units = u32::try_from(s.encode_utf16().count()).unwrap();
+            bytes.extend_from_slice(&units.to_le_bytes());
+            bytes.extend_from_slice(s.as_bytes());
+        }
+        let total = bytes.len();
+        bytes.resize(total.next_multiple_of(8), 0);
+        let (mut a, mut b) = (0x9E37_79B9_7F4A_7C15_u64, 0xC2B2_AE3D_27D4_EB4F_u64);
+        for word in bytes.chunks_exact(8) {
+            let w = u64::from_le_bytes(word.try_into().unwrap());
+            a = (a ^ w.wrapping_mul(0x87C3_7B91_1142_53D5))
+                .rotate_left(31)
+                .wrapping_mul(0x4CF5_AD43_2745_937F);
+            b = b
+                .wrapping_add(w.wrapping_mul(0x1656_67B1_9E37_79F9))
+                .rotate_left(29)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+        format!("w{a:x}.{b:x}.{total:x}")
+    }
+
+    /// The page's WebAssembly hash of localStorage is the stream `wasm_hash` describes, for
+    /// items that cross the module's 256 KiB window many times, at odd offsets, with
+    /// characters of every UTF-8 length split across its edges — no byte is lost or counted
+    /// twice at a window's edge.
+    #[tokio::test]
+    async fn the_webassembly_hash_streams_every_byte_through_its_window() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (url, _server) = site().await;
+        page.goto(format!("{url}/page")).await.unwrap();
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let options = CaptureOptions {
+            indexed_db: false,
+            indexed_db_max_bytes: 0,
+        };
+        for (i, (unit, count)) in [("a", 300_001), ("é", 150_001), ("€😀", 70_003), ("x", 7)]
+            .into_iter()
+            .enumerate()
+        {
+            let set = format!("(localStorage.setItem('k{i}', '{unit}'.repeat({count})), 1)");
+            let _: i64 = read_value(&page, set).await;
+            let items: Vec<(String, String)> = read_value(
+                &page,
+                "Array.from({ length: localStorage.length }, (_, i) =>
+                   [localStorage.key(i), localStorage.getItem(localStorage.key(i))])"
+                    .into(),
+            )
+            .await;
+            let strings: Vec<String> = items.into_iter().flat_map(|(k, v)| [k, v]).collect();
+            let cp = capture(&page, &calls, &cache, &watch, options)
+                .await
+                .unwrap();
+            let hash = &first(&cp).local.as_ref().unwrap().hash;
+            assert_eq!(hash, &format!("l{}", wasm_hash(&strings)), "after k{i}");
         }
     }
 

@@ -329,7 +329,8 @@ mod tests {
                 r.onsuccess = async () => {{
                   for (let i = 0; i < {n}; i++) await new Promise(done => {{
                     const tx = r.result.transaction('s', 'readwrite');
-                    tx.objectStore('s').put('{tag}' + i, 'k'); tx.oncomplete = done; }});
+                    tx.objectStore('s').put('{tag}' + i, 'k'); tx.oncomplete = done;
+                    tx.onabort = () => reject(tx.error); }});
                   r.result.close(); resolve(1); }};
                 r.onerror = () => reject(r.error); }})"
             )

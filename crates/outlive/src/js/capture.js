@@ -27,37 +27,52 @@
     h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
     return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0') + n.toString(16);
   };
-  // The same strings hashed by `hash.wat`: each as its UTF-8 length (4 bytes) and bytes, in
-  // a fresh instance's memory (freed with it). A fresh document runs this at native speed
-  // where the loop above runs in V8's interpreter. `null` where it cannot run: WebAssembly
-  // refused (a page's CSP), a string not well-formed UTF-16 (a lone surrogate has no UTF-8
-  // of its own, and two different ones must not hash alike), no memory.
+  // The same strings hashed by `hash.wat`: each as its length in UTF-16 units (4 bytes) and
+  // its UTF-8 bytes, streamed through the document's one instance's fixed window. A fresh
+  // document runs this at native speed where the loop above runs in V8's interpreter. `null`
+  // where it cannot run: WebAssembly refused (a page's CSP) or failing once in this document
+  // (the document then keeps the JavaScript hash, so its hashes stay comparable), a string
+  // not well-formed UTF-16 (a lone surrogate has no UTF-8 of its own, and two different ones
+  // must not hash alike).
   const wasmDigest = (strings) => {
     if (memo.wasm === undefined) {
       try {
-        memo.wasm = new WebAssembly.Module(Uint8Array.from(atob(OUTLIVE_HASH_WASM), (c) => c.charCodeAt(0)));
+        const module = new WebAssembly.Module(Uint8Array.from(atob(OUTLIVE_HASH_WASM), (c) => c.charCodeAt(0)));
+        const { m, r, h } = new WebAssembly.Instance(module).exports;
+        memo.wasm = { r, h, bytes: new Uint8Array(m.buffer), view: new DataView(m.buffer), enc: new TextEncoder() };
       } catch (e) { memo.wasm = null; }
     }
-    if (!memo.wasm || typeof ''.isWellFormed !== 'function') return null;
-    let need = 8;
-    for (const s of strings) {
-      if (!s.isWellFormed()) return null;
-      need += 4 + 3 * s.length;
-    }
+    const w = memo.wasm;
+    if (!w || typeof ''.isWellFormed !== 'function' || !strings.every((s) => s.isWellFormed())) return null;
+    const { r, h, bytes, view, enc } = w;
     try {
-      const { m, h } = new WebAssembly.Instance(memo.wasm).exports;
-      const pages = Math.ceil(need / 65536);
-      if (pages > 1) m.grow(pages - 1);
-      const bytes = new Uint8Array(m.buffer), view = new DataView(m.buffer), enc = new TextEncoder();
-      let at = 0;
+      // `fill` bytes wait in the window; a flush hashes their whole words and moves the
+      // remainder (< 8 bytes) to its start.
+      let fill = 0, total = 0;
+      const flush = () => {
+        const whole = fill & ~7;
+        h(whole);
+        bytes.copyWithin(0, whole, fill);
+        fill -= whole; total += whole;
+      };
+      r();
       for (const s of strings) {
-        const { written } = enc.encodeInto(s, bytes.subarray(at + 4));
-        view.setUint32(at, written, true);
-        at += 4 + written;
+        if (fill + 4 > bytes.length) flush();
+        view.setUint32(fill, s.length, true);
+        fill += 4;
+        for (let at = 0; ;) {
+          const { read, written } = enc.encodeInto(at ? s.substring(at) : s, bytes.subarray(fill));
+          fill += written; at += read;
+          if (at >= s.length) break;
+          flush();
+        }
       }
-      const [a, b] = h((at + 7) & ~7);
-      return 'w' + BigInt.asUintN(64, a).toString(16) + '.' + BigInt.asUintN(64, b).toString(16) + '.' + at.toString(16);
-    } catch (e) { return null; }
+      total += fill;
+      const end = (fill + 7) & ~7;
+      bytes.fill(0, fill, end);
+      const [a, b] = h(end);
+      return 'w' + BigInt.asUintN(64, a).toString(16) + '.' + BigInt.asUintN(64, b).toString(16) + '.' + total.toString(16);
+    } catch (e) { memo.wasm = null; return null; }
   };
   const digest = (strings) => wasmDigest(strings) ?? jsDigest(strings);
   const part = (hash, text) => (have.has(hash) ? { hash } : { hash, data: text() });
