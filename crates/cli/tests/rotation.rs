@@ -14,8 +14,14 @@ use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{TestBed, dying};
 use support::Tracked;
 
-/// Runs the bank task (`polls` polls, 100 ms apart) on `bed` with `options`, showing each
+/// Runs the bank task (`polls` polls, 100 ms apart, each saved with a checkpoint of the task's
+/// own, as the README tells tasks to keep their steps) on `bed` with `options`, showing each
 /// milestone to `hook` as it comes; answers the result, the event and every milestone in order.
+///
+/// Without its own checkpoints the task's polls would be progress outlive cannot see: a
+/// rotation at an automatic checkpoint would count as fruitless, and the browser after it would
+/// wait for its death instead of rotating (the issue-20 rule) — whether a death then reached the
+/// task would depend on how fast the machine ran the polls.
 async fn bank_run(
     bed: &TestBed,
     provider: &Tracked,
@@ -32,7 +38,8 @@ async fn bank_run(
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let task = bed.task(polls, Duration::from_millis(100));
+    let mut task = bed.task(polls, Duration::from_millis(100));
+    task.durable_progress = true;
     let progress = BankProgress::default();
     let seen: Arc<Mutex<Vec<Milestone>>> = Arc::default();
     let sink = seen.clone();
