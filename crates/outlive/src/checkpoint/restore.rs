@@ -36,7 +36,7 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
 /// grows faster than its size: 1.2 MB in one `Runtime.evaluate` took 57 ms over the DevTools
 /// pipe (73 ms over the websocket), the same in 8 pieces sent at once 22 ms (18 ms); a
 /// 1.2 MB restore document costs the same again in `Fetch.fulfillRequest`.
-const PIECE_BYTES: usize = 64 * 1024;
+const PIECE_BYTES: usize = 256 * 1024;
 
 /// Where handed-over restore data is assembled, piece by piece, in a restore document's main
 /// world (outlive's own document: no site's script runs there).
