@@ -672,7 +672,7 @@ mod tests {
 
     /// Restore data bigger than one piece is handed over in pieces once its document has
     /// loaded — characters of every UTF-8 length across the pieces' edges, text that would end
-    /// a `<script>` — and lands whole: into a fresh page, in place over an earlier restore, and
+    /// a `<script>`, an IndexedDB record beside the areas — and lands whole: into a fresh page, in place over an earlier restore, and
     /// through a document again once the page has gone elsewhere.
     #[tokio::test]
     async fn restore_data_bigger_than_a_piece_is_handed_over_and_lands_whole() {
@@ -696,16 +696,28 @@ mod tests {
                 ..FrameState::default()
             };
             state.session = part(r#"[["s","1"]]"#);
+            let db = format!(
+                r#"[{{"name":"db","version":1,"stores":[{{"name":"s","keyPath":null,"autoIncrement":false,"indexes":[],"records":[["k","{tag}"]]}}]}}]"#
+            );
+            state.idb = Some(Arc::new(Part {
+                hash: db.clone(),
+                json: db,
+                left_out: 0,
+            }));
             cp.storage.insert(app.clone(), state);
             (cp, items)
         };
-        let read = r#"JSON.stringify([location.pathname, window.__mark ?? null,
+        let read = r#"(async () => JSON.stringify([location.pathname, window.__mark ?? null,
             [['a', localStorage.getItem('a')], ['b', localStorage.getItem('b')], ['c', localStorage.getItem('c')]],
-            sessionStorage.getItem('s'), globalThis[Symbol.for('outlive.restore.data')] ?? null])"#;
+            sessionStorage.getItem('s'), globalThis[Symbol.for('outlive.restore.data')] ?? null,
+            await new Promise((resolve) => { const r = indexedDB.open('db');
+              r.onsuccess = () => { const g = r.result.transaction('s').objectStore('s').get('k');
+                g.onsuccess = () => { r.result.close(); resolve(g.result); }; }; })]))()"#;
         // Compared as values; a mismatch names where, not the megabyte.
         let check = |seen: String, items: &serde_json::Value, mark: Option<&str>, what: &str| {
             let seen: serde_json::Value = serde_json::from_str(&seen).unwrap();
-            let expected = serde_json::json!(["/__outlive_restore/1", mark, items, "1", null]);
+            let tag = &items[1][1].as_str().unwrap()[..1];
+            let expected = serde_json::json!(["/__outlive_restore/1", mark, items, "1", null, tag]);
             let (a, b) = (seen.to_string(), expected.to_string());
             let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y);
             assert!(
