@@ -2,7 +2,6 @@
 //! sessions, Chromium processes, temp profiles, file descriptors and memory, measured.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway::DeathMode;
@@ -12,9 +11,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{create_out, write_json};
-use crate::bank::BankProgress;
+use crate::bank::{BankProgress, BankTask};
 use crate::bed::{TestBed, dying};
 use crate::error::{Error, ErrorKind};
+use outlive::Solari;
 
 /// Soak settings.
 #[derive(Debug, Clone, Serialize)]
@@ -218,6 +218,27 @@ pub async fn run(config: &SoakConfig, out: &Path) -> Result<SoakReport, Error> {
     Ok(report)
 }
 
+/// One run of the bank task under outlive with the soak's options: its wide event, and how
+/// many times it signed in more than once (a death between a sign-in and its checkpoint).
+async fn one_run(provider: &Solari, task: &BankTask, config: &SoakConfig) -> (WideEvent, u32) {
+    let progress = BankProgress::default();
+    let outlive::Reported { result: _, event } = outlive::outlive_with_event(
+        provider,
+        |page, ctx| {
+            let progress = &progress;
+            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
+        },
+        Options::new()
+            .checkpoint_every(Duration::from_millis(300))
+            .max_relaunches(config.max_relaunches)
+            .heartbeat_interval(config.heartbeat_interval)
+            .heartbeat_timeout(config.heartbeat_timeout)
+            .relaunch_backoff(Duration::from_millis(100)),
+    )
+    .await;
+    (event, progress.sign_ins().saturating_sub(1))
+}
+
 /// Runs the soak; `on_run` sees each run's event as it finishes.
 pub async fn soak(
     config: &SoakConfig,
@@ -244,57 +265,29 @@ pub async fn soak(
     let mut task = bed.task(config.polls, Duration::from_millis(100));
     task.durable_progress = config.progress_checkpoints;
 
-    let events: Arc<Mutex<Vec<WideEvent>>> = Arc::default();
-    let extra_sign_ins = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut events = Vec::new();
+    let mut extra_sign_ins = 0;
     let mut after_20 = Footprint::default();
     let mut next = 0u32;
-    let mut finished = 0u32;
     let mut running = futures::stream::FuturesUnordered::new();
     loop {
         while next < config.runs && running.len() < config.concurrency as usize {
-            let (provider, task, events, extra) =
-                (&provider, &task, events.clone(), extra_sign_ins.clone());
-            let (max_relaunches, hb_interval, hb_timeout) = (
-                config.max_relaunches,
-                config.heartbeat_interval,
-                config.heartbeat_timeout,
-            );
-            running.push(async move {
-                let progress = BankProgress::default();
-                let outlive::Reported { result: _, event } = outlive::outlive_with_event(
-                    provider,
-                    |page, ctx| {
-                        let (task, progress) = (task, &progress);
-                        async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-                    },
-                    Options::new()
-                        .checkpoint_every(Duration::from_millis(300))
-                        .max_relaunches(max_relaunches)
-                        .heartbeat_interval(hb_interval)
-                        .heartbeat_timeout(hb_timeout)
-                        .relaunch_backoff(Duration::from_millis(100)),
-                )
-                .await;
-                extra.fetch_add(
-                    progress.sign_ins().saturating_sub(1),
-                    std::sync::atomic::Ordering::SeqCst,
-                );
-                events.lock().expect("events").push(event.clone());
-                event
-            });
+            running.push(one_run(&provider, &task, config));
             next += 1;
         }
-        let Some(event) = futures::StreamExt::next(&mut running).await else {
+        let Some((event, extra)) = futures::StreamExt::next(&mut running).await else {
             break;
         };
-        finished += 1;
-        on_run(finished, &event);
+        extra_sign_ins += extra;
+        events.push(event);
+        let finished = events.len() as u32;
+        on_run(finished, &events[events.len() - 1]);
         if finished == 20 {
             after_20 = footprint(20, profiles.path());
         }
     }
     let status = bed.shutdown().await?;
-    let events = events.lock().expect("events").clone();
+    let finished = events.len() as u32;
     let count = |o: outlive::Outcome| events.iter().filter(|e| e.outcome == o).count() as u32;
     Ok(SoakReport {
         config: config.clone(),
@@ -303,7 +296,7 @@ pub async fn soak(
         failed: count(outlive::Outcome::Failed),
         relaunches: events.iter().map(|e| e.relaunches).sum(),
         release_failed: events.iter().map(|e| e.release_failed).sum(),
-        extra_sign_ins: extra_sign_ins.load(std::sync::atomic::Ordering::SeqCst),
+        extra_sign_ins,
         total_ms: started.elapsed().as_millis() as u64,
         before,
         after_20,

@@ -227,6 +227,8 @@ enum InPlace {
 /// over once it has loaded).
 struct Load {
     url: String,
+    /// The document's origin (the top origin it restores).
+    top: String,
     handed: Option<Zeroizing<String>>,
 }
 
@@ -302,7 +304,11 @@ fn plan(checkpoint: &Checkpoint, prior: Option<&Checkpoint>) -> Plan {
             (restore_document(Some(&data), &child_urls), None)
         };
         documents.insert(url.clone(), document);
-        loads.push(Load { url, handed });
+        loads.push(Load {
+            url,
+            top: top.to_owned(),
+            handed,
+        });
     }
     Plan {
         loads,
@@ -468,7 +474,7 @@ async fn serve_documents(
 /// inside) and waits for its report.
 async fn write_all(page: &Page, loads: &[Load]) -> Result<u64, Error> {
     let mut failed = 0;
-    for Load { url, handed } in loads {
+    for Load { url, top, handed } in loads {
         let started = Instant::now();
         page.goto(NavigateParams::new(url.clone()))
             .await
@@ -476,10 +482,7 @@ async fn write_all(page: &Page, loads: &[Load]) -> Result<u64, Error> {
         let loaded = started.elapsed();
         let report = match handed {
             Some(data) => {
-                let origin = url::Url::parse(url)
-                    .map(|u| u.origin().ascii_serialization())
-                    .unwrap_or_default();
-                if !hand_over(page, data, &on_restore_document(&origin)).await? {
+                if !hand_over(page, data, &on_restore_document(top)).await? {
                     return Err(Error::new(
                         ErrorKind::Cdp,
                         "the restore document was gone before its data was handed over",
