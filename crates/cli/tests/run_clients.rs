@@ -162,14 +162,21 @@ async fn assert_survived(bed: &Bed, run: &Outcome, polls: u32, deaths: u32, mark
         "{counters:?}"
     );
 
-    for attempt in 2..=attempts {
+    // Which entry signs in depends on where the first death falls (on a loaded machine the
+    // first entry may not reach the TOTP before its page crashes); what must hold is that an
+    // entry resumed from a signed-in checkpoint never signs in again, and at most one does.
+    let mut sign_ins = 0;
+    for attempt in 1..=attempts {
         let name = format!("attempt-{attempt}.json");
         if !run.dir.path().join(&name).exists() {
             continue; // cut before it wrote anything
         }
         let a = run.json(&name);
-        assert_eq!(a["signedInHere"], false, "{a}");
-        if a["progressIn"].is_null() {
+        if a["signedInHere"] == true {
+            sign_ins += 1;
+            assert_ne!(a["progressIn"]["signedIn"], true, "signed in again: {a}");
+        }
+        if attempt == 1 || a["progressIn"].is_null() {
             continue; // a death before the first checkpoint
         }
         assert!(a["resumedFromUrl"].is_string(), "{a}");
@@ -182,6 +189,7 @@ async fn assert_survived(bed: &Bed, run: &Outcome, polls: u32, deaths: u32, mark
             assert_eq!(report.missing(), Vec::<&str>::new(), "state lost: {a}");
         }
     }
+    assert!(sign_ins <= 1, "{sign_ins} entries signed in");
     support::assert_no_process(marker);
 }
 
