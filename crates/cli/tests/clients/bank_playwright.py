@@ -69,8 +69,11 @@ seen = {
 
 def record() -> None:
     # Rewritten after every step: the browser (and this process) may die at any moment.
+    # Renamed into place, so a process killed mid-write leaves the last whole record.
     RESULT_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULT_DIR / f"attempt-{ATTEMPT}.json").write_text(json.dumps(seen, indent=1))
+    partial = RESULT_DIR / f".attempt-{ATTEMPT}.json.partial"
+    partial.write_text(json.dumps(seen, indent=1))
+    partial.rename(RESULT_DIR / f"attempt-{ATTEMPT}.json")
 
 
 def checkpoint() -> None:
@@ -109,6 +112,10 @@ with sync_playwright() as p:
         page.click("#submit")
         page.wait_for_url("**/totp")
         page.fill("#code", totp(env["BANK_TOTP_SECRET"]))
+        # From here until the checkpoint below, a browser death loses the session the bank
+        # is about to grant: the next entry has to sign in again. Said first, so it is seen.
+        seen["totpSent"] = True
+        record()
         page.click("#submit")
         page.wait_for_url("**/account*")
         seen["signedInHere"] = progress["signedIn"] = True

@@ -8,7 +8,7 @@
 // POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR.
 
 import { createHmac } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import puppeteer from 'puppeteer-core';
@@ -62,8 +62,11 @@ const seen = {
 
 // Rewritten after every step: the browser (and this process) may die at any moment.
 function record() {
+  // Renamed into place, so a process killed mid-write leaves the last whole record.
   mkdirSync(RESULT_DIR, { recursive: true });
-  writeFileSync(join(RESULT_DIR, `attempt-${ATTEMPT}.json`), JSON.stringify(seen, null, 1));
+  const partial = join(RESULT_DIR, `.attempt-${ATTEMPT}.json.partial`);
+  writeFileSync(partial, JSON.stringify(seen, null, 1));
+  renameSync(partial, join(RESULT_DIR, `attempt-${ATTEMPT}.json`));
 }
 
 async function checkpoint() {
@@ -107,6 +110,10 @@ if (!progress.signedIn) {
   await page.type('#password', env.BANK_PASSWORD);
   await submit(page);
   await page.type('#code', totp(env.BANK_TOTP_SECRET));
+  // From here until the checkpoint below, a browser death loses the session the bank is
+  // about to grant: the next entry has to sign in again. Said first, so it is seen.
+  seen.totpSent = true;
+  record();
   await submit(page);
   if (new URL(page.url()).pathname !== '/account') throw new Error(`sign-in failed at ${page.url()}`);
   seen.signedInHere = progress.signedIn = true;
