@@ -137,7 +137,8 @@ mod setters;
 pub mod wire {
     //! Reading a CDP frame the way outlive's relay does: on bytes, never slicing text at a
     //! guessed index, only as far as the keys it needs, and with the answer serde would give
-    //! (property-tested and fuzzed against it).
+    //! (property-tested and fuzzed against it); and mending the one thing Chromium writes
+    //! that serde refuses, an escaped lone UTF-16 surrogate ([`mend_lone_surrogates`]).
     //!
     //! ```
     //! let request = outlive::wire::version_request(3);
@@ -147,7 +148,7 @@ pub mod wire {
     //! ```
     #[doc(hidden)]
     pub use crate::relay::wire::fuzz_one;
-    pub use crate::relay::wire::{reply_id, version_request};
+    pub use crate::relay::wire::{mend_lone_surrogates, reply_id, version_request};
 }
 
 // The README's Rust example is compiled as a doctest.

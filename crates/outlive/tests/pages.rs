@@ -522,3 +522,37 @@ async fn a_page_that_hangs_before_its_navigation_commits_is_noticed() {
     assert!(noticed <= Duration::from_secs(3), "{noticed:?}");
     profiles.assert_nothing_left();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_with_a_lone_surrogate_comes_back_with_a_replacement_character() {
+    // Chromium escapes a lone surrogate in its JSON ("\ud800"), which chromiumoxide's serde
+    // refuses: without the relay's mending the reply is dropped and the call never returns.
+    let (_site, profiles, provider) = support::start().await;
+    let outlive::Reported { result, event } = outlive_with_event(
+        &provider,
+        |page, _ctx| async move {
+            let mut seen = Vec::new();
+            for script in [
+                "'a\\ud800b'",
+                "'\\ude00' + '\\ud83d'",
+                "'\\ud83d\\ude00'",
+                "JSON.stringify('\\udc00')",
+            ] {
+                let value = tokio::time::timeout(Duration::from_secs(20), page.evaluate(script))
+                    .await
+                    .map_err(|_| format!("{script} never returned"))?
+                    .map_err(|e| format!("{script}: {e}"))?;
+                seen.push(value.into_value::<String>().map_err(|e| e.to_string())?);
+            }
+            Ok::<_, String>(seen)
+        },
+        Options::new(),
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        ["a\u{FFFD}b", "\u{FFFD}\u{FFFD}", "\u{1F600}", "\"\\udc00\""]
+    );
+    assert_eq!((event.attempts, event.page_recoveries), (1, 0), "{event:?}");
+    profiles.assert_nothing_left();
+}

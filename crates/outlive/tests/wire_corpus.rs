@@ -35,3 +35,15 @@ fn the_frame_that_panicked_the_relay_reads_as_an_event() {
     assert_eq!(outlive::wire::reply_id(&frame), None);
     outlive::wire::fuzz_one(&frame);
 }
+
+#[test]
+fn the_lone_surrogate_seed_is_mended_into_what_serde_reads() {
+    let frame = std::fs::read(seeds().join("lone-surrogates")).unwrap();
+    assert!(serde_json::from_slice::<serde_json::Value>(&frame).is_err());
+    let mended = outlive::wire::mend_lone_surrogates(&frame).expect("two lone ones");
+    let reply: serde_json::Value = serde_json::from_slice(&mended).unwrap();
+    assert_eq!(
+        reply["result"]["result"]["value"],
+        "a\u{FFFD}b \u{1F600} \\ud800 \u{FFFD}"
+    );
+}

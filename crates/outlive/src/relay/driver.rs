@@ -204,7 +204,7 @@ impl Driver {
                     Verdict::Own(id) => self.answer(id, text.as_str()),
                     Verdict::Forward(failure) => {
                         wire::trace("from browser", text.as_bytes());
-                        self.to_client.push(Message::Text(text));
+                        self.to_client.push(wire::for_chromiumoxide(text));
                         if let Some(f) = failure {
                             self.fail_page(f);
                         }
@@ -215,7 +215,7 @@ impl Driver {
                         accept,
                     } => {
                         wire::trace("from browser", text.as_bytes());
-                        self.to_client.push(Message::Text(text));
+                        self.to_client.push(wire::for_chromiumoxide(text));
                         tracing::debug!(
                             accept,
                             "a JavaScript dialog opened on the page; answering it"

@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 
-use async_tungstenite::tungstenite::Message;
+use async_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 /// Message ids at and above this are the relay's own; chromiumoxide counts up from 0.
 pub(super) const OWN_ID_BASE: u64 = 1_900_000_000;
@@ -107,6 +107,15 @@ pub fn fuzz_one(frame: &[u8]) {
     let first = inbound(frame);
     if let Inbound::Event(method) = &first {
         let _ = page_event(method, frame);
+    }
+    // Mending moves no byte and touches only what serde refuses to read.
+    if let Some(mended) = mend_lone_surrogates(frame) {
+        assert_eq!(mended.len(), frame.len());
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(frame).is_err(),
+            "mended a frame serde reads: {}",
+            String::from_utf8_lossy(frame)
+        );
     }
     let is_object = frame.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{');
     // serde also reads `[id, method, sessionId]` into a struct; a CDP frame is an object.
@@ -506,6 +515,24 @@ pub(super) fn page_error(id: u64, session: &str, why: &str) -> Message {
     });
     Message::Text(body.to_string().into())
 }
+
+/// A browser's text message as chromiumoxide can read it: a lone surrogate's escape, which
+/// serde_json refuses (chromiumoxide would drop the message, and a dropped reply leaves its
+/// command waiting forever), becomes `\ufffd` (see [`mend_lone_surrogates`]).
+pub(super) fn for_chromiumoxide(text: Utf8Bytes) -> Message {
+    match mend_lone_surrogates(text.as_bytes()).map(Utf8Bytes::try_from) {
+        Some(Ok(mended)) => {
+            tracing::debug!("a lone UTF-16 surrogate in a browser message, sent on as U+FFFD");
+            Message::Text(mended)
+        }
+        // Only ASCII replaced ASCII, so the text stays UTF-8; were it not, the original goes.
+        Some(Err(_)) | None => Message::Text(text),
+    }
+}
+
+mod surrogates;
+
+pub use surrogates::mend_lone_surrogates;
 
 #[cfg(test)]
 mod tests;
