@@ -15,9 +15,30 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The `p`th percentile of `values`, nearest rank; NaN when empty.
+pub fn percentile(values: &[f64], p: u32) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (f64::from(p) / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{median, percentile};
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert!(percentile(&[], 50).is_nan());
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50), 10.0);
+        assert_eq!(percentile(&v, 95), 19.0);
+        assert_eq!(percentile(&v, 100), 20.0);
+        assert_eq!(percentile(&[7.0], 95), 7.0);
+    }
 
     #[test]
     fn medians() {

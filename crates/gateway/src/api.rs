@@ -142,32 +142,18 @@ async fn create(
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
-    let deadline = match parsed.timeout_seconds {
-        None | Some(0) => None,
-        Some(s) if s < MIN_TIMEOUT_SECONDS => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "ValidationError",
-                format!("timeoutSeconds must be at least {MIN_TIMEOUT_SECONDS}, got {s}"),
-            );
-        }
-        Some(s) => Some(Duration::from_secs(u64::from(s))),
+    let deadline = match deadline(parsed.timeout_seconds) {
+        Ok(d) => d,
+        Err(refusal) => return refusal,
     };
     let overrides = match Overrides::from_metadata(parsed.user_metadata.as_ref(), &shared.config) {
         Ok(o) => o,
         Err(message) => return error(StatusCode::BAD_REQUEST, "ValidationError", message),
     };
 
-    let key = match headers.get("idempotency-key").map(HeaderValue::to_str) {
-        None => None,
-        Some(Ok(k)) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY => Some(k),
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "ValidationError",
-                format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
-            );
-        }
+    let key = match idempotency_key(&headers) {
+        Ok(k) => k,
+        Err(refusal) => return refusal,
     };
     // Before the key store: a faulted request neither records its key nor replays one.
     if let Some(status) = shared.faults.take_create() {
@@ -207,8 +193,45 @@ async fn create(
             }
             (StatusCode::CREATED, Json(body)).into_response()
         }
-        Err(CreateError::Concurrency { max }) => concurrency_limit(max),
-        Err(CreateError::ShuttingDown) => (
+        Err(e) => create_failed(e),
+    }
+}
+
+/// A session's deadline from `timeoutSeconds` (none for 0 or absent), or the refusal of one
+/// too short.
+#[allow(clippy::result_large_err)] // the refusal goes straight back to axum as the answer
+fn deadline(timeout_seconds: Option<u32>) -> Result<Option<Duration>, Response> {
+    match timeout_seconds {
+        None | Some(0) => Ok(None),
+        Some(s) if s < MIN_TIMEOUT_SECONDS => Err(error(
+            StatusCode::BAD_REQUEST,
+            "ValidationError",
+            format!("timeoutSeconds must be at least {MIN_TIMEOUT_SECONDS}, got {s}"),
+        )),
+        Some(s) => Ok(Some(Duration::from_secs(u64::from(s)))),
+    }
+}
+
+/// The request's `Idempotency-Key`, if any, or the refusal of one that is empty, too long or
+/// not visible ASCII.
+#[allow(clippy::result_large_err)] // the refusal goes straight back to axum as the answer
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, Response> {
+    match headers.get("idempotency-key").map(HeaderValue::to_str) {
+        None => Ok(None),
+        Some(Ok(k)) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY => Ok(Some(k)),
+        Some(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "ValidationError",
+            format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        )),
+    }
+}
+
+/// The answer to a create the registry could not do.
+fn create_failed(e: CreateError) -> Response {
+    match e {
+        CreateError::Concurrency { max } => concurrency_limit(max),
+        CreateError::ShuttingDown => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
                 "error": "the gateway is shutting down",
@@ -217,7 +240,7 @@ async fn create(
             })),
         )
             .into_response(),
-        Err(CreateError::Launch(e)) => {
+        CreateError::Launch(e) => {
             tracing::warn!(error = %e, "chromium launch failed");
             error(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -25,6 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
 use futures::io::{AsyncRead, AsyncWrite};
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use tokio::net::TcpStream;
@@ -78,36 +79,7 @@ pub(crate) async fn upgrade(
     let token = query.ok().and_then(|Query(q)| q.token);
     let attachment = match shared.attach(id, token.as_deref()) {
         Ok(a) => a,
-        Err(refused) => {
-            let (status, code, message) = match refused {
-                AttachError::Unknown => (
-                    StatusCode::NOT_FOUND,
-                    "InvalidSessionId",
-                    "no such session on this gateway",
-                ),
-                AttachError::BadToken => (
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    "missing or wrong token",
-                ),
-                AttachError::Released => (
-                    StatusCode::GONE,
-                    "SessionReleased",
-                    "the session was released",
-                ),
-                AttachError::Busy => (
-                    StatusCode::CONFLICT,
-                    "SessionBusy",
-                    "another client is connected to this session",
-                ),
-                AttachError::ShuttingDown => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "ShuttingDown",
-                    "the gateway is shutting down",
-                ),
-            };
-            return error(status, code, message);
-        }
+        Err(refused) => return refusal(refused),
     };
 
     let accept = websocket_key(req.headers())
@@ -126,30 +98,7 @@ pub(crate) async fn upgrade(
         shared: shared.clone(),
         id,
     };
-    let spawned = shared.spawn(async move {
-        let _detach = detach;
-        let upgraded = match on_upgrade.await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::debug!(session = %id, error = %e, "websocket upgrade failed");
-                return;
-            }
-        };
-        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
-            tracing::error!(session = %id, "upgraded connection is not a plain TCP stream");
-            return;
-        };
-        let client = WebSocketStream::from_partially_read(
-            TokioAdapter::new(parts.io.into_inner()),
-            parts.read_buf.to_vec(),
-            Role::Server,
-            Some(ws_config()),
-        )
-        .await;
-        tracing::debug!(session = %id, "relay connected");
-        run(client, attachment, delay).await;
-        tracing::debug!(session = %id, "relay ended");
-    });
+    let spawned = shared.spawn(serve(on_upgrade, attachment, delay, detach));
     if !spawned {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -158,6 +107,43 @@ pub(crate) async fn upgrade(
         );
     }
 
+    switching_protocols(accept)
+}
+
+/// The answer to an attach the session registry refused.
+fn refusal(refused: AttachError) -> Response {
+    let (status, code, message) = match refused {
+        AttachError::Unknown => (
+            StatusCode::NOT_FOUND,
+            "InvalidSessionId",
+            "no such session on this gateway",
+        ),
+        AttachError::BadToken => (
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "missing or wrong token",
+        ),
+        AttachError::Released => (
+            StatusCode::GONE,
+            "SessionReleased",
+            "the session was released",
+        ),
+        AttachError::Busy => (
+            StatusCode::CONFLICT,
+            "SessionBusy",
+            "another client is connected to this session",
+        ),
+        AttachError::ShuttingDown => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ShuttingDown",
+            "the gateway is shutting down",
+        ),
+    };
+    error(status, code, message)
+}
+
+/// `101 Switching Protocols` with the websocket's accept key.
+fn switching_protocols(accept: HeaderValue) -> Response {
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = res.headers_mut();
@@ -165,6 +151,34 @@ pub(crate) async fn upgrade(
     headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
     res
+}
+
+/// The relay task of one upgraded connection: takes the socket back from hyper and relays
+/// until the session or the client ends it; the session is detached when it returns.
+async fn serve(on_upgrade: OnUpgrade, attachment: Attachment, delay: Duration, detach: Detach) {
+    let id = detach.id;
+    let _detach = detach;
+    let upgraded = match on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(session = %id, error = %e, "websocket upgrade failed");
+            return;
+        }
+    };
+    let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+        tracing::error!(session = %id, "upgraded connection is not a plain TCP stream");
+        return;
+    };
+    let client = WebSocketStream::from_partially_read(
+        TokioAdapter::new(parts.io.into_inner()),
+        parts.read_buf.to_vec(),
+        Role::Server,
+        Some(ws_config()),
+    )
+    .await;
+    tracing::debug!(session = %id, "relay connected");
+    run(client, attachment, delay).await;
+    tracing::debug!(session = %id, "relay ended");
 }
 
 /// The client's `Sec-WebSocket-Key`, if this is a websocket upgrade request we can serve.

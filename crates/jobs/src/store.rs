@@ -6,8 +6,8 @@
 //! ```
 
 use outlive::{BoxFuture, CheckpointStore};
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 
 use crate::error::{Error, ErrorKind};
 
@@ -53,6 +53,12 @@ impl PgStore {
     ///
     /// [`ErrorKind::Database`] when the server cannot be reached or refuses the login.
     pub async fn connect_with(url: &str, max_connections: u32) -> Result<PgStore, Error> {
+        // One connection first: a server that is down, or a login it refuses, fails it at
+        // once, where the pool's own first connection is retried until its acquire timeout.
+        let first = PgConnection::connect(url)
+            .await
+            .map_err(|e| db("connecting", e))?;
+        let _ = first.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
@@ -134,4 +140,30 @@ pub(crate) fn save_failed(e: sqlx::Error) -> outlive::Error {
 
 fn db(what: &'static str, e: sqlx::Error) -> Error {
     Error::with(ErrorKind::Database { what }, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::PgStore;
+
+    #[tokio::test]
+    async fn a_server_that_is_not_there_is_said_at_once() {
+        // Port 1 on loopback: nothing listens, the connection is refused.
+        let began = Instant::now();
+        let e = PgStore::connect("postgres://outlive:secret-pw@127.0.0.1:1/outlive")
+            .await
+            .unwrap_err();
+        let took = began.elapsed();
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            message += &format!(": {c}");
+            cause = c.source();
+        }
+        assert!(took < Duration::from_secs(5), "{took:?}: {message}");
+        assert!(message.contains("connecting"), "{message}");
+        assert!(!message.contains("secret-pw"), "{message}");
+    }
 }

@@ -430,49 +430,13 @@ impl Options {
     ///
     /// [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption) naming the first bad option.
     pub fn validate(&self) -> Result<(), Error> {
-        fn positive(name: &'static str, d: Duration) -> Result<(), Error> {
-            if d.is_zero() {
-                Err(Error::invalid_option(
-                    name,
-                    format!("option `{name}` must be greater than zero"),
-                ))
-            } else {
-                Ok(())
-            }
-        }
         positive("checkpoint_every", self.checkpoint_every)?;
         positive("navigation_timeout", self.navigation_timeout)?;
         positive("heartbeat_interval", self.heartbeat_interval)?;
         positive("heartbeat_timeout", self.heartbeat_timeout)?;
         positive("capture_timeout", self.capture_timeout)?;
         positive("release_timeout", self.release_timeout)?;
-        let Viewport { width, height } = self.viewport;
-        if !(1..=10_000).contains(&width) || !(1..=10_000).contains(&height) {
-            return Err(Error::invalid_option(
-                "viewport",
-                format!(
-                    "option `viewport` must be between 1×1 and 10000×10000, got {width}×{height}"
-                ),
-            ));
-        }
-        fn within(
-            name: &'static str,
-            value: usize,
-            range: RangeInclusive<usize>,
-        ) -> Result<(), Error> {
-            if range.contains(&value) {
-                Ok(())
-            } else {
-                Err(Error::invalid_option(
-                    name,
-                    format!(
-                        "option `{name}` must be between {} and {}, got {value}",
-                        range.start(),
-                        range.end()
-                    ),
-                ))
-            }
-        }
+        self.viewport.validate()?;
         within("max_relaunches", self.max_relaunches as usize, 0..=1_000)?;
         within(
             "max_page_recoveries",
@@ -494,22 +458,70 @@ impl Options {
                 ));
             }
         }
-        if let Some(url) = &self.start_url {
-            let ok = url::Url::parse(url)
-                .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
-                .unwrap_or(false);
-            if !ok {
-                return Err(Error::invalid_option(
-                    "start_url",
-                    format!(
-                        "option `start_url` must be an absolute http, https, file, about or data URL, got {}",
-                        crate::redact::redact(url, self.diagnostics)
-                    ),
-                ));
-            }
+        match &self.start_url {
+            Some(url) => validate_start_url(url, self.diagnostics),
+            None => Ok(()),
         }
+    }
+}
+
+impl Viewport {
+    fn validate(self) -> Result<(), Error> {
+        let Viewport { width, height } = self;
+        if (1..=10_000).contains(&width) && (1..=10_000).contains(&height) {
+            return Ok(());
+        }
+        Err(Error::invalid_option(
+            "viewport",
+            format!("option `viewport` must be between 1×1 and 10000×10000, got {width}×{height}"),
+        ))
+    }
+}
+
+/// `d` is more than zero, or the option `name` is refused.
+fn positive(name: &'static str, d: Duration) -> Result<(), Error> {
+    if d.is_zero() {
+        Err(Error::invalid_option(
+            name,
+            format!("option `{name}` must be greater than zero"),
+        ))
+    } else {
         Ok(())
     }
+}
+
+/// `value` is in `range`, or the option `name` is refused.
+fn within(name: &'static str, value: usize, range: RangeInclusive<usize>) -> Result<(), Error> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::invalid_option(
+            name,
+            format!(
+                "option `{name}` must be between {} and {}, got {value}",
+                range.start(),
+                range.end()
+            ),
+        ))
+    }
+}
+
+/// A start URL outlive can navigate to: absolute, of a scheme a page opens. The error shows
+/// it redacted (a query may carry a token).
+fn validate_start_url(url: &str, diagnostics: Diagnostics) -> Result<(), Error> {
+    let ok = url::Url::parse(url)
+        .map(|u| matches!(u.scheme(), "http" | "https" | "file" | "about" | "data"))
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    Err(Error::invalid_option(
+        "start_url",
+        format!(
+            "option `start_url` must be an absolute http, https, file, about or data URL, got {}",
+            crate::redact::redact(url, diagnostics)
+        ),
+    ))
 }
 
 #[cfg(test)]

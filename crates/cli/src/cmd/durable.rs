@@ -140,13 +140,19 @@ impl WorkerArgs {
     }
 }
 
+/// The jobs store at `database_url`, its tables made ready.
+async fn connect_and_setup(database_url: &str) -> anyhow::Result<outlive_jobs::PgStore> {
+    let store = outlive_jobs::PgStore::connect(database_url).await?;
+    outlive_jobs::setup(&store).await?;
+    Ok(store)
+}
+
 impl SubmitArgs {
     /// Queues the run and prints its id.
     pub async fn run(self) -> anyhow::Result<()> {
         let input: serde_json::Value = serde_json::from_str(&self.input)
             .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
-        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
-        outlive_jobs::setup(&store).await?;
+        let store = connect_and_setup(&self.database_url).await?;
         let tasks = crate::bank::tasks(None);
         let run_id = outlive_jobs::submit(&store, &tasks, &self.task, input).await?;
         println!("{run_id}");
@@ -157,8 +163,7 @@ impl SubmitArgs {
 impl CancelArgs {
     /// Cancels the run and says what it was.
     pub async fn run(self) -> anyhow::Result<()> {
-        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
-        outlive_jobs::setup(&store).await?;
+        let store = connect_and_setup(&self.database_url).await?;
         let was = outlive_jobs::cancel(&store, &self.run_id).await?;
         println!("{} cancelled ({was:?} before)", self.run_id);
         Ok(())
@@ -168,8 +173,7 @@ impl CancelArgs {
 impl RunsArgs {
     /// Prints every run: a table, or one JSON object per line with `--json`.
     pub async fn run(self) -> anyhow::Result<()> {
-        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
-        outlive_jobs::setup(&store).await?;
+        let store = connect_and_setup(&self.database_url).await?;
         let runs = outlive_jobs::runs(&store).await?;
         if self.json {
             for run in &runs {

@@ -16,7 +16,7 @@ use super::records::ms;
 use crate::bank::BankProgress;
 use crate::bed::{TestBed, until_killed};
 use crate::error::{Error, ErrorKind};
-use crate::stats::median;
+use crate::stats::{median, percentile};
 
 /// Checkpoints of one arm of the persistence measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -346,17 +346,6 @@ async fn run_timings(store: &PgStore) -> Result<Vec<(f64, f64, u32)>, Error> {
         .collect())
 }
 
-/// The `p`th percentile of `values`, nearest rank; NaN when empty.
-fn percentile(values: &[f64], p: u32) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = (f64::from(p) / 100.0 * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn hex_key() -> String {
     hex::encode(rand_key())
 }
@@ -448,19 +437,4 @@ pub fn durable_summary(r: &DurableReport) -> String {
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percentile;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        assert!(percentile(&[], 50).is_nan());
-        let v: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50), 10.0);
-        assert_eq!(percentile(&v, 95), 19.0);
-        assert_eq!(percentile(&v, 100), 20.0);
-        assert_eq!(percentile(&[7.0], 95), 7.0);
-    }
 }
