@@ -1,6 +1,6 @@
 //! The relay's task: the one loop that reads both sockets and the handle's requests, asks the
 //! [`Watchdog`] what each means, and hands every write to a forwarding half
-//! ([`forward`](super::forward)). It never awaits a socket write, so a deadline fires on time
+//! ([`forward`]). It never awaits a socket write, so a deadline fires on time
 //! however stuck a write is.
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! queue is full the message is held, and the driver stops reading the side that feeds that
 //! direction until [`Outbox::make_room`] has moved it on — a side that stops reading pushes
 //! back on the other instead of filling memory (the shape of the gateway's `forward`). The
-//! writer ([`write`]) takes from the queue and writes, for as long as the socket needs; the
+//! writer ([`write()`]) takes from the queue and writes, for as long as the socket needs; the
 //! browser's writer takes the relay's own messages (probes, calls) first, from a queue of
 //! their own.
 //!
