@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
-use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use chromiumoxide::cdp::browser_protocol::page::{
+    AddScriptToEvaluateOnNewDocumentParams, NavigateParams,
+};
 use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
@@ -197,19 +199,26 @@ async fn first_page(
     Ok(page)
 }
 
-/// A blank page with the run's viewport.
+/// A blank page with the run's viewport, whose top-level documents get the capture script
+/// installed as they start.
 async fn open_page(
     browser: &Browser,
     viewport: crate::options::Viewport,
 ) -> Result<Page, CdpError> {
     let page = browser.new_page("about:blank").await?;
-    page.execute(SetDeviceMetricsOverrideParams::new(
-        i64::from(viewport.width),
-        i64::from(viewport.height),
-        1.0,
-        false,
-    ))
-    .await?;
+    let (metrics, script) = futures::join!(
+        page.execute(SetDeviceMetricsOverrideParams::new(
+            i64::from(viewport.width),
+            i64::from(viewport.height),
+            1.0,
+            false,
+        )),
+        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
+            checkpoint::install_on_new_document()
+        )),
+    );
+    metrics?;
+    script?;
     Ok(page)
 }
 

@@ -95,9 +95,31 @@ impl FrameRead {
     }
 }
 
-/// The expression that runs the capture script (installing it in the document first if need
-/// be), offering the `known` hashes and, as `idb_same`, what it may take as unchanged.
-fn capture_expression(
+/// Where a document keeps its installed capture script.
+const INSTALLED: &str = "globalThis[Symbol.for('outlive.capture')]";
+
+/// The expression that installs the capture script in a document (if it is not there yet)
+/// and answers it.
+fn installer() -> String {
+    // Installed once per document and reused: a function V8 has seen before runs its loops
+    // optimised, and its WebAssembly hash is compiled once.
+    format!(
+        "({INSTALLED} ??= (() => {{\n{CODEC_JS}\nconst OUTLIVE_HASH_WASM = '{}';\nreturn ({CAPTURE_JS});\n}})())",
+        HASH_WASM_B64.trim()
+    )
+}
+
+/// The script outlive's pages run as each top-level document starts
+/// (`Page.addScriptToEvaluateOnNewDocument`): the capture script installed before the task
+/// needs it, so a checkpoint on a new document sends a call, not the 15 KB script, and finds
+/// the hash module compiled.
+pub(crate) fn install_on_new_document() -> String {
+    format!("if (window === window.top) {};", installer())
+}
+
+/// The arguments of a capture call: the `known` hashes and, as `idb_same`, what the script
+/// may take as unchanged.
+fn capture_arguments(
     known: &[String],
     options: CaptureOptions,
     idb_same: Option<serde_json::Value>,
@@ -108,12 +130,22 @@ fn capture_expression(
         "idbMax": options.indexed_db_max_bytes,
         "idbSame": idb_same,
     });
-    // Installed once per document and reused: a function V8 has seen before runs its loops
-    // optimised (a fresh one hashes a megabyte in the interpreter, ~10× slower).
-    format!(
-        "(globalThis[Symbol.for('outlive.capture')] ??= (() => {{\n{CODEC_JS}\nconst OUTLIVE_HASH_WASM = '{}';\nreturn ({CAPTURE_JS});\n}})())({known}, {opts})",
-        HASH_WASM_B64.trim()
-    )
+    format!("({known}, {opts})")
+}
+
+/// The expression that runs the capture script, installing it in the document first if need
+/// be.
+fn capture_expression(arguments: &str) -> String {
+    format!("{}{arguments}", installer())
+}
+
+/// What the call answers where the script is not installed (a number: a read is an object).
+const NOT_INSTALLED: i64 = 0;
+
+/// The expression that runs the capture script where it is installed already, and answers
+/// [`NOT_INSTALLED`] where it is not.
+fn installed_capture_expression(arguments: &str) -> String {
+    format!("({INSTALLED}?.{arguments} ?? {NOT_INSTALLED})")
 }
 
 /// Runs the capture script in a frame of the page's own process (the top frame, or with
@@ -124,6 +156,26 @@ async fn read_here(
     context: Option<i64>,
 ) -> Result<FrameRead, Error> {
     evaluate(page, expression, context, "reading a frame's storage").await
+}
+
+/// Runs the capture script in the top frame: a call where the document has it installed (see
+/// [`install_on_new_document`]), the whole script where it has not (a document older than
+/// the page's set-up, a page outlive did not open).
+async fn read_top(page: &Page, arguments: &str) -> Result<FrameRead, Error> {
+    let installed = installed_capture_expression(arguments);
+    let read: serde_json::Value =
+        evaluate(page, installed, None, "reading the page's storage").await?;
+    if read == NOT_INSTALLED {
+        tracing::debug!("the capture script is not installed in this document; sending it");
+        return read_here(page, capture_expression(arguments), None).await;
+    }
+    serde_json::from_value(read).map_err(|e| {
+        Error::new(
+            ErrorKind::Cdp,
+            "decoding the answer of reading the page's storage failed",
+        )
+        .with_source(e)
+    })
 }
 
 /// Runs the capture script in an out-of-process frame, through its session on the relay.
@@ -175,10 +227,11 @@ pub(crate) async fn capture(
     let at = SystemTime::now();
     let (mut changes, idb_same) = idb.begin(cache);
     let offered = idb_same.is_some();
-    let expression = capture_expression(&cache.known(), options, idb_same);
+    let arguments = capture_arguments(&cache.known(), options, idb_same);
+    let expression = capture_expression(&arguments);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
-        read_here(page, expression.clone(), None),
+        read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
         read_remote_frames(calls, &expression),
     );
@@ -197,8 +250,7 @@ pub(crate) async fn capture(
     {
         tracing::debug!("IndexedDB changed during the capture; reading the top frame again");
         changes = now;
-        let full = capture_expression(&cache.known(), options, None);
-        top = read_here(page, full, None).await?;
+        top = read_top(page, &capture_arguments(&cache.known(), options, None)).await?;
     }
     let top_origin = top.origin.clone();
     let url = top.url.clone();
@@ -354,6 +406,7 @@ mod tests {
     }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
     use crate::checkpoint::test_support::{chromium_page, key, local, read_value};
+    use chromiumoxide::cdp::browser_protocol::page::AddScriptToEvaluateOnNewDocumentParams;
     use tokio_util::task::AbortOnDropHandle;
 
     /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
@@ -417,7 +470,21 @@ mod tests {
             indexed_db_max_bytes: 1 << 20,
         };
         let capture = || capture(&page, &calls, &cache, &watch, options);
-        for (dir, lone) in [("", ""), ("csp/", ""), ("", "\\ud800")] {
+        let cases = [("", ""), ("csp/", ""), ("", "\\ud800")];
+        // First where the capture installs its script itself, then where each new document
+        // starts with it (as on the pages outlive opens).
+        for (installed, (dir, lone)) in cases
+            .map(|c| (false, c))
+            .into_iter()
+            .chain(cases.map(|c| (true, c)))
+        {
+            if installed && dir.is_empty() && lone.is_empty() {
+                page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
+                    install_on_new_document(),
+                ))
+                .await
+                .unwrap();
+            }
             let go = |n: u32| page.goto(format!("{url}/{dir}page{n}"));
             go(0).await.unwrap();
             let seed = format!(
@@ -444,16 +511,22 @@ mod tests {
             if hash.starts_with("lw") != (dir.is_empty() && lone.is_empty()) {
                 let here: String = read_value(&page, WASM_CHECK.into()).await;
                 panic!(
-                    "{dir}{lone}: hashed by WebAssembly only where it may run: {hash} (WebAssembly on this page: {here})"
+                    "installed {installed}, {dir}{lone}: hashed by WebAssembly only where it may run: {hash} (WebAssembly on this page: {here})"
                 );
             }
 
             go(1).await.unwrap();
+            let there: String = read_value(&page, format!("typeof {INSTALLED}")).await;
+            let expected = if installed { "function" } else { "undefined" };
+            assert_eq!(
+                there, expected,
+                "installed {installed}, {dir}{lone}: the script as the document starts"
+            );
             let now = capture().await.unwrap();
             assert_eq!(
                 reused(&last, &now),
                 [true; 3],
-                "{dir}{lone}: nothing changed"
+                "installed {installed}, {dir}{lone}: nothing changed"
             );
             last = now;
 
@@ -474,13 +547,17 @@ mod tests {
                 let now = capture().await.unwrap();
                 let mut expected = [true; 3];
                 expected[kind] = false;
-                assert_eq!(reused(&last, &now), expected, "{dir}{lone}: change {kind}");
+                assert_eq!(
+                    reused(&last, &now),
+                    expected,
+                    "installed {installed}, {dir}{lone}: change {kind}"
+                );
                 let state = first(&now);
                 let part = [&state.local, &state.session, &state.idb][kind];
                 let json = &part.as_ref().unwrap().json;
                 assert!(
                     ["az", "bz", "cz"].iter().any(|m| json.contains(m)),
-                    "{dir}{lone}: change {kind} is in the checkpoint"
+                    "installed {installed}, {dir}{lone}: change {kind} is in the checkpoint"
                 );
                 last = now;
             }

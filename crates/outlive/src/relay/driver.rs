@@ -346,7 +346,12 @@ impl Driver {
     /// A reply to one of the relay's own messages: hands it to whoever waits for it.
     fn answer(&mut self, id: u64, text: &str) {
         if let Some(reply) = self.calls.remove(&id) {
-            let _ = reply.send(text.to_owned());
+            // Its caller reads it with serde, which refuses a lone surrogate's escape as
+            // chromiumoxide does: mended the same way.
+            let text = wire::mend_lone_surrogates(text.as_bytes())
+                .and_then(|m| String::from_utf8(m).ok())
+                .unwrap_or_else(|| text.to_owned());
+            let _ = reply.send(text);
             return;
         }
         if let Some(at) = self.probes.iter().position(|(pid, _)| *pid == id) {

@@ -33,6 +33,9 @@ enum Upstream {
     StopsAfterHeartbeat,
     /// Answers everything, reading its socket 64 KiB per 10 ms (about 4 MB/s measured).
     Slow,
+    /// Answers everything; the relay's own commands with a string holding a lone surrogate's
+    /// escape, as Chromium writes one.
+    LoneSurrogate,
 }
 
 /// A fake browser on 127.0.0.1 (with a small receive buffer, so the relay's writes fill the
@@ -70,13 +73,19 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
                 continue;
             }
-            let reply = format!(r#"{{"id":{id},"result":{{}}}}"#);
+            let reply = if own && matches!(how, Upstream::LoneSurrogate) {
+                format!(
+                    r#"{{"id":{id},"result":{{"result":{{"type":"string","value":"a\ud800b"}}}}}}"#
+                )
+            } else {
+                format!(r#"{{"id":{id},"result":{{}}}}"#)
+            };
             ws.send(Message::Text(reply.into())).await.unwrap();
             commands += usize::from(!own);
             let stop = match how {
                 Upstream::StopsAfterCommands(n) => commands == n,
                 Upstream::StopsAfterHeartbeat => own,
-                Upstream::Slow => false,
+                Upstream::Slow | Upstream::LoneSurrogate => false,
             };
             if stop {
                 if let Some(tx) = stopped_tx.take() {
@@ -258,4 +267,25 @@ async fn a_multi_mb_command_over_a_slow_link_is_not_silence() {
     call(&mut client, 4).await;
     tokio::time::sleep(HEARTBEAT.interval + HEARTBEAT.timeout).await;
     assert_eq!(relay.death(), None);
+}
+
+/// The relay's own calls (outlive reading a cross-site frame's storage) are read with serde
+/// as chromiumoxide's are: a lone surrogate's escape in their reply comes back as U+FFFD, not
+/// as a reply nobody can parse.
+#[tokio::test]
+async fn an_own_calls_reply_with_a_lone_surrogate_is_mended() {
+    let (endpoint, _stopped) = upstream(Upstream::LoneSurrogate).await;
+    let (relay, _client) = relay_and_client(&endpoint).await;
+    let text = relay
+        .calls()
+        .call(
+            "S".to_owned(),
+            "Runtime.evaluate",
+            serde_json::json!({ "expression": "'a\\ud800b'" }),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the call is answered");
+    let reply: serde_json::Value = serde_json::from_str(&text).expect("serde reads the reply");
+    assert_eq!(reply["result"]["result"]["value"], "a\u{FFFD}b", "{text}");
 }
