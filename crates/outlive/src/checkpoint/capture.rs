@@ -111,8 +111,8 @@ fn installer() -> String {
 
 /// The script outlive's pages run as each top-level document starts
 /// (`Page.addScriptToEvaluateOnNewDocument`): the capture script installed before the task
-/// needs it, so a checkpoint on a new document sends a call, not the 15 KB script, and finds
-/// the hash module compiled.
+/// needs it, so a checkpoint on a new document sends a call, not the 15 KB script. It reads
+/// nothing and compiles nothing until the first capture.
 pub(crate) fn install_on_new_document() -> String {
     format!("if (window === window.top) {};", installer())
 }

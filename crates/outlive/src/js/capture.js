@@ -10,18 +10,18 @@
 // area, so an unchanged area is recognised by comparing strings (V8 compares the same string
 // by identity, equal ones by memcmp) instead of hashing every character again.
 ((memo) => {
-  // The hash module, compiled off the main thread from the moment the script is installed
-  // (outlive installs it as each top-level document starts, so it is ready by the document's
-  // first checkpoint); `memo.wasm` null where it cannot run (a page's CSP refusing it).
-  const wasmReady = (async () => {
+  // The hash module, compiled at the document's first capture (not when the script is
+  // installed: a page whose CSP refuses WebAssembly reports each refusal, and a document
+  // outlive never checkpoints should see none); `memo.wasm` null where it cannot run.
+  const compileWasm = () => {
     try {
-      const module = await WebAssembly.compile(Uint8Array.from(atob(OUTLIVE_HASH_WASM), (c) => c.charCodeAt(0)));
-      const { m, r, h } = (await WebAssembly.instantiate(module)).exports;
+      const module = new WebAssembly.Module(Uint8Array.from(atob(OUTLIVE_HASH_WASM), (c) => c.charCodeAt(0)));
+      const { m, r, h } = new WebAssembly.Instance(module).exports;
       memo.wasm = { r, h, bytes: new Uint8Array(m.buffer), view: new DataView(m.buffer), enc: new TextEncoder() };
     } catch (e) { memo.wasm = null; }
-  })();
+  };
   return async (known, opts) => {
-    if (memo.wasm === undefined) await wasmReady;
+    if (memo.wasm === undefined) compileWasm();
     const have = new Set(known);
     // Two 32-bit lanes of a multiply-xorshift hash, over every string with its length: the
     // fallback where the WebAssembly hash cannot run.
