@@ -182,80 +182,160 @@ enum Next {
     Finish,
 }
 
+/// When the task broke its page (crash sent, or hung call started), by which kind of break.
+type Broke = Arc<Mutex<Option<(Next, std::time::Instant)>>>;
+
+/// What the recovery run's milestones record: each replacement from a failure's detection to
+/// the task re-entered, and how long each break took to be detected.
+#[derive(Default)]
+struct RecoveryRecorder {
+    records: Arc<Mutex<Vec<Replacement>>>,
+    /// The replacement under way.
+    pending: Arc<Mutex<Option<Replacement>>>,
+    broke: Broke,
+    detections: Arc<Mutex<Vec<(Next, f64)>>>,
+}
+
+impl RecoveryRecorder {
+    /// Records milestone `m`; each entry's attempt goes to `entered`.
+    fn on(&self, m: &Milestone, entered: &tokio::sync::mpsc::UnboundedSender<u32>) {
+        let mut p = self.pending.lock().expect("pending");
+        match m {
+            Milestone::PageFailed {
+                cause, detected_at, ..
+            } => {
+                if let Some((how, at)) = self.broke.lock().expect("broke").take() {
+                    self.detections
+                        .lock()
+                        .expect("detections")
+                        .push((how, ms(detected_at.saturating_duration_since(at))));
+                }
+                *p = Some(Replacement::after(*cause));
+            }
+            Milestone::Died { cause, .. } => *p = Some(Replacement::after(*cause)),
+            Milestone::PageRecovered { took } | Milestone::Launched { took } => {
+                if let Some(p) = p.as_mut() {
+                    p.page_or_launch_ms = ms(*took);
+                }
+            }
+            Milestone::Restored { restore, navigate } => {
+                if let Some(p) = p.as_mut() {
+                    p.restore_ms = ms(*restore);
+                    p.navigate_ms = ms(*navigate);
+                }
+            }
+            Milestone::Entered {
+                attempt,
+                replaced_in,
+                ..
+            } => {
+                if let (Some(r), Some(mut done)) = (replaced_in, p.take()) {
+                    done.replaced_in_ms = ms(*r);
+                    self.records.lock().expect("records").push(done);
+                }
+                let _ = entered.send(*attempt);
+            }
+            _ => {}
+        }
+    }
+
+    /// The comparison the recorded run gives.
+    fn comparison(
+        &self,
+        heartbeat: (Duration, Duration),
+        event: outlive::WideEvent,
+    ) -> RecoveryComparison {
+        let replacements = self.records.lock().expect("records").clone();
+        let of = |page: bool| -> Vec<f64> {
+            replacements
+                .iter()
+                .filter(|r| r.cause.is_page() == page)
+                .map(|r| r.replaced_in_ms)
+                .collect()
+        };
+        let (page_median_ms, relaunch_median_ms) = (median(&of(true)), median(&of(false)));
+        let detections = self.detections.lock().expect("detections").clone();
+        let detected = |how: Next| -> Vec<f64> {
+            detections
+                .iter()
+                .filter(|(h, _)| *h == how)
+                .map(|(_, d)| *d)
+                .collect()
+        };
+        RecoveryComparison {
+            replacements,
+            page_median_ms,
+            relaunch_median_ms,
+            ratio: page_median_ms / relaunch_median_ms,
+            crash_detected_ms: detected(Next::CrashPage),
+            hang_detected_ms: detected(Next::HangPage),
+            heartbeat_ms: (ms(heartbeat.0), ms(heartbeat.1)),
+            event,
+        }
+    }
+}
+
+/// Breaks the page as `next` says, noting when in `broke`; answers the error of the call that
+/// failed with it (like a real task, so neither arm waits out the grace), or `Ok` at the end.
+async fn break_as_planned(
+    page: &outlive::chromiumoxide::Page,
+    next: Next,
+    broke: &Broke,
+) -> Result<(), outlive::chromiumoxide::error::CdpError> {
+    use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
+    match next {
+        Next::CrashPage => {
+            *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+            page.execute(CrashParams::default()).await?;
+        }
+        Next::HangPage => {
+            page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
+                .await?;
+            // Let the endless script start, then stall a call on it.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+            page.evaluate("1").await?;
+        }
+        // Polls until the gateway's kill makes a call fail.
+        Next::AwaitKill => loop {
+            page.evaluate("1").await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        },
+        Next::Finish => return Ok(()),
+    }
+    Err(outlive::chromiumoxide::error::CdpError::msg(
+        "the page survived what should have broken it",
+    ))
+}
+
 /// Alternates `samples` page crashes with `samples` browser deaths in one run of the signed-in
 /// Aurora task, and measures each replacement from detection to re-entry with the checkpoint
 /// restored (cookie, localStorage, the account page).
 async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
-    use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
     let (bed, provider) = killable_bed().await?;
-    // Entry 1 signs in; then crash, kill, crash, kill, …; the last entry finishes.
+    // Entry 1 signs in; then crash, kill, hang, crash, kill, …; the last entry finishes.
     let mut plan: Vec<Next> = (0..samples)
         .flat_map(|_| [Next::CrashPage, Next::AwaitKill, Next::HangPage])
         .collect();
     plan.push(Next::Finish);
     let plan = Arc::new(plan);
-    let records: Arc<Mutex<Vec<Replacement>>> = Arc::default();
-    // The replacement under way: from a failure's detection to the task re-entered.
-    let pending: Arc<Mutex<Option<Replacement>>> = Arc::default();
+    let recorder = Arc::new(RecoveryRecorder::default());
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
-    let sink = records.clone();
-    // When the task broke its page (crash sent, or hung call started), and when outlive saw it.
-    let broke_at: Arc<Mutex<Option<(Next, std::time::Instant)>>> = Arc::default();
-    let detections: Arc<Mutex<Vec<(Next, f64)>>> = Arc::default();
-    let (broke, detected) = (broke_at.clone(), detections.clone());
     let heartbeat = (Duration::from_secs(1), Duration::from_secs(2));
+    let on = recorder.clone();
     let options = Options::new()
         .checkpoint_every(Duration::from_secs(3600))
         .max_relaunches(samples + 2)
         .max_page_recoveries(2 * samples + 2)
         .heartbeat_interval(heartbeat.0)
         .heartbeat_timeout(heartbeat.1)
-        .on_milestone(move |m| {
-            let mut p = pending.lock().expect("pending");
-            match m {
-                Milestone::PageFailed {
-                    cause, detected_at, ..
-                } => {
-                    if let Some((how, at)) = broke.lock().expect("broke").take() {
-                        detected
-                            .lock()
-                            .expect("detections")
-                            .push((how, ms(detected_at.saturating_duration_since(at))));
-                    }
-                    *p = Some(Replacement::after(*cause));
-                }
-                Milestone::Died { cause, .. } => *p = Some(Replacement::after(*cause)),
-                Milestone::PageRecovered { took } | Milestone::Launched { took } => {
-                    if let Some(p) = p.as_mut() {
-                        p.page_or_launch_ms = ms(*took);
-                    }
-                }
-                Milestone::Restored { restore, navigate } => {
-                    if let Some(p) = p.as_mut() {
-                        p.restore_ms = ms(*restore);
-                        p.navigate_ms = ms(*navigate);
-                    }
-                }
-                Milestone::Entered {
-                    attempt,
-                    replaced_in,
-                    ..
-                } => {
-                    if let (Some(r), Some(mut done)) = (replaced_in, p.take()) {
-                        done.replaced_in_ms = ms(*r);
-                        sink.lock().expect("records").push(done);
-                    }
-                    let _ = entered_tx.send(*attempt);
-                }
-                _ => {}
-            }
-        });
+        .on_milestone(move |m| on.on(m, &entered_tx));
     let task = bed.task(1, Duration::ZERO);
     let progress = BankProgress::default();
     let run = outlive::outlive_with_event(
         &provider,
         |page, ctx| {
-            let (task, progress, plan, broke) = (&task, &progress, plan.clone(), &broke_at);
+            let (task, progress, plan, broke) = (&task, &progress, plan.clone(), &recorder.broke);
             async move {
                 if ctx.attempt() == 1 {
                     task.run(&page, Some(&ctx), progress, &|_| {})
@@ -266,31 +346,7 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
                     .get(ctx.attempt() as usize - 1)
                     .copied()
                     .unwrap_or(Next::Finish);
-                // Like a real task, each entry propagates the error of the call that failed
-                // with its page or browser (so neither arm waits out the grace).
-                match next {
-                    Next::CrashPage => {
-                        *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
-                        page.execute(CrashParams::default()).await?;
-                    }
-                    Next::HangPage => {
-                        page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
-                            .await?;
-                        // Let the endless script start, then stall a call on it.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
-                        page.evaluate("1").await?;
-                    }
-                    // Polls until the gateway's kill makes a call fail.
-                    Next::AwaitKill => loop {
-                        page.evaluate("1").await?;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    },
-                    Next::Finish => return Ok(()),
-                }
-                Err(outlive::chromiumoxide::error::CdpError::msg(
-                    "the page survived what should have broken it",
-                ))
+                break_as_planned(&page, next, broke).await
             }
         },
         options,
@@ -308,33 +364,7 @@ async fn recovery(samples: u32) -> Result<RecoveryComparison, Error> {
     // The killer ends when the run (and its milestone sender) is gone.
     let (outlive::Reported { event, .. }, ()) = futures::join!(run, killer);
     bed.shutdown().await?;
-    let replacements = records.lock().expect("records").clone();
-    let of = |page: bool| -> Vec<f64> {
-        replacements
-            .iter()
-            .filter(|r| r.cause.is_page() == page)
-            .map(|r| r.replaced_in_ms)
-            .collect()
-    };
-    let (page_median_ms, relaunch_median_ms) = (median(&of(true)), median(&of(false)));
-    let detections = detections.lock().expect("detections").clone();
-    let detected = |how: Next| -> Vec<f64> {
-        detections
-            .iter()
-            .filter(|(h, _)| *h == how)
-            .map(|(_, d)| *d)
-            .collect()
-    };
-    Ok(RecoveryComparison {
-        replacements,
-        page_median_ms,
-        relaunch_median_ms,
-        ratio: page_median_ms / relaunch_median_ms,
-        crash_detected_ms: detected(Next::CrashPage),
-        hang_detected_ms: detected(Next::HangPage),
-        heartbeat_ms: (ms(heartbeat.0), ms(heartbeat.1)),
-        event,
-    })
+    Ok(recorder.comparison(heartbeat, event))
 }
 
 /// Checkpoint cost at RTT 0/20/50 ms and detection latency for close, reset and silence.
