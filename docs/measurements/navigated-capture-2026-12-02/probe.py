@@ -1,4 +1,8 @@
-"""Where a checkpoint on a new document spends its time (issue 22), raw CDP.
+"""Run: target/clients/venv/bin/python probe.py [instrumented capture.js, e.g. probe-cur.js]
+(probe-cur.js / probe-first.js: js/capture.js of the morning, instrumented with performance.now()
+marks; the first with databases() asked first.)
+
+Where a checkpoint on a new document spends its time (issue 22), raw CDP.
 Seeds 1 MiB localStorage (16 x 64 Ki one-byte chars) + 1000 IndexedDB records like the bench,
 then for each variant: N new documents of the origin, each settled 0.5 s, then the capture
 expression as outlive sends it (known hashes offered, idbSame offered), timed from here and
@@ -7,7 +11,7 @@ import asyncio, json, os, re, shutil, subprocess, sys, tempfile, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import websockets
 
-JS = "/work/main/crates/outlive/src/js/"
+JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../crates/outlive/src/js/")
 CODEC = open(JS + "codec.js").read()
 CAPTURE = open(sys.argv[1] if len(sys.argv) > 1 else JS + "capture.js").read()
 WASM = open(JS + "hash.wasm.b64").read().strip()
