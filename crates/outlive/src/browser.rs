@@ -12,7 +12,7 @@ use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
-use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache};
+use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache, WarmUp};
 use crate::ctx::Capturer;
 use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
@@ -44,6 +44,8 @@ pub(crate) struct CdpBrowser {
     parts: Arc<PartCache>,
     /// IndexedDB change tracking on the page's session (a fresh page starts a fresh one).
     idb: Arc<IdbWatch>,
+    /// Whether the page's documents warm the capture script up (a fresh page starts cold).
+    warm: Arc<WarmUp>,
     pump: Option<AbortOnDropHandle<()>>,
     _exit_watch: AbortOnDropHandle<()>,
     relay: Relay,
@@ -124,6 +126,7 @@ async fn connect(
         },
         parts: Arc::default(),
         idb: Arc::default(),
+        warm: Arc::default(),
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -238,11 +241,23 @@ impl LiveBrowser for CdpBrowser {
         let calls = self.relay.calls();
         let parts = self.parts.clone();
         let idb = self.idb.clone();
+        let warm = self.warm.clone();
         let options = self.capture;
         Arc::new(move || {
-            let (page, calls, parts, idb) =
-                (page.clone(), calls.clone(), parts.clone(), idb.clone());
-            Box::pin(async move { checkpoint::capture(&page, &calls, &parts, &idb, options).await })
+            let (page, calls, parts, idb, warm) = (
+                page.clone(),
+                calls.clone(),
+                parts.clone(),
+                idb.clone(),
+                warm.clone(),
+            );
+            Box::pin(async move {
+                let (checkpoint, ()) = futures::join!(
+                    checkpoint::capture(&page, &calls, &parts, &idb, options),
+                    warm.arm(&page),
+                );
+                checkpoint
+            })
         })
     }
 
@@ -333,6 +348,7 @@ impl LiveBrowser for CdpBrowser {
         );
         self.page = page;
         self.idb = Arc::default();
+        self.warm = Arc::default();
         Ok(())
     }
 

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::page::{
-    CreateIsolatedWorldParams, FrameTree, GetFrameTreeParams,
+    AddScriptToEvaluateOnNewDocumentParams, CreateIsolatedWorldParams, FrameTree,
+    GetFrameTreeParams,
 };
 use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use serde::Deserialize;
@@ -115,6 +116,50 @@ fn installer() -> String {
 /// nothing and compiles nothing until the first capture.
 pub(crate) fn install_on_new_document() -> String {
     format!("if (window === window.top) {};", installer())
+}
+
+/// The script a page's top-level documents run as they start once a capture was asked for on
+/// the page (see [`WarmUp`]): when the document has loaded and the renderer is idle, the installed
+/// capture script reads and hashes Web Storage ahead of the next capture, sending nothing, so
+/// that capture finds each area's last read in the script's memory and only compares the
+/// strings it reads now with it (every one, exactly: a change since the warm-up is captured).
+/// It marks the installed function `warmed` when done.
+fn warm_on_new_document() -> String {
+    format!(
+        "if (window === window.top) {{
+  const warm = () => {{
+    const capture = {INSTALLED};
+    if (capture) capture([], {{ warm: true }}).then(() => {{ capture.warmed = true; }}, () => {{}});
+  }};
+  const idle = () => (window.requestIdleCallback
+    ? window.requestIdleCallback(warm, {{ timeout: 1000 }})
+    : setTimeout(warm, 0));
+  window.addEventListener('load', idle, {{ once: true }});
+}}"
+    )
+}
+
+/// Whether the page's documents warm the capture script up as they load: not until a capture
+/// was asked for on the page, so a page outlive never checkpoints costs nothing (and where a page's
+/// CSP refuses WebAssembly, only a page outlive checkpoints reports the refusals). One per page
+/// session: the script is registered on it.
+#[derive(Default)]
+pub(crate) struct WarmUp(std::sync::atomic::AtomicBool);
+
+impl WarmUp {
+    /// As a capture on `page` starts (beside it, costing it nothing): registers
+    /// [`warm_on_new_document`] the first time.
+    pub(crate) async fn arm(&self, page: &Page) {
+        use std::sync::atomic::Ordering;
+        if self.0.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let script = AddScriptToEvaluateOnNewDocumentParams::new(warm_on_new_document());
+        if let Err(e) = page.execute(script).await {
+            tracing::debug!(error = %e, "registering the capture warm-up failed; next capture tries again");
+            self.0.store(false, Ordering::SeqCst);
+        }
+    }
 }
 
 /// The arguments of a capture call: the `known` hashes and, as `idb_same`, what the script
@@ -406,7 +451,6 @@ mod tests {
     }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
     use crate::checkpoint::test_support::{chromium_page, key, local, read_value};
-    use chromiumoxide::cdp::browser_protocol::page::AddScriptToEvaluateOnNewDocumentParams;
     use tokio_util::task::AbortOnDropHandle;
 
     /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
@@ -433,6 +477,41 @@ mod tests {
     fn first(cp: &Checkpoint) -> &FrameState {
         cp.storage.values().next().expect("a storage key")
     }
+
+    /// A script that fills the page's storage afresh: four 64 KiB items (each ending in
+    /// `lone`) in localStorage, four in sessionStorage, one 4 KiB IndexedDB record.
+    fn seed(lone: &str) -> String {
+        format!(
+            "(async () => {{
+              localStorage.clear(); sessionStorage.clear();
+              for (let i = 0; i < 4; i++) {{
+                localStorage.setItem('l' + i, 'a'.repeat(65536) + '{lone}');
+                sessionStorage.setItem('s' + i, 'b'.repeat(65536));
+              }}
+              await new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
+                r.onupgradeneeded = () => r.result.createObjectStore('s');
+                r.onerror = () => reject(r.error);
+                r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
+                  tx.objectStore('s').put('c'.repeat(4096), 'k');
+                  tx.onabort = () => reject(tx.error);
+                  tx.oncomplete = () => {{ r.result.close(); resolve(); }}; }}; }});
+              return 1;
+            }})()"
+        )
+    }
+
+    /// One change to each kind of storage [`seed`] fills (localStorage, sessionStorage,
+    /// IndexedDB), a single character each, marked `az`, `bz`, `cz`; `{lone}` as in the seed.
+    const CHANGES: [&str; 3] = [
+        "(localStorage.setItem('l2', 'a'.repeat(65535) + 'z' + '{lone}'), 1)",
+        "(sessionStorage.setItem('s3', 'b'.repeat(65535) + 'z'), 1)",
+        "new Promise((resolve, reject) => { const r = indexedDB.open('db', 1);
+          r.onerror = () => reject(r.error);
+          r.onsuccess = () => { const tx = r.result.transaction('s', 'readwrite');
+            tx.objectStore('s').put('c'.repeat(4095) + 'z', 'k');
+            tx.onabort = () => reject(tx.error);
+            tx.oncomplete = () => { r.result.close(); resolve(1); }; }; })",
+    ];
 
     /// Whether `now` reused the part `before` held (it crossed the wire as a hash), for
     /// localStorage, sessionStorage and IndexedDB in turn.
@@ -487,24 +566,7 @@ mod tests {
             }
             let go = |n: u32| page.goto(format!("{url}/{dir}page{n}"));
             go(0).await.unwrap();
-            let seed = format!(
-                "(async () => {{
-                  localStorage.clear(); sessionStorage.clear();
-                  for (let i = 0; i < 4; i++) {{
-                    localStorage.setItem('l' + i, 'a'.repeat(65536) + '{lone}');
-                    sessionStorage.setItem('s' + i, 'b'.repeat(65536));
-                  }}
-                  await new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
-                    r.onupgradeneeded = () => r.result.createObjectStore('s');
-                    r.onerror = () => reject(r.error);
-                    r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
-                      tx.objectStore('s').put('c'.repeat(4096), 'k');
-                      tx.onabort = () => reject(tx.error);
-                      tx.oncomplete = () => {{ r.result.close(); resolve(); }}; }}; }});
-                  return 1;
-                }})()"
-            );
-            let _: i64 = read_value(&page, seed).await;
+            let _: i64 = read_value(&page, seed(lone)).await;
             let _ = capture().await.unwrap();
             let mut last = capture().await.unwrap();
             let hash = first(&last).local.as_ref().unwrap().hash.clone();
@@ -530,17 +592,7 @@ mod tests {
             );
             last = now;
 
-            let changes = [
-                "(localStorage.setItem('l2', 'a'.repeat(65535) + 'z' + '{lone}'), 1)",
-                "(sessionStorage.setItem('s3', 'b'.repeat(65535) + 'z'), 1)",
-                "new Promise((resolve, reject) => { const r = indexedDB.open('db', 1);
-                  r.onerror = () => reject(r.error);
-                  r.onsuccess = () => { const tx = r.result.transaction('s', 'readwrite');
-                    tx.objectStore('s').put('c'.repeat(4095) + 'z', 'k');
-                    tx.onabort = () => reject(tx.error);
-                    tx.oncomplete = () => { r.result.close(); resolve(1); }; }; })",
-            ];
-            for (kind, change) in changes.iter().enumerate() {
+            for (kind, change) in CHANGES.iter().enumerate() {
                 go(2 + kind as u32).await.unwrap();
                 let _: i64 = read_value(&page, change.replace("{lone}", lone)).await;
                 go(10 + kind as u32).await.unwrap();
@@ -561,6 +613,75 @@ mod tests {
                 );
                 last = now;
             }
+        }
+    }
+
+    /// Waits until the document the page shows has warmed its capture script up (the warm-up
+    /// runs once the document loaded and the renderer is idle).
+    async fn warmed(page: &Page) {
+        for _ in 0..500 {
+            let done: bool = read_value(page, format!("{INSTALLED}?.warmed === true")).await;
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the document did not warm the capture script up within 10 s");
+    }
+
+    /// Once a page was captured, each new document reads and hashes its Web Storage ahead of
+    /// the next capture; that capture still compares every string, so what changed after the
+    /// warm-up — in each kind of storage — is captured, and nothing unchanged is sent.
+    #[tokio::test]
+    async fn a_warmed_up_document_captures_what_changed_after_the_warm_up() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (url, _server) = site().await;
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let warm = WarmUp::default();
+        let options = CaptureOptions {
+            indexed_db: true,
+            indexed_db_max_bytes: 1 << 20,
+        };
+        let capture = || async {
+            let (cp, ()) = futures::join!(
+                capture(&page, &calls, &cache, &watch, options),
+                warm.arm(&page)
+            );
+            cp.unwrap()
+        };
+        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
+            install_on_new_document(),
+        ))
+        .await
+        .unwrap();
+        let go = |n: u32| page.goto(format!("{url}/page{n}"));
+        go(0).await.unwrap();
+        let _: i64 = read_value(&page, seed("")).await;
+        let _ = capture().await;
+        let mut last = capture().await;
+
+        go(1).await.unwrap();
+        warmed(&page).await;
+        let now = capture().await;
+        assert_eq!(reused(&last, &now), [true; 3], "nothing changed");
+        last = now;
+
+        for (kind, change) in CHANGES.iter().enumerate() {
+            go(2 + kind as u32).await.unwrap();
+            warmed(&page).await;
+            let _: i64 = read_value(&page, change.replace("{lone}", "")).await;
+            let now = capture().await;
+            let mut expected = [true; 3];
+            expected[kind] = false;
+            assert_eq!(reused(&last, &now), expected, "change {kind}");
+            let state = first(&now);
+            let part = [&state.local, &state.session, &state.idb][kind];
+            let json = &part.as_ref().unwrap().json;
+            assert!(
+                ["az", "bz", "cz"].iter().any(|m| json.contains(m)),
+                "change {kind} is in the checkpoint"
+            );
+            last = now;
         }
     }
 

@@ -48,7 +48,7 @@ mod script;
 mod test_support;
 
 pub(crate) use cache::PartCache;
-pub(crate) use capture::{CaptureOptions, capture, install_on_new_document};
+pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
 pub(crate) use idb::IdbWatch;
 pub(crate) use restore::restore;
 

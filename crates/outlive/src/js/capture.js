@@ -10,6 +10,9 @@
 // WebAssembly would report each refusal); `memo` keeps the items of the last read of each Web
 // Storage area, so an unchanged area is recognised by comparing strings (V8 compares the same
 // string by identity, equal ones by memcmp) instead of hashing every character again.
+// `capture([], { warm: true })` reads and hashes Web Storage into `memo` and sends nothing: run
+// once a new document is idle (see `warm_on_new_document`), it leaves the next capture there
+// only the comparison.
 ((memo) => async (known, opts) => {
   const have = new Set(known);
   // Two 32-bit lanes of a multiply-xorshift hash, over every string with its length: the
@@ -77,7 +80,7 @@
     } catch (e) { memo.wasm = null; return null; }
   };
   const digest = (strings) => wasmDigest(strings) ?? jsDigest(strings);
-  const part = (hash, text) => (have.has(hash) ? { hash } : { hash, data: text() });
+  const part = (hash, text) => (have.has(hash) || opts.warm ? { hash } : { hash, data: text() });
 
   const area = (name) => {
     let s;
