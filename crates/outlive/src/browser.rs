@@ -254,7 +254,7 @@ impl LiveBrowser for CdpBrowser {
             Box::pin(async move {
                 let (checkpoint, ()) = futures::join!(
                     checkpoint::capture(&page, &calls, &parts, &idb, options),
-                    warm.arm(&page),
+                    warm.arm(&page, &calls),
                 );
                 checkpoint
             })

@@ -118,25 +118,50 @@ pub(crate) fn install_on_new_document() -> String {
     format!("if (window === window.top) {};", installer())
 }
 
-/// The script a page's top-level documents run as they start once a capture was asked for on
-/// the page (see [`WarmUp`]): when the document has loaded and the renderer is idle, the installed
+/// The warm-up a page's documents run as they start once a capture was asked for on the page
+/// (see [`WarmUp`]): when the document has loaded and the renderer is idle, the installed
 /// capture script reads and hashes Web Storage ahead of the next capture, sending nothing, so
 /// that capture finds each area's last read in the script's memory and only compares the
 /// strings it reads now with it (every one, exactly: a change since the warm-up is captured).
 /// It marks the installed function `warmed` when done.
-fn warm_on_new_document() -> String {
+fn warm_up() -> String {
     format!(
-        "if (window === window.top) {{
-  const warm = () => {{
+        "const warm = () => {{
     const capture = {INSTALLED};
     if (capture) capture([], {{ warm: true }}).then(() => {{ capture.warmed = true; }}, () => {{}});
   }};
   const idle = () => (window.requestIdleCallback
     ? window.requestIdleCallback(warm, {{ timeout: 1000 }})
     : setTimeout(warm, 0));
-  window.addEventListener('load', idle, {{ once: true }});
-}}"
+  window.addEventListener('load', idle, {{ once: true }});"
     )
+}
+
+/// [`warm_up`] for the page's top-level documents.
+fn warm_on_new_document() -> String {
+    format!(
+        "if (window === window.top) {{
+  {}
+}}",
+        warm_up()
+    )
+}
+
+/// What each out-of-process frame (a cross-site iframe, its own target) runs as its documents
+/// start once a capture was asked for on the page: the capture script installed, and
+/// [`warm_up`]. Registered by the relay as the frame attaches (see `Calls::arm_frames`); a
+/// capture reads such a frame with the whole installing expression anyway, so a frame that
+/// started before its scripts were registered is read as before.
+fn frame_scripts() -> Vec<String> {
+    vec![
+        format!("{};", installer()),
+        format!(
+            "{{
+  {}
+}}",
+            warm_up()
+        ),
+    ]
 }
 
 /// Whether the page's documents warm the capture script up as they load: not until a capture
@@ -148,12 +173,14 @@ pub(crate) struct WarmUp(std::sync::atomic::AtomicBool);
 
 impl WarmUp {
     /// As a capture on `page` starts (beside it, costing it nothing): registers
-    /// [`warm_on_new_document`] the first time.
-    pub(crate) async fn arm(&self, page: &Page) {
+    /// [`warm_on_new_document`] on the page and has the relay register [`frame_scripts`] on
+    /// each cross-site frame that attaches from then on, the first time.
+    pub(crate) async fn arm(&self, page: &Page, calls: &Calls) {
         use std::sync::atomic::Ordering;
         if self.0.swap(true, Ordering::SeqCst) {
             return;
         }
+        calls.arm_frames(frame_scripts());
         let script = AddScriptToEvaluateOnNewDocumentParams::new(warm_on_new_document());
         if let Err(e) = page.execute(script).await {
             tracing::debug!(error = %e, "registering the capture warm-up failed; next capture tries again");
@@ -645,7 +672,7 @@ mod tests {
         let capture = || async {
             let (cp, ()) = futures::join!(
                 capture(&page, &calls, &cache, &watch, options),
-                warm.arm(&page)
+                warm.arm(&page, &calls)
             );
             cp.unwrap()
         };
@@ -681,6 +708,173 @@ mod tests {
                 ["az", "bz", "cz"].iter().any(|m| json.contains(m)),
                 "change {kind} is in the checkpoint"
             );
+            last = now;
+        }
+    }
+
+    /// A page in a local Chromium reached through outlive's relay, which sees (and arms) its
+    /// out-of-process frames; owned by the returned guards.
+    async fn relayed_page() -> (
+        crate::LocalBrowser,
+        crate::relay::Relay,
+        chromiumoxide::Browser,
+        AbortOnDropHandle<()>,
+        Page,
+    ) {
+        use futures::StreamExt;
+        let chromium = crate::LocalChromium::new()
+            .start()
+            .await
+            .expect("Chromium starts");
+        let heartbeat = crate::relay::Heartbeat {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        };
+        let mut relay = crate::relay::Relay::start(
+            chromium.endpoint(),
+            heartbeat,
+            crate::options::Dialogs::Dismiss,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the relay starts");
+        let (browser, mut handler) = chromiumoxide::Browser::connect(relay.client_url())
+            .await
+            .expect("connects");
+        let pump = AbortOnDropHandle::new(tokio::spawn(async move {
+            while handler.next().await.is_some() {}
+        }));
+        let page = browser.new_page("about:blank").await.expect("a page");
+        relay.watch_page(
+            page.target_id().as_ref().to_owned(),
+            page.session_id().as_ref().to_owned(),
+        );
+        (chromium, relay, browser, pump, page)
+    }
+
+    /// What `expression` answers in the out-of-process frame of `session`.
+    async fn frame_value(calls: &Calls, session: &str, expression: &str) -> serde_json::Value {
+        let params = serde_json::json!({
+            "expression": expression,
+            "awaitPromise": true,
+            "returnByValue": true,
+        });
+        let text = calls
+            .call(
+                session.to_owned(),
+                "Runtime.evaluate",
+                params,
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("the frame answers");
+        let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+        reply["result"]["result"]["value"].clone()
+    }
+
+    /// The one out-of-process frame of the page, once it is another than `old`.
+    async fn the_frame(calls: &Calls, old: Option<&str>) -> String {
+        for _ in 0..500 {
+            let sessions = calls.frame_sessions().await;
+            if let [one] = sessions.as_slice()
+                && Some(one.as_str()) != old
+            {
+                return one.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the page did not get one new out-of-process frame within 10 s");
+    }
+
+    /// A cross-site iframe (its own renderer, reached through its session on the relay) gets
+    /// the capture script and the warm-up as each of its documents starts, once a capture was
+    /// asked for on the page: after a navigation its unchanged storage crosses the wire as a
+    /// hash, and a change made after its warm-up is captured.
+    #[tokio::test]
+    async fn a_cross_site_frame_is_warmed_up_and_its_changes_still_captured() {
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| async move {
+            let path = uri.path().to_owned();
+            axum::response::Html(match path.strip_prefix("/top") {
+                Some(n) => format!("<iframe src=\"http://localhost:{port}/frame{n}\"></iframe>"),
+                None => format!("<title>{path}</title>"),
+            })
+        });
+        let _server = AbortOnDropHandle::new(tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        }));
+        let calls = relay.calls();
+        let (cache, watch, warm) = (PartCache::default(), IdbWatch::default(), WarmUp::default());
+        let options = CaptureOptions {
+            indexed_db: false,
+            indexed_db_max_bytes: 0,
+        };
+        let capture = || async {
+            let (cp, ()) = futures::join!(
+                capture(&page, &calls, &cache, &watch, options),
+                warm.arm(&page, &calls)
+            );
+            cp.unwrap()
+        };
+        let frame_key = key(
+            &format!("http://127.0.0.1:{port}"),
+            &format!("http://localhost:{port}"),
+        );
+        let frame_local = |cp: &Checkpoint| cp.storage[&frame_key].local.clone().unwrap();
+        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
+            install_on_new_document(),
+        ))
+        .await
+        .unwrap();
+        let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
+
+        go(0).await.unwrap();
+        let mut frame = the_frame(&calls, None).await;
+        let seed = "(localStorage.setItem('f', 'q'.repeat(65536)), 1)";
+        frame_value(&calls, &frame, seed).await;
+        let _ = capture().await;
+        let mut last = capture().await;
+
+        let warmed = format!("{INSTALLED}?.warmed === true");
+        for (n, change) in [(1, None), (2, Some("'q'.repeat(65535) + 'z'"))] {
+            go(n).await.unwrap();
+            frame = the_frame(&calls, Some(&frame)).await;
+            let mut done = false;
+            for _ in 0..500 {
+                done = frame_value(&calls, &frame, &warmed).await == true;
+                if done {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if !done {
+                let here = frame_value(
+                    &calls,
+                    &frame,
+                    &format!("[typeof {INSTALLED}, document.readyState, location.href]"),
+                )
+                .await;
+                panic!("document {n}: the frame warmed up within 10 s: {here}");
+            }
+            if let Some(value) = change {
+                let set = format!("(localStorage.setItem('f', {value}), 1)");
+                frame_value(&calls, &frame, &set).await;
+            }
+            let now = capture().await;
+            let same = Arc::ptr_eq(&frame_local(&last), &frame_local(&now));
+            assert_eq!(
+                same,
+                change.is_none(),
+                "document {n}: the frame's part reused"
+            );
+            if change.is_some() {
+                assert!(
+                    frame_local(&now).json.contains("qz"),
+                    "the change is captured"
+                );
+            }
             last = now;
         }
     }

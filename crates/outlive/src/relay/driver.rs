@@ -126,6 +126,8 @@ struct Driver {
     probes: Vec<(u64, oneshot::Sender<()>)>,
     /// Calls of outlive's own: id → whom to hand the reply.
     calls: HashMap<u64, oneshot::Sender<String>>,
+    /// Scripts registered on each out-of-process frame as it attaches (none until armed).
+    frame_scripts: Vec<String>,
 }
 
 type Incoming = Option<Result<Message, WsError>>;
@@ -155,6 +157,7 @@ impl Driver {
             flows,
             probes: Vec::new(),
             calls: HashMap::new(),
+            frame_scripts: Vec::new(),
         };
         (driver, ends)
     }
@@ -204,6 +207,7 @@ impl Driver {
                     Verdict::Own(id) => self.answer(id, text.as_str()),
                     Verdict::Forward(failure) => {
                         wire::trace("from browser", text.as_bytes());
+                        self.arm_attached_frames();
                         self.to_client.push(wire::for_chromiumoxide(text));
                         if let Some(f) = failure {
                             self.fail_page(f);
@@ -295,7 +299,10 @@ impl Driver {
                     self.send_own(id, wire::page_probe_message(id, &session));
                 }
             }
-            Control::Watch(page) => self.dog.watch(page),
+            Control::Watch(page) => {
+                self.frame_scripts.clear();
+                self.dog.watch(page);
+            }
             Control::Opening(generation) => self.dog.opening(generation),
             Control::Call {
                 session,
@@ -310,6 +317,9 @@ impl Driver {
             }
             Control::Frames(reply) => {
                 let _ = reply.send(self.dog.frames());
+            }
+            Control::ArmFrames(scripts) => {
+                self.frame_scripts = scripts;
             }
             Control::PageFailed(generation) => {
                 if let Some(f) = self.dog.fail_watched(generation) {
@@ -334,6 +344,28 @@ impl Driver {
     fn wait_probe(&mut self, id: u64, reply: oneshot::Sender<()>) {
         self.probes.retain(|(_, r)| !r.is_closed());
         self.probes.push((id, reply));
+    }
+
+    /// Registers the armed frame scripts on the out-of-process frames that just attached: sent
+    /// before the attach is forwarded, so before chromiumoxide's `runIfWaitingForDebugger`
+    /// lets the frame run.
+    fn arm_attached_frames(&mut self) {
+        for session in self.dog.take_attached_frames() {
+            if self.frame_scripts.is_empty() {
+                continue;
+            }
+            // Chromium runs a target's new-document scripts only where its Page domain is on.
+            let id = self.dog.next_id();
+            self.send_own(
+                id,
+                wire::call_message(id, &session, "Page.enable", serde_json::json!({})),
+            );
+            for i in 0..self.frame_scripts.len() {
+                let id = self.dog.next_id();
+                let message = wire::add_script_message(id, &session, &self.frame_scripts[i]);
+                self.send_own(id, message);
+            }
+        }
     }
 
     /// Queues message `id` of the relay's own for the browser, without waiting.

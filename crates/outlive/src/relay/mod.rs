@@ -170,6 +170,9 @@ enum Control {
     },
     /// The sessions of the out-of-process frames (cross-site iframes) of the watched page.
     Frames(oneshot::Sender<Vec<String>>),
+    /// From now on, register these scripts (`Page.addScriptToEvaluateOnNewDocument`) on every
+    /// out-of-process frame attached under the watched page, as it attaches.
+    ArmFrames(Vec<String>),
 }
 
 /// Resolves with the first death published on `rx`.
@@ -475,6 +478,13 @@ impl Calls {
             return Vec::new();
         }
         rx.await.unwrap_or_default()
+    }
+
+    /// From now on, each out-of-process frame attached under the watched page gets `scripts`
+    /// registered to run as its documents start, before chromiumoxide lets it run (it attaches
+    /// frames paused; the relay sends these as it forwards the attach). Replies are not awaited.
+    pub fn arm_frames(&self, scripts: Vec<String>) {
+        let _ = self.control.send(Control::ArmFrames(scripts));
     }
 
     /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay

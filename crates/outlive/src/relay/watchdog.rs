@@ -393,6 +393,11 @@ impl Watchdog {
         self.page.frames.iter().cloned().collect()
     }
 
+    /// The out-of-process frames attached under the watched page since the last call.
+    pub fn take_attached_frames(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.page.attached)
+    }
+
     /// Marks the watched page failed: its session is dead from now on, and its commands in
     /// flight are handed back to be answered with an error.
     fn fail_page(&mut self, cause: DeathCause) -> Option<PageFailure> {

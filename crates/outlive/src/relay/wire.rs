@@ -494,6 +494,16 @@ pub(super) fn call_message(
 }
 
 /// Outlive's answer to the JavaScript dialog open on `session`.
+/// Registers `source` to run as each document of `session`'s target starts.
+pub(super) fn add_script_message(id: u64, session: &str, source: &str) -> Message {
+    call_message(
+        id,
+        session,
+        "Page.addScriptToEvaluateOnNewDocument",
+        serde_json::json!({ "source": source }),
+    )
+}
+
 pub(super) fn dialog_message(id: u64, session: &str, accept: bool) -> Message {
     call_message(
         id,

@@ -42,6 +42,8 @@ pub(super) struct PageState {
     pub failed_generation: u64,
     /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
     pub frames: BTreeSet<String>,
+    /// Frames attached since the driver last took them (see `Watchdog::take_attached_frames`).
+    pub attached: Vec<String>,
     /// A JavaScript dialog is open on the watched page: its scripts wait for an answer, which
     /// is no hang.
     dialog_open: bool,
@@ -66,6 +68,7 @@ impl PageState {
         self.navigating = false;
         self.responded = None;
         self.frames.clear();
+        self.attached.clear();
         self.dialog_open = false;
         self.opening = None;
         self.watched = Some(page);
@@ -294,7 +297,8 @@ impl PageState {
                     .as_ref()
                     .is_some_and(|t| t.kind == "iframe") =>
             {
-                self.frames.insert(session);
+                self.frames.insert(session.clone());
+                self.attached.push(session);
             }
             "Target.detachedFromTarget" => {
                 self.frames.remove(&session);
