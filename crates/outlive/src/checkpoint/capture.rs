@@ -119,32 +119,29 @@ pub(crate) fn install_on_new_document() -> String {
 }
 
 /// The warm-up a page's documents run as they start once a capture was asked for on the page
-/// (see [`WarmUp`]): when the document has loaded and the renderer is idle, the installed
-/// capture script reads and hashes Web Storage ahead of the next capture, sending nothing, so
-/// that capture finds each area's last read in the script's memory and only compares the
-/// strings it reads now with it (every one, exactly: a change since the warm-up is captured).
-/// It marks the installed function `warmed` when done.
+/// (see [`WarmUp`]), as a block statement: when the document has loaded and the renderer is
+/// idle, the installed capture script reads and hashes Web Storage ahead of the next capture,
+/// sending nothing, so that capture finds each area's last read in the script's memory and
+/// only compares the strings it reads now with it (every one, exactly: a change since the
+/// warm-up is captured). It marks the installed function `warmed` when done.
 fn warm_up() -> String {
     format!(
-        "const warm = () => {{
+        "{{
+  const warm = () => {{
     const capture = {INSTALLED};
     if (capture) capture([], {{ warm: true }}).then(() => {{ capture.warmed = true; }}, () => {{}});
   }};
   const idle = () => (window.requestIdleCallback
     ? window.requestIdleCallback(warm, {{ timeout: 1000 }})
     : setTimeout(warm, 0));
-  window.addEventListener('load', idle, {{ once: true }});"
+  window.addEventListener('load', idle, {{ once: true }});
+}}"
     )
 }
 
 /// [`warm_up`] for the page's top-level documents.
 fn warm_on_new_document() -> String {
-    format!(
-        "if (window === window.top) {{
-  {}
-}}",
-        warm_up()
-    )
+    format!("if (window === window.top) {}", warm_up())
 }
 
 /// What each out-of-process frame (a cross-site iframe, its own target) runs as its documents
@@ -153,15 +150,7 @@ fn warm_on_new_document() -> String {
 /// capture reads such a frame with the whole installing expression anyway, so a frame that
 /// started before its scripts were registered is read as before.
 fn frame_scripts() -> Vec<String> {
-    vec![
-        format!("{};", installer()),
-        format!(
-            "{{
-  {}
-}}",
-            warm_up()
-        ),
-    ]
+    vec![format!("{};", installer()), warm_up()]
 }
 
 /// Whether the page's documents warm the capture script up as they load: not until a capture
@@ -477,7 +466,7 @@ mod tests {
         );
     }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
-    use crate::checkpoint::test_support::{chromium_page, key, local, read_value};
+    use crate::checkpoint::test_support::{chromium_page, connect_page, key, local, read_value};
     use tokio_util::task::AbortOnDropHandle;
 
     /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
@@ -721,7 +710,6 @@ mod tests {
         AbortOnDropHandle<()>,
         Page,
     ) {
-        use futures::StreamExt;
         let chromium = crate::LocalChromium::new()
             .start()
             .await
@@ -738,13 +726,7 @@ mod tests {
         )
         .await
         .expect("the relay starts");
-        let (browser, mut handler) = chromiumoxide::Browser::connect(relay.client_url())
-            .await
-            .expect("connects");
-        let pump = AbortOnDropHandle::new(tokio::spawn(async move {
-            while handler.next().await.is_some() {}
-        }));
-        let page = browser.new_page("about:blank").await.expect("a page");
+        let (browser, pump, page) = connect_page(relay.client_url()).await;
         relay.watch_page(
             page.target_id().as_ref().to_owned(),
             page.session_id().as_ref().to_owned(),

@@ -47,15 +47,22 @@ pub(super) async fn chromium_page() -> (
         .start()
         .await
         .expect("Chromium starts");
-    let (browser, mut handler) =
-        chromiumoxide::Browser::connect(chromium.endpoint().expose().to_owned())
-            .await
-            .expect("connects");
+    let (browser, pump, page) = connect_page(chromium.endpoint().expose()).await;
+    (chromium, browser, pump, page)
+}
+
+/// A chromiumoxide client on the browser at `url`, its handler pumped, and a blank page.
+pub(super) async fn connect_page(
+    url: &str,
+) -> (chromiumoxide::Browser, AbortOnDropHandle<()>, Page) {
+    let (browser, mut handler) = chromiumoxide::Browser::connect(url.to_owned())
+        .await
+        .expect("connects");
     let pump = AbortOnDropHandle::new(tokio::spawn(async move {
         while handler.next().await.is_some() {}
     }));
     let page = browser.new_page("about:blank").await.expect("a page");
-    (chromium, browser, pump, page)
+    (browser, pump, page)
 }
 
 /// What `expression` answers in `page`.

@@ -350,22 +350,22 @@ impl Driver {
     /// before the attach is forwarded, so before chromiumoxide's `runIfWaitingForDebugger`
     /// lets the frame run.
     fn arm_attached_frames(&mut self) {
-        for session in self.dog.take_attached_frames() {
-            if self.frame_scripts.is_empty() {
-                continue;
-            }
+        let attached = self.dog.take_attached_frames();
+        if self.frame_scripts.is_empty() {
+            return;
+        }
+        let scripts = std::mem::take(&mut self.frame_scripts);
+        for session in attached {
             // Chromium runs a target's new-document scripts only where its Page domain is on.
             let id = self.dog.next_id();
-            self.send_own(
-                id,
-                wire::call_message(id, &session, "Page.enable", serde_json::json!({})),
-            );
-            for i in 0..self.frame_scripts.len() {
+            let enable = wire::call_message(id, &session, "Page.enable", serde_json::json!({}));
+            self.send_own(id, enable);
+            for script in &scripts {
                 let id = self.dog.next_id();
-                let message = wire::add_script_message(id, &session, &self.frame_scripts[i]);
-                self.send_own(id, message);
+                self.send_own(id, wire::add_script_message(id, &session, script));
             }
         }
+        self.frame_scripts = scripts;
     }
 
     /// Queues message `id` of the relay's own for the browser, without waiting.

@@ -493,7 +493,6 @@ pub(super) fn call_message(
     Message::Text(body.to_string().into())
 }
 
-/// Outlive's answer to the JavaScript dialog open on `session`.
 /// Registers `source` to run as each document of `session`'s target starts.
 pub(super) fn add_script_message(id: u64, session: &str, source: &str) -> Message {
     call_message(
@@ -504,6 +503,7 @@ pub(super) fn add_script_message(id: u64, session: &str, source: &str) -> Messag
     )
 }
 
+/// Outlive's answer to the JavaScript dialog open on `session`.
 pub(super) fn dialog_message(id: u64, session: &str, accept: bool) -> Message {
     call_message(
         id,
