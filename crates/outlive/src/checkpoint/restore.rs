@@ -43,7 +43,7 @@ const PIECE_BYTES: usize = 256 * 1024;
 const HANDED: &str = "globalThis[Symbol.for('outlive.restore.data')]";
 
 /// What a top-level restore document defines when its data is handed over after it loads:
-/// the restore, waiting for the data.
+/// the restore function, waiting for the data (its child documents' reports already heard).
 const RUN: &str = "globalThis[Symbol.for('outlive.restore.run')]";
 
 impl FrameState {
@@ -141,7 +141,8 @@ fn restore_document(data: Option<&str>, children: &[String]) -> Zeroizing<String
                 data = data.as_str()
             ))
         }
-        None => Zeroizing::new(format!("{RUN}=(data)=>({RESTORE_JS})(data);")),
+        // Evaluated now, so its children's reports are heard while the data is handed over.
+        None => Zeroizing::new(format!("{RUN}={RESTORE_JS};")),
     };
     Zeroizing::new(format!(
         "<!doctype html><meta charset=\"utf-8\"><title>outlive restore</title><link rel=\"icon\" href=\"data:,\">\
@@ -670,6 +671,42 @@ mod tests {
         assert_eq!(
             seen, r#"["/__outlive_restore/1",null,[["keep","1"],["step","3"]],"1"]"#,
             "a restore document was loaded again"
+        );
+    }
+
+    /// A cross-site frame's restore document can finish before its parent's data has been
+    /// handed over and its restore started: its report still counts (before, it was lost and
+    /// the restore waited out the children's timeout and counted the frame as failed).
+    #[tokio::test]
+    async fn a_frame_that_reports_before_its_handed_over_parent_runs_is_heard() {
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
+        let big = serde_json::json!([["blob", "x".repeat(3 * PIECE_BYTES)]]).to_string();
+        cp.storage.insert(
+            key("https://app.example", "https://app.example"),
+            local(&big),
+        );
+        cp.storage.insert(
+            key("https://app.example", "https://widget.example"),
+            local(r#"[["token","w"]]"#),
+        );
+        assert!(plan(&cp, None).loads[0].handed.is_some(), "handed over");
+        // The parent's restore starts only once its data has landed; the child, its data
+        // inside, reports as soon as it has loaded and written.
+        assert_eq!(
+            restore(&page, &cp, None).await.unwrap(),
+            0,
+            "no frame failed"
+        );
+        let seen: serde_json::Value = read_value(
+            &page,
+            "(async () => [localStorage.getItem('blob').length, (await window.__outlive_restored).written])()".into(),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            serde_json::json!([3 * PIECE_BYTES, 2]),
+            "the top's item and the frame's, both counted"
         );
     }
 
