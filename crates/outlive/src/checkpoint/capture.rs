@@ -239,21 +239,55 @@ async fn read_top(page: &Page, arguments: &str) -> Result<FrameRead, Error> {
     })
 }
 
-/// Runs the capture script in an out-of-process frame, through its session on the relay.
-async fn read_remote(calls: &Calls, session: String, expression: String) -> Option<FrameRead> {
+/// Runs the capture script in an out-of-process frame, through its session on the relay: the
+/// installed script first (a frame's documents get it once the page is checkpointed), the
+/// whole script where it is not there yet.
+async fn read_remote(calls: &Calls, session: String, arguments: &str) -> Option<FrameRead> {
+    let installed = evaluate_remote(
+        calls,
+        session.clone(),
+        installed_capture_expression(arguments),
+    );
+    match installed.await? {
+        Remote::Read(read) => Some(*read),
+        Remote::NotInstalled => {
+            tracing::debug!(
+                "the capture script is not installed in a frame's document; sending it"
+            );
+            match evaluate_remote(calls, session, capture_expression(arguments)).await? {
+                Remote::Read(read) => Some(*read),
+                Remote::NotInstalled => None,
+            }
+        }
+    }
+}
+
+/// What a frame's capture call answered.
+enum Remote {
+    Read(Box<FrameRead>),
+    /// [`NOT_INSTALLED`].
+    NotInstalled,
+}
+
+/// Evaluates a capture `expression` in an out-of-process frame; `None` if it failed or threw.
+async fn evaluate_remote(calls: &Calls, session: String, expression: String) -> Option<Remote> {
     #[derive(Deserialize)]
-    struct Reply {
-        result: Option<Evaluated>,
+    struct Reply<'a> {
+        #[serde(borrow)]
+        result: Option<Evaluated<'a>>,
     }
     #[derive(Deserialize)]
-    struct Evaluated {
-        result: Remote,
+    struct Evaluated<'a> {
+        #[serde(borrow)]
+        result: Value<'a>,
         #[serde(rename = "exceptionDetails")]
         exception: Option<serde::de::IgnoredAny>,
     }
     #[derive(Deserialize)]
-    struct Remote {
-        value: Option<FrameRead>,
+    struct Value<'a> {
+        // Borrowed from the zeroed reply: the read is decoded once, from the reply itself.
+        #[serde(borrow)]
+        value: Option<&'a serde_json::value::RawValue>,
     }
     let params = serde_json::json!({
         "expression": expression,
@@ -270,7 +304,11 @@ async fn read_remote(calls: &Calls, session: String, expression: String) -> Opti
     if evaluated.exception.is_some() {
         return None;
     }
-    evaluated.result.value
+    let value = evaluated.result.value?;
+    if value.get() == NOT_INSTALLED.to_string() {
+        return Some(Remote::NotInstalled);
+    }
+    serde_json::from_str(value.get()).ok().map(Remote::Read)
 }
 
 /// Captures a checkpoint from `page` and its frames. Cookies, the top frame, the frame tree
@@ -289,12 +327,11 @@ pub(crate) async fn capture(
     let (mut changes, idb_same) = idb.begin(cache);
     let offered = idb_same.is_some();
     let arguments = capture_arguments(&cache.known(), options, idb_same);
-    let expression = capture_expression(&arguments);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
-        read_remote_frames(calls, &expression),
+        read_remote_frames(calls, &arguments),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = cookies
@@ -331,7 +368,7 @@ pub(crate) async fn capture(
     if let Ok(tree) = tree {
         let seen = reads.iter().map(|r| r.origin.clone()).collect();
         let tree = &tree.result.frame_tree;
-        let local = read_same_process_frames(page, tree, seen, &expression).await;
+        let local = read_same_process_frames(page, tree, seen, &arguments).await;
         frames_unread += keep_reads(&mut reads, local);
     }
 
@@ -354,11 +391,11 @@ pub(crate) async fn capture(
 }
 
 /// Runs the capture script in every out-of-process frame the relay holds a session for.
-async fn read_remote_frames(calls: &Calls, expression: &str) -> Vec<Option<FrameRead>> {
+async fn read_remote_frames(calls: &Calls, arguments: &str) -> Vec<Option<FrameRead>> {
     let sessions = calls.frame_sessions().await;
     let reads = sessions
         .into_iter()
-        .map(|s| read_remote(calls, s, expression.to_owned()));
+        .map(|s| read_remote(calls, s, arguments));
     futures::future::join_all(reads).await
 }
 
@@ -382,13 +419,14 @@ fn keep_reads(reads: &mut Vec<FrameRead>, answers: Vec<Option<FrameRead>>) -> u6
     unread
 }
 
-/// Runs the capture script in an isolated world of each same-process frame below `tree`
-/// whose storable origin is not in `seen` yet (one frame per origin).
+/// Runs the whole capture script (an isolated world has none installed) with `arguments` in
+/// an isolated world of each same-process frame below `tree` whose storable origin is not in
+/// `seen` yet (one frame per origin).
 async fn read_same_process_frames(
     page: &Page,
     tree: &FrameTree,
     mut seen: Vec<String>,
-    expression: &str,
+    arguments: &str,
 ) -> Vec<Option<FrameRead>> {
     let mut frames = Vec::new();
     collect_frames(tree, &mut frames);
@@ -399,6 +437,10 @@ async fn read_same_process_frames(
         }
         new
     });
+    if frames.is_empty() {
+        return Vec::new();
+    }
+    let expression = capture_expression(arguments);
     let local_reads = frames.iter().map(|(frame, _)| async {
         let world = CreateIsolatedWorldParams::builder()
             .frame_id(frame.clone())
