@@ -9,9 +9,10 @@
 //! and a partitioned cookie (`partitionKey.topLevelSite` `http://127.0.0.1`). Both hosts
 //! are potentially trustworthy, so plain http can set a `Secure` cookie; no flag is needed.
 //!
-//! The app page's script exposes `window.twosite` with two async functions, for
+//! The app page's script exposes `window.twosite` with async functions, for
 //! `Runtime.evaluate` with `awaitPromise` and `returnByValue` ([`SEED_JS`], [`REPORT_JS`]):
-//! `seed()` writes every piece and `report()` reads them back as a [`Report`].
+//! `seed()` writes every piece and `report()` reads them back as a [`Report`]; `fillWidget()`
+//! fills the widget's storage for benchmarks ([`fill_widget_js`]).
 
 use std::fmt;
 use std::io;
@@ -46,6 +47,12 @@ pub const WIDGET_WHOAMI_PATH: &str = "/widget/whoami";
 pub const SEED_JS: &str = "twosite.seed()";
 /// The expression that reads every piece back; resolves to a [`Report`] as JSON.
 pub const REPORT_JS: &str = "twosite.report()";
+
+/// The expression that fills the widget's partitioned `localStorage` with `items` items of
+/// `chars` characters (`bulk0`, `bulk1`, …), for benchmarks; resolves to `true`.
+pub fn fill_widget_js(items: u32, chars: u32) -> String {
+    format!("twosite.fillWidget({items}, {chars})")
+}
 
 /// The app origin's `sessionStorage` key.
 pub const SESSION_KEY: &str = "twosite.session";

@@ -2,7 +2,11 @@
 //! unchanged localStorage (alone, and beside a 1 000-record IndexedDB store) against a small
 //! one, at several RTTs through the gateway; and the restore of 1 MiB localStorage plus the
 //! 1 000 IndexedDB records after a death, into a fresh local Chromium and into a standby
-//! restored before the death (where only what changed since is written).
+//! restored before the death (where only what changed since is written). The realistic case,
+//! [`Seed::TwoSite`], is the same on an app page that also keeps sessionStorage, a second
+//! database and a cross-site iframe with its own (partitioned) storage, checkpointed on each
+//! new document a multi-page task navigates to, and replaced after a death with its launch,
+//! restore and navigation timed apart.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,6 +27,11 @@ const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorag
 /// One 100-character item: the small checkpoint.
 const SEED_SMALL: &str =
     "(() => { localStorage.setItem('pref', 'x'.repeat(100)); return true; })()";
+/// A 16 KiB sessionStorage item (a form's draft).
+const SEED_SESSION_16K: &str =
+    "(() => { sessionStorage.setItem('draft', 'd'.repeat(16384)); return true; })()";
+/// The twosite widget's partitioned localStorage: 4 items of 64 Ki characters (256 KiB).
+const WIDGET_ITEMS: u32 = 4;
 /// A 1 000-record object store (an index, a Date, an array and numbers in each record).
 const SEED_IDB_1000: &str = r#"new Promise((resolve, reject) => {
   const r = indexedDB.open('bench', 1);
@@ -46,15 +55,67 @@ pub enum Seed {
     Local1MiB,
     /// 1 MiB of localStorage and a 1 000-record IndexedDB store.
     Local1MiBIdb1000,
+    /// The twosite app (`aurora::twosite`): [`Seed::Local1MiBIdb1000`], 16 KiB of
+    /// sessionStorage, the app's own IndexedDB database (rich values, a Blob) and a cross-site
+    /// widget iframe with 256 KiB of partitioned localStorage and a CHIPS cookie.
+    TwoSite,
 }
 
 impl Seed {
-    fn scripts(self) -> &'static [&'static str] {
-        match self {
+    fn scripts(self) -> Vec<String> {
+        let scripts: &[&str] = match self {
             Seed::Small => &[SEED_SMALL],
             Seed::Local1MiB => &[SEED_LOCAL_1MIB],
             Seed::Local1MiBIdb1000 => &[SEED_LOCAL_1MIB, SEED_IDB_1000],
+            Seed::TwoSite => &[
+                aurora::twosite::SEED_JS,
+                SEED_LOCAL_1MIB,
+                SEED_IDB_1000,
+                SEED_SESSION_16K,
+            ],
+        };
+        let mut scripts: Vec<String> = scripts.iter().map(|s| (*s).to_owned()).collect();
+        if self == Seed::TwoSite {
+            scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536));
         }
+        scripts
+    }
+
+    /// The server of the page it seeds: the twosite app for [`Seed::TwoSite`], else
+    /// Aurora Bank's sign-in page.
+    async fn site(self) -> Result<Site, Error> {
+        Ok(if self == Seed::TwoSite {
+            Site::TwoSite(aurora::twosite::spawn().await.map_err(bank_error)?)
+        } else {
+            Site::Bank(
+                aurora::spawn(aurora::Config::new())
+                    .await
+                    .map_err(bank_error)?,
+            )
+        })
+    }
+}
+
+/// A page's server for one case, shut down by [`Site::shutdown`] (or dropped with it).
+enum Site {
+    Bank(aurora::Aurora),
+    TwoSite(aurora::twosite::TwoSite),
+}
+
+impl Site {
+    fn url(&self) -> String {
+        match self {
+            Site::Bank(bank) => bank.url("/login"),
+            Site::TwoSite(site) => site.app_url(),
+        }
+    }
+
+    async fn shutdown(self) -> Result<(), Error> {
+        match self {
+            Site::Bank(bank) => bank.shutdown().await,
+            Site::TwoSite(site) => site.shutdown().await,
+        }
+        .map_err(bank_error)
     }
 }
 
@@ -100,10 +161,12 @@ pub enum AfterNavigation {
     Settled,
 }
 
-/// Restores of 1 MiB localStorage + 1 000 IndexedDB records after a death on local Chromium.
+/// Restores of a seeded page's state after a death on local Chromium.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreCase {
+    /// What the page holds.
+    pub seed: Seed,
     /// With a standby (`Options::standby`): the restore after the death only brings the
     /// standby's earlier restore up to date (one item changed since); without, a fresh browser
     /// gets everything.
@@ -112,6 +175,11 @@ pub struct RestoreCase {
     pub restore_median_ms: f64,
     /// The navigation to the checkpoint URL after it, median.
     pub navigate_median_ms: f64,
+    /// Without a standby: the new browser's launch and connection before the restore
+    /// (`Milestone::Launched`), median; with one it is launched before the death.
+    pub launch_median_ms: Option<f64>,
+    /// From the death's detection to the task's next entry (`Milestone::Entered`), median.
+    pub replaced_median_ms: f64,
     /// Size of the checkpoint restored.
     pub bytes: usize,
     /// Every restore, in order.
@@ -128,11 +196,13 @@ pub struct StorageReport {
     pub restore: RestoreCase,
     /// Restore cost on the critical path with a standby.
     pub restore_standby: RestoreCase,
+    /// The realistic case ([`Seed::TwoSite`]) replaced in a fresh browser.
+    pub restore_two_site: RestoreCase,
 }
 
 async fn seed(page: &Page, seed: Seed) -> Result<(), CdpError> {
     for script in seed.scripts() {
-        let _: bool = page.evaluate_expression(*script).await?.into_value()?;
+        let _: bool = page.evaluate_expression(script).await?.into_value()?;
     }
     Ok(())
 }
@@ -153,9 +223,10 @@ pub async fn capture_case(
     samples: u32,
 ) -> Result<CaptureCase, Error> {
     let bed = TestBed::start(until_killed(added_rtt)).await?;
+    let site = what.site().await?;
     let provider = bed.provider();
     let (options, costs) = measured_checkpoints();
-    let url = bed.bank().url("/login");
+    let url = site.url();
     let result = outlive::outlive(
         &provider,
         |page, ctx| {
@@ -194,6 +265,7 @@ pub async fn capture_case(
     )
     .await;
     bed.shutdown().await?;
+    site.shutdown().await?;
     let (measured_rtt_ms, first_commands) =
         result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
     let costs = costs.lock().expect("costs").clone();
@@ -215,21 +287,22 @@ pub async fn capture_case(
     })
 }
 
-/// `samples` restores of [`Seed::Local1MiBIdb1000`] after a death on local Chromium. Each
+/// `samples` restores of `what` after a death on local Chromium. Each
 /// entry changes one small item and checkpoints; with `standby`, it waits for the standby to
 /// be ready (restored from that checkpoint), changes the item again and checkpoints, so the
 /// restore after the death has something, but little, to write.
-pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Error> {
-    let bank = aurora::spawn(aurora::Config::new())
-        .await
-        .map_err(bank_error)?;
+pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<RestoreCase, Error> {
+    let site = what.site().await?;
     let provider = Arc::new(Recording::new(LocalChromium::new()));
     let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
+    let launches: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let replaces: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let (launched, replaced) = (launches.clone(), replaces.clone());
     let bytes = Arc::new(Mutex::new(0usize));
     // Standbys ready so far: an entry waits for one ready after its first checkpoint.
     let (on_ready, ready) = tokio::sync::watch::channel(0u32);
     let (sink, size) = (restores.clone(), bytes.clone());
-    let url = bank.url("/login");
+    let url = site.url();
     let killer = provider.clone();
     let result = outlive::outlive(
         provider.as_ref(),
@@ -238,7 +311,7 @@ pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Er
             async move {
                 if ctx.attempt() == 1 {
                     page.goto(url).await?;
-                    seed(&page, Seed::Local1MiBIdb1000).await?;
+                    seed(&page, what).await?;
                 }
                 if ctx.attempt() > samples {
                     return Ok::<_, CdpError>(());
@@ -279,27 +352,46 @@ pub async fn restore_case(samples: u32, standby: bool) -> Result<RestoreCase, Er
                         .push((ms(*restore), ms(*navigate)));
                 }
                 Milestone::Checkpointed { bytes, .. } => *size.lock().expect("bytes") = *bytes,
+                Milestone::Launched { took } => launched.lock().expect("launches").push(ms(*took)),
+                Milestone::Entered {
+                    replaced_in: Some(took),
+                    ..
+                } => replaced.lock().expect("replaces").push(ms(*took)),
                 _ => {}
             }),
     )
     .await;
-    bank.shutdown().await.map_err(bank_error)?;
+    site.shutdown().await?;
     result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
     let restores = restores.lock().expect("restores").clone();
     let restore_ms: Vec<f64> = restores.iter().map(|r| r.0).collect();
     let navigate: Vec<f64> = restores.iter().map(|r| r.1).collect();
     let bytes = *bytes.lock().expect("bytes");
+    // The first launch is the task's first browser, not a replacement's.
+    let launches: Vec<f64> = launches
+        .lock()
+        .expect("launches")
+        .iter()
+        .skip(1)
+        .copied()
+        .collect();
+    let replaced = replaces.lock().expect("replaces").clone();
     Ok(RestoreCase {
+        seed: what,
         standby,
         restore_median_ms: median(&restore_ms),
         navigate_median_ms: median(&navigate),
+        launch_median_ms: (!standby).then(|| median(&launches)),
+        replaced_median_ms: median(&replaced),
         bytes,
         restore_ms,
     })
 }
 
 /// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
-/// unchanged checkpoints each), and `samples` restores on local Chromium.
+/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] only after navigations), and
+/// `samples` restores on local Chromium of [`Seed::Local1MiBIdb1000`] (fresh and into a
+/// standby) and of [`Seed::TwoSite`] (fresh).
 ///
 /// # Errors
 ///
@@ -312,24 +404,26 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
             captures.push(capture_case(rtt, what, None, samples).await?);
         }
         for after in [AfterNavigation::Immediately, AfterNavigation::Settled] {
-            for what in [Seed::Small, Seed::Local1MiBIdb1000] {
+            for what in [Seed::Small, Seed::Local1MiBIdb1000, Seed::TwoSite] {
                 captures.push(capture_case(rtt, what, Some(after), samples).await?);
             }
         }
     }
-    let restore = restore_case(samples, false).await?;
-    let restore_standby = restore_case(samples, true).await?;
+    let restore = restore_case(samples, false, Seed::Local1MiBIdb1000).await?;
+    let restore_standby = restore_case(samples, true, Seed::Local1MiBIdb1000).await?;
+    let restore_two_site = restore_case(samples, false, Seed::TwoSite).await?;
     Ok(StorageReport {
         captures,
         restore,
         restore_standby,
+        restore_two_site,
     })
 }
 
 /// The storage figures as text.
 pub fn storage_summary(r: &StorageReport) -> String {
     let mut s = String::from(
-        "checkpoint cost with storage (gateway, Aurora origin). 'navigated': each checkpoint on a new document of the origin, right after goto or once the page settled (0.5 s); [first command]: any command right after goto, median\n  added RTT  measured RTT  seed                                       first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
+        "checkpoint cost with storage (gateway; Aurora Bank's origin, TwoSite: the twosite app with its cross-site widget). 'navigated': each checkpoint on a new document of the origin, right after goto or once the page settled (0.5 s); [first command]: any command right after goto, median\n  added RTT  measured RTT  seed                                       first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
     );
     for c in &r.captures {
         s += &format!(
@@ -360,11 +454,16 @@ pub fn storage_summary(r: &StorageReport) -> String {
             "into the standby (one item changed since its restore)",
             &r.restore_standby,
         ),
+        ("into a fresh browser", &r.restore_two_site),
     ] {
         s += &format!(
-            "restore of 1 MiB localStorage + 1000 IndexedDB records after a death (local Chromium), {what}: median {:.1} ms (navigate after it {:.1} ms), {} samples, {} bytes\n",
+            "restore of {:?} after a death (local Chromium), {what}: median {:.1} ms (navigate after it {:.1} ms; launch before it {}; death to re-entry {:.1} ms), {} samples, {} bytes\n",
+            c.seed,
             c.restore_median_ms,
             c.navigate_median_ms,
+            c.launch_median_ms
+                .map_or_else(|| "none".to_owned(), |l| format!("{l:.1} ms")),
+            c.replaced_median_ms,
             c.restore_ms.len(),
             c.bytes
         );
