@@ -2,7 +2,8 @@
 //! `outlive run`, an `outlive worker` with its embedded gateway — ends every Chromium it
 //! started within moments, through the browser's lifeline pipe, though no `Drop` runs; the
 //! next start under the same temp directory removes the profile the dead owner left. A command
-//! `outlive run` starts holds none of the lifeline's descriptors.
+//! `outlive run` starts holds none of the lifeline's descriptors, and ends with its owner: its
+//! guard (a small `sh` reading a pipe only the owner holds) ends the command's process group.
 
 mod support;
 
@@ -77,20 +78,22 @@ fn sigkill(child: &Child) {
 }
 
 #[tokio::test]
-async fn a_sigkilled_outlive_run_leaves_no_chromium_and_its_profile_is_swept_at_the_next_start() {
+async fn a_sigkilled_outlive_run_leaves_no_chromium_nor_command_and_its_profile_is_swept_at_the_next_start()
+ {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&work).unwrap();
     let w = work.display();
-    // The command lists what its descriptors are, then waits for `done` (the test ends it).
+    // The command lists what its descriptors are, then waits for `done` (or its directory
+    // gone, should the test fail); its guard should end it first.
     let mut child = Command::new(env!("CARGO_BIN_EXE_outlive"))
         .env("TMPDIR", &root)
         .args(["run", "--", "sh", "-c"])
         .arg(format!(
-            "for f in /proc/$$/fd/*; do readlink \"$f\"; done > {w}/fds.tmp; mv {w}/fds.tmp {w}/fds; \
-             while [ ! -f {w}/done ]; do sleep 0.05; done"
+            "echo $$ > {w}/pid; for f in /proc/$$/fd/*; do readlink \"$f\"; done > {w}/fds.tmp; mv {w}/fds.tmp {w}/fds; \
+             while [ -d {w} ] && [ ! -f {w}/done ]; do sleep 0.05; done"
         ))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -113,13 +116,27 @@ async fn a_sigkilled_outlive_run_leaves_no_chromium_and_its_profile_is_swept_at_
             "the command holds the lifeline {pipe}: {fds}"
         );
     }
+    let command: i32 = std::fs::read_to_string(work.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
 
     sigkill(&child);
+    let killed = Instant::now();
     child.wait().await.unwrap();
-    let took = until(Duration::from_secs(2), "its Chromium is gone", || {
+    // Its guard reads end-of-file (were the command holding the pipe's write end, it never
+    // would) and its SIGTERM ends the command.
+    until(Duration::from_secs(10), "the command is gone", || {
+        procfs::process::Process::new(command)
+            .and_then(|p| p.stat())
+            .map_or(true, |s| matches!(s.state, 'Z' | 'X'))
+    });
+    eprintln!("the command gone {:?} after the SIGKILL", killed.elapsed());
+    until(Duration::from_secs(2), "its Chromium is gone", || {
         chromiums_under(&root).is_empty()
     });
-    eprintln!("Chromium gone {took:?} after the SIGKILL");
+    eprintln!("Chromium gone {:?} after the SIGKILL", killed.elapsed());
     std::fs::write(work.join("done"), "").unwrap();
     assert_eq!(profiles(&root).len(), 1, "no Drop ran: the profile is left");
 

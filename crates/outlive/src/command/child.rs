@@ -1,6 +1,7 @@
 //! The command's process: started in a process group of its own, so that one signal reaches
 //! it and everything it started (Playwright's driver, a shell's children), and ended by its
-//! owner — `SIGTERM`, then `SIGKILL` after the kill delay — however the owner lets go of it.
+//! owner — `SIGTERM`, then `SIGKILL` after the kill delay — however the owner lets go of it,
+//! even when the owner is killed and no `Drop` runs (see [`Guard`]).
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -18,6 +19,8 @@ pub(crate) struct Child {
     /// The exit status, once the process (the group's leader) is gone.
     exited: watch::Receiver<Option<ExitStatus>>,
     kill_after: Duration,
+    /// Ends the group if this process dies first; `None` where no `sh` could be started.
+    _guard: Option<Guard>,
 }
 
 impl Child {
@@ -33,10 +36,17 @@ impl Child {
             let status = child.wait().await.ok();
             let _ = tx.send(status);
         });
+        let pgid = Pid::from_raw(pid as i32);
+        let guard = Guard::spawn(pgid, kill_after)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no guard for the command: if this process is killed, the command may outlive it");
+            })
+            .ok();
         Ok(Child {
-            pgid: Pid::from_raw(pid as i32),
+            pgid,
             exited,
             kill_after,
+            _guard: guard,
         })
     }
 
@@ -96,6 +106,50 @@ impl Drop for Child {
             }
             let _ = killpg(pgid, Signal::SIGKILL);
         });
+    }
+}
+
+/// A small `sh` that ends a command's process group when its owner (this process) is gone,
+/// however it went — `SIGKILL`, the OOM killer — when no `Drop` can run: it reads a pipe whose
+/// only write end this process holds (close-on-exec, so no other child inherits it), and at
+/// end-of-file sends the group `SIGTERM`, then `SIGKILL` if anything of it is left after the
+/// kill delay. Dropping the guard (with its [`Child`]) lets it do the same, which only repeats
+/// what the child's own ending does. It runs in a process group of its own, so a signal to the
+/// owner's group (Ctrl-C) does not stop it before it acts.
+#[derive(Debug)]
+struct Guard {
+    _lifeline: std::os::fd::OwnedFd,
+}
+
+/// The guard's script: `$1` the group, `$2` the kill delay in tenths of a second. Quiet, and
+/// gone at once when the group is gone.
+const GUARD_SH: &str = r#"read _
+kill -s TERM -- -"$1" 2>/dev/null || exit 0
+i=0
+while [ "$i" -lt "$2" ] && kill -s 0 -- -"$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -s KILL -- -"$1" 2>/dev/null
+exit 0"#;
+
+impl Guard {
+    fn spawn(pgid: Pid, kill_after: Duration) -> std::io::Result<Guard> {
+        use std::process::Stdio;
+        let (reader, writer) = crate::provider::cloexec_pipe()?;
+        let tenths = kill_after.as_millis().div_ceil(100).max(1);
+        let mut guard = Command::new("sh")
+            .args(["-c", GUARD_SH, "outlive-guard"])
+            .arg(pgid.to_string())
+            .arg(tenths.to_string())
+            .stdin(reader)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false)
+            .spawn()?;
+        // Reaped when it ends (after its command), so it leaves no zombie behind.
+        tokio::spawn(async move {
+            let _ = guard.wait().await;
+        });
+        Ok(Guard { _lifeline: writer })
     }
 }
 

@@ -377,14 +377,14 @@ impl Lifeline {
 /// A pipe whose both ends are close-on-exec from their creation (`pipe2`), so no process this
 /// one starts meanwhile on another thread inherits them.
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
 }
 
 /// A pipe made close-on-exec right after its creation (no `pipe2` here): a process another
 /// thread starts in between could inherit it, and hold a browser alive as long as it lives.
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn cloexec_pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     let (read, write) = nix::unistd::pipe()?;
     for fd in [&read, &write] {

@@ -12,6 +12,7 @@ mod solari;
 use std::sync::Arc;
 
 pub use endpoint_fn::Endpoint;
+pub(crate) use local::cloexec_pipe;
 pub use local::{LocalBrowser, LocalChromium};
 #[cfg(feature = "solari")]
 pub use solari::{Solari, SolariLaunch};
