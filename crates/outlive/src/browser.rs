@@ -363,7 +363,8 @@ impl LiveBrowser for CdpBrowser {
         checkpoint: &Checkpoint,
         prior: Option<&Checkpoint>,
     ) -> Result<u64, Error> {
-        let failed = checkpoint::restore(&self.page, checkpoint, prior).await?;
+        let calls = self.relay.calls();
+        let failed = checkpoint::restore(&self.page, &calls, checkpoint, prior).await?;
         // The page now holds what the checkpoint holds: the next capture need not send it.
         self.parts.remember(checkpoint);
         Ok(failed)

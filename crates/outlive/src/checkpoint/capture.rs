@@ -508,7 +508,7 @@ mod tests {
         );
     }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
-    use crate::checkpoint::test_support::{chromium_page, connect_page, key, local, read_value};
+    use crate::checkpoint::test_support::{chromium_page, key, local, read_value, relayed_page};
     use tokio_util::task::AbortOnDropHandle;
 
     /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
@@ -741,39 +741,6 @@ mod tests {
             );
             last = now;
         }
-    }
-
-    /// A page in a local Chromium reached through outlive's relay, which sees (and arms) its
-    /// out-of-process frames; owned by the returned guards.
-    async fn relayed_page() -> (
-        crate::LocalBrowser,
-        crate::relay::Relay,
-        chromiumoxide::Browser,
-        AbortOnDropHandle<()>,
-        Page,
-    ) {
-        let chromium = crate::LocalChromium::new()
-            .start()
-            .await
-            .expect("Chromium starts");
-        let heartbeat = crate::relay::Heartbeat {
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(5),
-        };
-        let mut relay = crate::relay::Relay::start(
-            chromium.endpoint(),
-            heartbeat,
-            crate::options::Dialogs::Dismiss,
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("the relay starts");
-        let (browser, pump, page) = connect_page(relay.client_url()).await;
-        relay.watch_page(
-            page.target_id().as_ref().to_owned(),
-            page.session_id().as_ref().to_owned(),
-        );
-        (chromium, relay, browser, pump, page)
     }
 
     /// What `expression` answers in the out-of-process frame of `session`.

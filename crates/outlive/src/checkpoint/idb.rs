@@ -232,7 +232,9 @@ mod tests {
             key("https://app.example", "https://app.example"),
             local(r#"[["k","v"]]"#),
         );
-        restore(&page, &cp, None).await.unwrap();
+        restore(&page, &crate::relay::Calls::detached(), &cp, None)
+            .await
+            .unwrap();
         ((pump, browser, chromium), page)
     }
 

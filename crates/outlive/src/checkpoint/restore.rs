@@ -21,9 +21,10 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
-use super::script::{CODEC_JS, cdp_error, evaluate};
+use super::script::{CODEC_JS, cdp_error, evaluate, evaluate_now};
 use super::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
 use crate::error::{Error, ErrorKind};
+use crate::relay::Calls;
 use tokio_util::task::AbortOnDropHandle;
 
 /// The restore script (see its header for what it takes and answers).
@@ -175,7 +176,7 @@ async fn hand_over(page: &Page, data: &str, guard: &str) -> Result<bool, Error> 
             "({guard}) ? ((({HANDED} ??= Array({n}))[{i}] = {literal}), true) : false",
             literal = literal.as_str()
         );
-        evaluate::<bool>(page, expression, None, "handing restore data over")
+        evaluate_now::<bool>(page, expression, "handing restore data over")
     });
     let landed = futures::future::try_join_all(sends).await?;
     Ok(landed.into_iter().all(|l| l))
@@ -370,6 +371,7 @@ async fn write_in_place(page: &Page, top: &str, data: &str) -> Result<Option<u64
 /// storage differs get a document.
 pub(crate) async fn restore(
     page: &Page,
+    calls: &Calls,
     checkpoint: &Checkpoint,
     prior: Option<&Checkpoint>,
 ) -> Result<u64, Error> {
@@ -402,7 +404,7 @@ pub(crate) async fn restore(
         .await
         .map_err(|e| cdp_error("Fetch.enable", e))?;
     let enabled = started.elapsed();
-    let result = write_all(page, &loads).await;
+    let result = write_all(page, calls, &loads).await;
     let written = started.elapsed();
     let disabled = page.execute(fetch::DisableParams::default()).await;
     tracing::debug!(?planned, ?enabled, ?written, done = ?started.elapsed(), "restore phases");
@@ -471,34 +473,100 @@ async fn serve_documents(
     })))
 }
 
-/// Loads each restore document (handing its data over once it has loaded, if it is not
-/// inside) and waits for its report.
-async fn write_all(page: &Page, loads: &[Load]) -> Result<u64, Error> {
+/// How long the browser may take to answer a restore document's navigation.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Navigates the page to `url` and returns with the browser's own answer to `Page.navigate`,
+/// sent through the relay — once the response is in, before the document has loaded
+/// (chromiumoxide answers a `Page.navigate` only after the `load` of the page and every
+/// frame). Commands sent after it reach the new document: DevTools holds them while the
+/// navigation commits. Without a relay behind `calls` (a page connected directly), through
+/// chromiumoxide.
+async fn navigate_answered(page: &Page, calls: &Calls, url: &str) -> Result<(), Error> {
+    #[derive(Deserialize)]
+    struct Reply {
+        result: Option<Navigated>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(Deserialize)]
+    struct Navigated {
+        #[serde(rename = "errorText")]
+        error_text: Option<String>,
+    }
+    let failed = |why: String| {
+        Error::new(
+            ErrorKind::Cdp,
+            format!("loading a restore document failed: {why}"),
+        )
+    };
+    let params = serde_json::json!({ "url": url });
+    let session = page.session_id().as_ref().to_owned();
+    let Some(text) = calls
+        .call(session, "Page.navigate", params, COMMIT_TIMEOUT)
+        .await
+    else {
+        if calls.is_relayed() {
+            return Err(failed("no answer through the relay".into()));
+        }
+        page.goto(NavigateParams::new(url.to_owned()))
+            .await
+            .map_err(|e| cdp_error("loading a restore document", e))?;
+        return Ok(());
+    };
+    let reply: Reply = serde_json::from_str(&text)
+        .map_err(|e| failed(format!("its answer did not decode ({e})")))?;
+    match (reply.result, reply.error) {
+        (Some(Navigated { error_text: None }), None) => Ok(()),
+        (
+            Some(Navigated {
+                error_text: Some(e),
+            }),
+            _,
+        ) => Err(failed(e)),
+        _ => Err(failed("the browser refused the navigation".into())),
+    }
+}
+
+/// Loads each restore document and waits for its report. A document whose data is handed over
+/// gets it as soon as the browser answers its navigation, not once it has loaded: its load
+/// waits for its cross-site iframes (child restore documents, each starting a renderer of its
+/// own), which meanwhile write their own parts.
+async fn write_all(page: &Page, calls: &Calls, loads: &[Load]) -> Result<u64, Error> {
     let mut failed = 0;
     for Load { url, top, handed } in loads {
         let started = Instant::now();
-        page.goto(NavigateParams::new(url.clone()))
-            .await
-            .map_err(|e| cdp_error("loading a restore document", e))?;
-        let loaded = started.elapsed();
+        // When the navigation answered: its response in (handed over), loaded (data inside).
+        let navigated;
         let report = match handed {
             Some(data) => {
+                navigate_answered(page, calls, url).await?;
+                navigated = started.elapsed();
                 if !hand_over(page, data, &on_restore_document(top)).await? {
                     return Err(Error::new(
                         ErrorKind::Cdp,
                         "the restore document was gone before its data was handed over",
                     ));
                 }
-                let run = format!("window.__outlive_restored = {RUN}({})", take_handed());
-                evaluate(page, run, None, "running a restore document").await?
+                // The document's own script defines the restore; it may still be parsing.
+                let run = format!(
+                    "(async () => {{ if (document.readyState === 'loading') \
+                     await new Promise((r) => addEventListener('DOMContentLoaded', r, {{ once: true }}));\
+                     return window.__outlive_restored = {RUN}({}); }})()",
+                    take_handed()
+                );
+                evaluate_now(page, run, "running a restore document").await?
             }
             None => {
+                page.goto(NavigateParams::new(url.clone()))
+                    .await
+                    .map_err(|e| cdp_error("loading a restore document", e))?;
+                navigated = started.elapsed();
                 let wait = "window.__outlive_restored".to_owned();
                 evaluate::<RestoreReport>(page, wait, None, "waiting for a restore document")
                     .await?
             }
         };
-        tracing::debug!(?loaded, written = ?started.elapsed(), in_page = %report.ms, "restore document done");
+        tracing::debug!(?navigated, written = ?started.elapsed(), in_page = %report.ms, "restore document done");
         failed += report.failed();
     }
     Ok(failed)
@@ -507,7 +575,9 @@ async fn write_all(page: &Page, loads: &[Load]) -> Result<u64, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::test_support::{chromium_page, key, local, part, read_value};
+    use crate::checkpoint::test_support::{
+        chromium_page, key, local, part, read_value, relayed_page,
+    };
 
     #[test]
     fn restore_document_cannot_be_broken_out_of() {
@@ -633,6 +703,7 @@ mod tests {
     #[tokio::test]
     async fn a_restore_over_an_earlier_one_is_written_in_place_while_the_page_is_there() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let calls = Calls::detached();
         let app = key("https://app.example", "https://app.example");
         let state = |local: &str| {
             let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
@@ -653,11 +724,14 @@ mod tests {
         let read = r#"JSON.stringify([location.pathname, window.__mark ?? null,
             Object.entries(localStorage).sort(), sessionStorage.getItem('s')])"#;
         let first = state(r#"[["keep","1"],["step","1"],["gone","x"]]"#);
-        assert_eq!(restore(&page, &first, None).await.unwrap(), 0);
+        assert_eq!(restore(&page, &calls, &first, None).await.unwrap(), 0);
         let _: serde_json::Value = read_value(&page, "window.__mark = 'still here'".into()).await;
 
         let second = state(r#"[["keep","1"],["step","2"]]"#);
-        assert_eq!(restore(&page, &second, Some(&first)).await.unwrap(), 0);
+        assert_eq!(
+            restore(&page, &calls, &second, Some(&first)).await.unwrap(),
+            0
+        );
         let seen: String = read_value(&page, read.into()).await;
         assert_eq!(
             seen, r#"["/__outlive_restore/1","still here",[["keep","1"],["step","2"]],"1"]"#,
@@ -666,7 +740,10 @@ mod tests {
 
         page.goto("about:blank").await.unwrap();
         let third = state(r#"[["keep","1"],["step","3"]]"#);
-        assert_eq!(restore(&page, &third, Some(&second)).await.unwrap(), 0);
+        assert_eq!(
+            restore(&page, &calls, &third, Some(&second)).await.unwrap(),
+            0
+        );
         let seen: String = read_value(&page, read.into()).await;
         assert_eq!(
             seen, r#"["/__outlive_restore/1",null,[["keep","1"],["step","3"]],"1"]"#,
@@ -679,7 +756,8 @@ mod tests {
     /// the restore waited out the children's timeout and counted the frame as failed).
     #[tokio::test]
     async fn a_frame_that_reports_before_its_handed_over_parent_runs_is_heard() {
-        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let calls = relay.calls();
         let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
         let big = serde_json::json!([["blob", "x".repeat(3 * PIECE_BYTES)]]).to_string();
         cp.storage.insert(
@@ -694,7 +772,7 @@ mod tests {
         // The parent's restore starts only once its data has landed; the child, its data
         // inside, reports as soon as it has loaded and written.
         assert_eq!(
-            restore(&page, &cp, None).await.unwrap(),
+            restore(&page, &calls, &cp, None).await.unwrap(),
             0,
             "no frame failed"
         );
@@ -716,7 +794,8 @@ mod tests {
     /// through a document again once the page has gone elsewhere.
     #[tokio::test]
     async fn restore_data_bigger_than_a_piece_is_handed_over_and_lands_whole() {
-        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let calls = relay.calls();
         let app = key("https://app.example", "https://app.example");
         let state = |tag: &str| {
             let items = serde_json::json!([
@@ -773,12 +852,15 @@ mod tests {
             plan(&first, None).loads[0].handed.is_some(),
             "too big to ride inside"
         );
-        assert_eq!(restore(&page, &first, None).await.unwrap(), 0);
+        assert_eq!(restore(&page, &calls, &first, None).await.unwrap(), 0);
         check(read_value(&page, read.into()).await, &items, None, "fresh");
 
         let _: serde_json::Value = read_value(&page, "window.__mark = 'here'".into()).await;
         let (second, items) = state("2");
-        assert_eq!(restore(&page, &second, Some(&first)).await.unwrap(), 0);
+        assert_eq!(
+            restore(&page, &calls, &second, Some(&first)).await.unwrap(),
+            0
+        );
         check(
             read_value(&page, read.into()).await,
             &items,
@@ -788,7 +870,10 @@ mod tests {
 
         page.goto("about:blank").await.unwrap();
         let (third, items) = state("3");
-        assert_eq!(restore(&page, &third, Some(&second)).await.unwrap(), 0);
+        assert_eq!(
+            restore(&page, &calls, &third, Some(&second)).await.unwrap(),
+            0
+        );
         check(
             read_value(&page, read.into()).await,
             &items,

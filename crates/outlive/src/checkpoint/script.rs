@@ -53,6 +53,35 @@ pub(super) async fn evaluate<T: serde::de::DeserializeOwned>(
         })
 }
 
+/// Runs `expression` in whatever document the top frame holds when the browser gets to it
+/// (`Runtime.evaluate` with no context: not the context chromiumoxide last saw, which can be
+/// the document before a navigation that has just committed) and decodes what it answers.
+pub(super) async fn evaluate_now<T: serde::de::DeserializeOwned>(
+    page: &Page,
+    expression: String,
+    what: &str,
+) -> Result<T, Error> {
+    let reply = page
+        .execute(evaluate_params(expression, None)?)
+        .await
+        .map_err(|e| cdp_error(what, e))?
+        .result;
+    if reply.exception_details.is_some() {
+        // Not V8's message: it quotes the text around the fault (restore data is secret).
+        return Err(Error::new(
+            ErrorKind::Cdp,
+            format!("{what} failed: the page script threw"),
+        ));
+    }
+    serde_json::from_value(reply.result.value.unwrap_or_default()).map_err(|e| {
+        Error::new(
+            ErrorKind::Cdp,
+            format!("decoding the answer of {what} failed"),
+        )
+        .with_source(e)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

@@ -2,6 +2,7 @@
 //! from, and a page in a local Chromium to run scripts in.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chromiumoxide::Page;
 use futures::StreamExt;
@@ -49,6 +50,39 @@ pub(super) async fn chromium_page() -> (
         .expect("Chromium starts");
     let (browser, pump, page) = connect_page(chromium.endpoint().expose()).await;
     (chromium, browser, pump, page)
+}
+
+/// A page in a local Chromium reached through outlive's relay, which sees (and arms) its
+/// out-of-process frames; owned by the returned guards.
+pub(super) async fn relayed_page() -> (
+    crate::LocalBrowser,
+    crate::relay::Relay,
+    chromiumoxide::Browser,
+    AbortOnDropHandle<()>,
+    Page,
+) {
+    let chromium = crate::LocalChromium::new()
+        .start()
+        .await
+        .expect("Chromium starts");
+    let heartbeat = crate::relay::Heartbeat {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(5),
+    };
+    let mut relay = crate::relay::Relay::start(
+        chromium.endpoint(),
+        heartbeat,
+        crate::options::Dialogs::Dismiss,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the relay starts");
+    let (browser, pump, page) = connect_page(relay.client_url()).await;
+    relay.watch_page(
+        page.target_id().as_ref().to_owned(),
+        page.session_id().as_ref().to_owned(),
+    );
+    (chromium, relay, browser, pump, page)
 }
 
 /// A chromiumoxide client on the browser at `url`, its handler pumped, and a blank page.

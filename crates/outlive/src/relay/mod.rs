@@ -471,6 +471,11 @@ impl Calls {
         }
     }
 
+    /// Whether a relay is behind these calls (it may still die before the next one).
+    pub fn is_relayed(&self) -> bool {
+        !self.control.is_closed()
+    }
+
     /// The sessions of the watched page's out-of-process frames (cross-site iframes).
     pub async fn frame_sessions(&self) -> Vec<String> {
         let (tx, rx) = oneshot::channel();
