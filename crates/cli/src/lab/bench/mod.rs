@@ -119,7 +119,7 @@ pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
     };
     if let Some(samples) = plan.storage {
         println!(
-            "storage: checkpoints with 1 MiB of unchanged localStorage (and 1000 IndexedDB records) against a small one, restore of both"
+            "storage: checkpoints with 1 MiB of unchanged localStorage (and 1000 IndexedDB records) against a small one, and of the realistic two-site page on each new document; restores of both and of it"
         );
         let stored = storage::storage(samples).await?;
         write_json(out, "storage.json", &stored)?;

@@ -287,6 +287,54 @@ pub async fn capture_case(
     })
 }
 
+/// What a restore case's milestones say, noted as they come.
+#[derive(Debug, Default)]
+struct RestoreMarks {
+    /// `Milestone::Restored`'s restore and navigation, ms.
+    restores: Vec<(f64, f64)>,
+    /// `Milestone::Launched`, ms: the task's first browser, then each replacement's.
+    launches: Vec<f64>,
+    /// `Milestone::Entered`'s death → re-entry, ms.
+    replaced: Vec<f64>,
+    /// The last checkpoint's size.
+    bytes: usize,
+}
+
+impl RestoreMarks {
+    fn note(&mut self, m: &Milestone) {
+        match m {
+            Milestone::Restored { restore, navigate } => {
+                self.restores.push((ms(*restore), ms(*navigate)));
+            }
+            Milestone::Checkpointed { bytes, .. } => self.bytes = *bytes,
+            Milestone::Launched { took } => self.launches.push(ms(*took)),
+            Milestone::Entered {
+                replaced_in: Some(took),
+                ..
+            } => self.replaced.push(ms(*took)),
+            _ => {}
+        }
+    }
+
+    fn case(&self, seed: Seed, standby: bool) -> RestoreCase {
+        let restore_ms: Vec<f64> = self.restores.iter().map(|r| r.0).collect();
+        let navigate: Vec<f64> = self.restores.iter().map(|r| r.1).collect();
+        // The first launch is the task's first browser, not a replacement's; with a standby
+        // the launches are the standbys', made before the deaths.
+        let launches: Vec<f64> = self.launches.iter().skip(1).copied().collect();
+        RestoreCase {
+            seed,
+            standby,
+            restore_median_ms: median(&restore_ms),
+            navigate_median_ms: median(&navigate),
+            launch_median_ms: (!standby).then(|| median(&launches)),
+            replaced_median_ms: median(&self.replaced),
+            bytes: self.bytes,
+            restore_ms,
+        }
+    }
+}
+
 /// `samples` restores of `what` after a death on local Chromium. Each
 /// entry changes one small item and checkpoints; with `standby`, it waits for the standby to
 /// be ready (restored from that checkpoint), changes the item again and checkpoints, so the
@@ -294,14 +342,10 @@ pub async fn capture_case(
 pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<RestoreCase, Error> {
     let site = what.site().await?;
     let provider = Arc::new(Recording::new(LocalChromium::new()));
-    let restores: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
-    let launches: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let replaces: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let (launched, replaced) = (launches.clone(), replaces.clone());
-    let bytes = Arc::new(Mutex::new(0usize));
+    let marks: Arc<Mutex<RestoreMarks>> = Arc::default();
+    let noted = marks.clone();
     // Standbys ready so far: an entry waits for one ready after its first checkpoint.
     let (on_ready, ready) = tokio::sync::watch::channel(0u32);
-    let (sink, size) = (restores.clone(), bytes.clone());
     let url = site.url();
     let killer = provider.clone();
     let result = outlive::outlive(
@@ -342,50 +386,18 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
             .max_relaunches(samples + 2)
             .relaunch_backoff(Duration::from_millis(100))
             .standby(standby)
-            .on_milestone(move |m| match m {
-                Milestone::SuccessorReady { standby: true, .. } => {
+            .on_milestone(move |m| {
+                if let Milestone::SuccessorReady { standby: true, .. } = m {
                     on_ready.send_modify(|n| *n += 1);
                 }
-                Milestone::Restored { restore, navigate } => {
-                    sink.lock()
-                        .expect("restores")
-                        .push((ms(*restore), ms(*navigate)));
-                }
-                Milestone::Checkpointed { bytes, .. } => *size.lock().expect("bytes") = *bytes,
-                Milestone::Launched { took } => launched.lock().expect("launches").push(ms(*took)),
-                Milestone::Entered {
-                    replaced_in: Some(took),
-                    ..
-                } => replaced.lock().expect("replaces").push(ms(*took)),
-                _ => {}
+                noted.lock().expect("restore marks").note(m);
             }),
     )
     .await;
     site.shutdown().await?;
     result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
-    let restores = restores.lock().expect("restores").clone();
-    let restore_ms: Vec<f64> = restores.iter().map(|r| r.0).collect();
-    let navigate: Vec<f64> = restores.iter().map(|r| r.1).collect();
-    let bytes = *bytes.lock().expect("bytes");
-    // The first launch is the task's first browser, not a replacement's.
-    let launches: Vec<f64> = launches
-        .lock()
-        .expect("launches")
-        .iter()
-        .skip(1)
-        .copied()
-        .collect();
-    let replaced = replaces.lock().expect("replaces").clone();
-    Ok(RestoreCase {
-        seed: what,
-        standby,
-        restore_median_ms: median(&restore_ms),
-        navigate_median_ms: median(&navigate),
-        launch_median_ms: (!standby).then(|| median(&launches)),
-        replaced_median_ms: median(&replaced),
-        bytes,
-        restore_ms,
-    })
+    let case = marks.lock().expect("restore marks").case(what, standby);
+    Ok(case)
 }
 
 /// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
