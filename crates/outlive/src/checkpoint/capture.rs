@@ -279,12 +279,12 @@ async fn evaluate_remote(calls: &Calls, session: String, expression: String) -> 
     #[derive(Deserialize)]
     struct Evaluated<'a> {
         #[serde(borrow)]
-        result: Value<'a>,
+        result: Returned<'a>,
         #[serde(rename = "exceptionDetails")]
         exception: Option<serde::de::IgnoredAny>,
     }
     #[derive(Deserialize)]
-    struct Value<'a> {
+    struct Returned<'a> {
         // Borrowed from the zeroed reply: the read is decoded once, from the reply itself.
         #[serde(borrow)]
         value: Option<&'a serde_json::value::RawValue>,

@@ -486,44 +486,52 @@ async fn navigate_answered(page: &Page, calls: &Calls, url: &str) -> Result<(), 
     #[derive(Deserialize)]
     struct Reply {
         result: Option<Navigated>,
-        error: Option<serde::de::IgnoredAny>,
+        error: Option<Refused>,
     }
     #[derive(Deserialize)]
     struct Navigated {
         #[serde(rename = "errorText")]
         error_text: Option<String>,
     }
-    let failed = |why: String| {
+    #[derive(Deserialize)]
+    struct Refused {
+        message: String,
+    }
+    let failed = |why: &str| {
         Error::new(
             ErrorKind::Cdp,
             format!("loading a restore document failed: {why}"),
         )
     };
-    let params = serde_json::json!({ "url": url });
-    let session = page.session_id().as_ref().to_owned();
-    let Some(text) = calls
-        .call(session, "Page.navigate", params, COMMIT_TIMEOUT)
-        .await
-    else {
-        if calls.is_relayed() {
-            return Err(failed("no answer through the relay".into()));
-        }
+    // Asked before the call: a relay that dies during it is no reason to navigate again.
+    if !calls.is_relayed() {
         page.goto(NavigateParams::new(url.to_owned()))
             .await
             .map_err(|e| cdp_error("loading a restore document", e))?;
         return Ok(());
-    };
+    }
+    let params = serde_json::json!({ "url": url });
+    let session = page.session_id().as_ref().to_owned();
+    let text = calls
+        .call(session, "Page.navigate", params, COMMIT_TIMEOUT)
+        .await
+        .ok_or_else(|| {
+            failed(&format!(
+                "no answer within {COMMIT_TIMEOUT:?}, or the page or the browser died meanwhile"
+            ))
+        })?;
     let reply: Reply = serde_json::from_str(&text)
-        .map_err(|e| failed(format!("its answer did not decode ({e})")))?;
+        .map_err(|e| failed("its answer did not decode").with_source(e))?;
     match (reply.result, reply.error) {
-        (Some(Navigated { error_text: None }), None) => Ok(()),
+        (_, Some(Refused { message })) => Err(failed(&message)),
         (
             Some(Navigated {
                 error_text: Some(e),
             }),
-            _,
-        ) => Err(failed(e)),
-        _ => Err(failed("the browser refused the navigation".into())),
+            None,
+        ) => Err(failed(&e)),
+        (Some(Navigated { error_text: None }), None) => Ok(()),
+        (None, None) => Err(failed("the browser's answer held no result")),
     }
 }
 
@@ -544,7 +552,7 @@ async fn write_all(page: &Page, calls: &Calls, loads: &[Load]) -> Result<u64, Er
                 if !hand_over(page, data, &on_restore_document(top)).await? {
                     return Err(Error::new(
                         ErrorKind::Cdp,
-                        "the restore document was gone before its data was handed over",
+                        "the page was not (or no longer) on the restore document when its data was handed over",
                     ));
                 }
                 // The document's own script defines the restore; it may still be parsing.
@@ -756,8 +764,10 @@ mod tests {
     /// the restore waited out the children's timeout and counted the frame as failed).
     #[tokio::test]
     async fn a_frame_that_reports_before_its_handed_over_parent_runs_is_heard() {
-        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
-        let calls = relay.calls();
+        // No relay: the restore document is loaded through chromiumoxide, which answers only
+        // after the load of the page and its frame — so the frame has always reported first.
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let calls = Calls::detached();
         let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
         let big = serde_json::json!([["blob", "x".repeat(3 * PIECE_BYTES)]]).to_string();
         cp.storage.insert(

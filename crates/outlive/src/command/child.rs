@@ -39,7 +39,7 @@ impl Child {
         let pgid = Pid::from_raw(pid as i32);
         let guard = Guard::spawn(pgid, kill_after)
             .inspect_err(|e| {
-                tracing::warn!(error = %e, "no guard for the command: if this process is killed, the command may outlive it");
+                tracing::warn!(error = %e, "no guard for the command (it needs a POSIX sh at /bin/sh): if this process is killed, the command may outlive it");
             })
             .ok();
         Ok(Child {
@@ -113,17 +113,26 @@ impl Drop for Child {
 /// however it went — `SIGKILL`, the OOM killer — when no `Drop` can run: it reads a pipe whose
 /// only write end this process holds (close-on-exec, so no other child inherits it), and at
 /// end-of-file sends the group `SIGTERM`, then `SIGKILL` if anything of it is left after the
-/// kill delay. Dropping the guard (with its [`Child`]) lets it do the same, which only repeats
-/// what the child's own ending does. It runs in a process group of its own, so a signal to the
-/// owner's group (Ctrl-C) does not stop it before it acts.
+/// kill delay. Dropped (with its [`Child`], whose own ending signals the group), it is told to
+/// stand down first, so the command never gets a second `SIGTERM` (which many runtimes read as
+/// "quit now, skip the clean-up"). It runs in a process group of its own, so a signal to the
+/// owner's group (Ctrl-C) does not stop it before it acts. A death of the owner between the
+/// command's start and its guard's leaves the command unguarded.
 #[derive(Debug)]
 struct Guard {
-    _lifeline: std::os::fd::OwnedFd,
+    lifeline: std::os::fd::OwnedFd,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // A whole line: the guard's `read` succeeds and it exits (end-of-file alone: it acts).
+        let _ = nix::unistd::write(&self.lifeline, b"stand down\n");
+    }
 }
 
 /// The guard's script: `$1` the group, `$2` the kill delay in tenths of a second. Quiet, and
-/// gone at once when the group is gone.
-const GUARD_SH: &str = r#"read _
+/// gone at once when told to stand down or when the group is gone.
+const GUARD_SH: &str = r#"read _ && exit 0
 kill -s TERM -- -"$1" 2>/dev/null || exit 0
 i=0
 while [ "$i" -lt "$2" ] && kill -s 0 -- -"$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
@@ -134,14 +143,22 @@ impl Guard {
     fn spawn(pgid: Pid, kill_after: Duration) -> std::io::Result<Guard> {
         use std::process::Stdio;
         let (reader, writer) = crate::provider::cloexec_pipe()?;
-        let tenths = kill_after.as_millis().div_ceil(100).max(1);
-        let mut guard = Command::new("sh")
+        // Within what `sh`'s arithmetic takes (a longer delay is as good as forever).
+        let tenths = kill_after
+            .as_millis()
+            .div_ceil(100)
+            .clamp(1, i32::MAX as u128);
+        let mut guard = Command::new("/bin/sh")
             .args(["-c", GUARD_SH, "outlive-guard"])
             .arg(pgid.to_string())
             .arg(tenths.to_string())
             .stdin(reader)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // It needs nothing of this process's environment (which may hold credentials).
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir("/")
             .process_group(0)
             .kill_on_drop(false)
             .spawn()?;
@@ -149,7 +166,7 @@ impl Guard {
         tokio::spawn(async move {
             let _ = guard.wait().await;
         });
-        Ok(Guard { _lifeline: writer })
+        Ok(Guard { lifeline: writer })
     }
 }
 

@@ -125,7 +125,8 @@ struct Driver {
     /// Probes the handle asked for: id → whom to tell.
     probes: Vec<(u64, oneshot::Sender<()>)>,
     /// Calls of outlive's own: id → whom to hand the reply.
-    calls: HashMap<u64, oneshot::Sender<String>>,
+    /// Own calls awaiting their reply, with the session each was sent on.
+    calls: HashMap<u64, (String, oneshot::Sender<String>)>,
     /// Scripts registered on each out-of-process frame as it attaches (none until armed).
     frame_scripts: Vec<String>,
 }
@@ -311,9 +312,10 @@ impl Driver {
                 reply,
             } => {
                 let id = self.dog.next_id();
-                self.calls.retain(|_, r| !r.is_closed());
-                self.calls.insert(id, reply);
-                self.send_own(id, wire::call_message(id, &session, method, params));
+                self.calls.retain(|_, (_, r)| !r.is_closed());
+                let message = wire::call_message(id, &session, method, params);
+                self.calls.insert(id, (session, reply));
+                self.send_own(id, message);
             }
             Control::Frames(reply) => {
                 let _ = reply.send(self.dog.frames());
@@ -377,7 +379,7 @@ impl Driver {
 
     /// A reply to one of the relay's own messages: hands it to whoever waits for it.
     fn answer(&mut self, id: u64, text: &str) {
-        if let Some(reply) = self.calls.remove(&id) {
+        if let Some((_, reply)) = self.calls.remove(&id) {
             // Its caller reads it with serde, which refuses a lone surrogate's escape as
             // chromiumoxide does: mended the same way.
             let text = wire::mend_lone_surrogates(text.as_bytes())
@@ -404,5 +406,8 @@ impl Driver {
         for id in f.commands {
             self.to_client.push(wire::page_error(id, &f.session, why));
         }
+        // Own calls on the page's session will not be answered either: their callers learn
+        // it now (dropped repliers), not at their timeouts.
+        self.calls.retain(|_, (session, _)| *session != f.session);
     }
 }
