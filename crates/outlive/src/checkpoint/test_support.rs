@@ -37,6 +37,14 @@ pub(super) fn local(json: &str) -> FrameState {
     }
 }
 
+/// A local Chromium, up.
+async fn local_chromium() -> crate::LocalBrowser {
+    crate::LocalChromium::new()
+        .start()
+        .await
+        .expect("Chromium starts")
+}
+
 /// A page with a local Chromium behind it, owned by the returned guards.
 pub(super) async fn chromium_page() -> (
     crate::LocalBrowser,
@@ -44,10 +52,7 @@ pub(super) async fn chromium_page() -> (
     AbortOnDropHandle<()>,
     Page,
 ) {
-    let chromium = crate::LocalChromium::new()
-        .start()
-        .await
-        .expect("Chromium starts");
+    let chromium = local_chromium().await;
     let (browser, pump, page) = connect_page(chromium.endpoint().expose()).await;
     (chromium, browser, pump, page)
 }
@@ -61,10 +66,7 @@ pub(super) async fn relayed_page() -> (
     AbortOnDropHandle<()>,
     Page,
 ) {
-    let chromium = crate::LocalChromium::new()
-        .start()
-        .await
-        .expect("Chromium starts");
+    let chromium = local_chromium().await;
     let heartbeat = crate::relay::Heartbeat {
         interval: Duration::from_secs(1),
         timeout: Duration::from_secs(5),
