@@ -17,13 +17,13 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
-use super::idb::IdbWatch;
+use super::idb::{Frame, FullRead, IdbWatch};
 use super::script::{CODEC_JS, cdp_error, evaluate};
 use super::{
     Checkpoint, FrameState, Part, PartCache, StorageKey, StoredCookie, is_storable_origin,
 };
 use crate::error::{Error, ErrorKind};
-use crate::relay::Calls;
+use crate::relay::{Calls, FrameSession};
 
 /// The capture script (see its header for what it answers).
 const CAPTURE_JS: &str = include_str!("../js/capture.js");
@@ -48,6 +48,9 @@ pub(crate) struct CaptureOptions {
 struct FrameRead {
     url: String,
     origin: String,
+    /// The frame's origin and its ancestors' (see `IdbWatch`); `None` where unknown.
+    #[serde(default)]
+    scope: Option<String>,
     local: Option<RawPart>,
     session: Option<RawPart>,
     idb: Option<RawPart>,
@@ -183,7 +186,7 @@ impl WarmUp {
 fn capture_arguments(
     known: &[String],
     options: CaptureOptions,
-    idb_same: Option<serde_json::Value>,
+    idb_same: &[serde_json::Value],
 ) -> String {
     let known = serde_json::to_string(known).expect("strings serialise");
     let opts = serde_json::json!({
@@ -325,8 +328,7 @@ pub(crate) async fn capture(
     let taken = Instant::now();
     let at = SystemTime::now();
     let (mut changes, idb_same) = idb.begin(cache);
-    let offered = idb_same.is_some();
-    let arguments = capture_arguments(&cache.known(), options, idb_same);
+    let arguments = capture_arguments(&cache.known(), options, &idb_same);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
         read_top(page, &arguments),
@@ -338,36 +340,43 @@ pub(crate) async fn capture(
         .map_err(|e| cdp_error("Storage.getCookies", e))?
         .result
         .cookies;
-    let mut top = top?;
-    // The script took the last full read as standing; if a change event came meanwhile (a
-    // commit between `begin` and the script's reads, whose completion the page may have acted
-    // on in what was just read), that read does not go with the rest: read it again, in full.
-    if offered
-        && idb_taken_as_unchanged(&top)
+    let (mut top, mut remote) = (top?, remote);
+    // A frame's script took its last full read as standing; if a change event came meanwhile
+    // (a commit between `begin` and the script's reads, whose completion the page may have
+    // acted on in what was just read), that read does not go with the rest: read it again, in
+    // full.
+    if !idb_same.is_empty()
+        && any_idb_taken_as_unchanged(&top, &remote)
         && let Some(now) = idb.moved_since(changes)
     {
-        tracing::debug!("IndexedDB changed during the capture; reading the top frame again");
+        tracing::debug!("IndexedDB changed during the capture; reading those frames again");
         changes = now;
-        top = read_top(page, &capture_arguments(&cache.known(), options, None)).await?;
+        (top, remote) = read_again(
+            page,
+            calls,
+            top,
+            remote,
+            &capture_arguments(&cache.known(), options, &[]),
+        )
+        .await?;
     }
     let top_origin = top.origin.clone();
     let url = top.url.clone();
-    let idb_read = top
-        .idb
-        .as_ref()
-        .and_then(|p| Some((p.hash.clone(), p.list.clone()?)));
+    let full_reads = full_reads(&top, &remote);
 
     let mut reads = Vec::new();
     if is_storable_origin(&top_origin) {
         reads.push(top);
     }
-    let mut frames_unread = keep_reads(&mut reads, remote);
+    let mut frames_unread = keep_reads(&mut reads, remote.into_iter().map(|(_, r)| r).collect());
 
     // Same-process frames of another origin (same-site subdomains, or every frame where
     // site isolation is off): read in an isolated world of each.
     if let Ok(tree) = tree {
         let seen = reads.iter().map(|r| r.origin.clone()).collect();
         let tree = &tree.result.frame_tree;
+        // Not offered any IndexedDB as standing: they are not tracked.
+        let arguments = capture_arguments(&cache.known(), options, &[]);
         let local = read_same_process_frames(page, tree, seen, &arguments).await;
         frames_unread += keep_reads(&mut reads, local);
     }
@@ -383,19 +392,79 @@ pub(crate) async fn capture(
         progress: None,
     };
     cache.remember(&checkpoint);
-    if let Some((hash, list)) = idb_read {
-        idb.read_in_full(page, &top_origin, hash, list, changes)
-            .await;
+    for read in full_reads {
+        idb.read_in_full(page, read, changes).await;
     }
     Ok(checkpoint)
 }
 
+/// The frames whose IndexedDB the capture read in full (it sent the database list), each
+/// with its origin and, out of process, its frame id.
+fn full_reads(top: &FrameRead, remote: &[(FrameSession, Option<FrameRead>)]) -> Vec<FullRead> {
+    let full = |read: &FrameRead, frame: Frame| {
+        let idb = read.idb.as_ref()?;
+        Some(FullRead {
+            scope: read.scope.clone()?,
+            frame,
+            hash: idb.hash.clone(),
+            list: idb.list.clone()?,
+        })
+    };
+    let top = full(
+        top,
+        Frame::Top {
+            origin: top.origin.clone(),
+        },
+    );
+    let frames = remote.iter().filter_map(|(frame, read)| {
+        if frame.frame_id.is_empty() {
+            return None;
+        }
+        let frame_id = frame.frame_id.clone();
+        full(read.as_ref()?, Frame::Remote { frame_id })
+    });
+    top.into_iter().chain(frames).collect()
+}
+
+/// Reads again, with `arguments` (which offer nothing as standing), the top frame and the
+/// out-of-process frames whose IndexedDB was taken as unchanged.
+async fn read_again(
+    page: &Page,
+    calls: &Calls,
+    top: FrameRead,
+    remote: Vec<(FrameSession, Option<FrameRead>)>,
+    arguments: &str,
+) -> Result<(FrameRead, Vec<(FrameSession, Option<FrameRead>)>), Error> {
+    let top = async {
+        if idb_taken_as_unchanged(&top) {
+            read_top(page, arguments).await
+        } else {
+            Ok(top)
+        }
+    };
+    let frames = remote.into_iter().map(|(frame, read)| async move {
+        match read {
+            Some(r) if idb_taken_as_unchanged(&r) => {
+                let again = read_remote(calls, frame.session.clone(), arguments).await;
+                (frame, again)
+            }
+            read => (frame, read),
+        }
+    });
+    let (top, frames) = futures::join!(top, futures::future::join_all(frames));
+    Ok((top?, frames))
+}
+
 /// Runs the capture script in every out-of-process frame the relay holds a session for.
-async fn read_remote_frames(calls: &Calls, arguments: &str) -> Vec<Option<FrameRead>> {
-    let sessions = calls.frame_sessions().await;
-    let reads = sessions
-        .into_iter()
-        .map(|s| read_remote(calls, s, arguments));
+async fn read_remote_frames(
+    calls: &Calls,
+    arguments: &str,
+) -> Vec<(FrameSession, Option<FrameRead>)> {
+    let frames = calls.frame_sessions().await;
+    let reads = frames.into_iter().map(|frame| async move {
+        let read = read_remote(calls, frame.session.clone(), arguments).await;
+        (frame, read)
+    });
     futures::future::join_all(reads).await
 }
 
@@ -405,6 +474,17 @@ fn idb_taken_as_unchanged(read: &FrameRead) -> bool {
     read.idb
         .as_ref()
         .is_some_and(|p| p.list.is_none() && p.data.is_none())
+}
+
+/// Whether the top frame or an out-of-process frame took IndexedDB as unchanged.
+fn any_idb_taken_as_unchanged(
+    top: &FrameRead,
+    remote: &[(FrameSession, Option<FrameRead>)],
+) -> bool {
+    idb_taken_as_unchanged(top)
+        || remote
+            .iter()
+            .any(|(_, r)| r.as_ref().is_some_and(idb_taken_as_unchanged))
 }
 
 /// Moves the frames that answered into `reads`; answers how many did not.
@@ -508,7 +588,10 @@ mod tests {
         );
     }
     use crate::checkpoint::cache::KNOWN_MIN_BYTES;
-    use crate::checkpoint::test_support::{chromium_page, key, local, read_value, relayed_page};
+    use crate::checkpoint::test_support::{
+        chromium_page, frame_value, key, local, read_value, relayed_page, the_frame,
+        two_site_server,
+    };
     use tokio_util::task::AbortOnDropHandle;
 
     /// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
@@ -743,40 +826,6 @@ mod tests {
         }
     }
 
-    /// What `expression` answers in the out-of-process frame of `session`.
-    async fn frame_value(calls: &Calls, session: &str, expression: &str) -> serde_json::Value {
-        let params = serde_json::json!({
-            "expression": expression,
-            "awaitPromise": true,
-            "returnByValue": true,
-        });
-        let text = calls
-            .call(
-                session.to_owned(),
-                "Runtime.evaluate",
-                params,
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("the frame answers");
-        let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
-        reply["result"]["result"]["value"].clone()
-    }
-
-    /// The one out-of-process frame of the page, once it is another than `old`.
-    async fn the_frame(calls: &Calls, old: Option<&str>) -> String {
-        for _ in 0..500 {
-            let sessions = calls.frame_sessions().await;
-            if let [one] = sessions.as_slice()
-                && Some(one.as_str()) != old
-            {
-                return one.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the page did not get one new out-of-process frame within 10 s");
-    }
-
     /// A cross-site iframe (its own renderer, reached through its session on the relay) gets
     /// the capture script and the warm-up as each of its documents starts, once a capture was
     /// asked for on the page: after a navigation its unchanged storage crosses the wire as a
@@ -784,18 +833,7 @@ mod tests {
     #[tokio::test]
     async fn a_cross_site_frame_is_warmed_up_and_its_changes_still_captured() {
         let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| async move {
-            let path = uri.path().to_owned();
-            axum::response::Html(match path.strip_prefix("/top") {
-                Some(n) => format!("<iframe src=\"http://localhost:{port}/frame{n}\"></iframe>"),
-                None => format!("<title>{path}</title>"),
-            })
-        });
-        let _server = AbortOnDropHandle::new(tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        }));
+        let (port, _server) = two_site_server().await;
         let calls = relay.calls();
         let (cache, watch, warm) = (PartCache::default(), IdbWatch::default(), WarmUp::default());
         let options = CaptureOptions {
@@ -944,6 +982,7 @@ mod tests {
         let read = FrameRead {
             url: "https://a.example/".into(),
             origin: "https://a.example".into(),
+            scope: None,
             local: Some(RawPart {
                 hash,
                 data: None,
@@ -957,6 +996,7 @@ mod tests {
         let unknown = FrameRead {
             url: "https://a.example/".into(),
             origin: "https://a.example".into(),
+            scope: None,
             local: Some(RawPart {
                 hash: "nope".into(),
                 data: None,

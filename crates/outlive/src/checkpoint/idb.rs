@@ -1,13 +1,14 @@
-//! Chromium's IndexedDB change tracking, which lets a capture take the top frame's IndexedDB
-//! as unchanged instead of reading it again (see `IdbWatch`).
+//! Chromium's IndexedDB change tracking, which lets a capture take a frame's IndexedDB as
+//! unchanged instead of reading it again (see `IdbWatch`).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::storage::{
-    EventIndexedDbContentUpdated, EventIndexedDbListUpdated, TrackIndexedDbForStorageKeyParams,
-    UntrackIndexedDbForStorageKeyParams,
+    EventIndexedDbContentUpdated, EventIndexedDbListUpdated, GetStorageKeyParams,
+    TrackIndexedDbForStorageKeyParams, UntrackIndexedDbForStorageKeyParams,
 };
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -15,37 +16,45 @@ use tokio::time::Instant;
 use super::{PartCache, is_storable_origin};
 use tokio_util::task::AbortOnDropHandle;
 
-/// Whether the top frame's IndexedDB may have changed since the capture script last read it
-/// in full, from Chromium's own change events (`Storage.trackIndexedDBForStorageKey`, then
-/// `indexedDBContentUpdated` / `indexedDBListUpdated` on the page's session): while none came,
-/// the capture script is told the last read stands, and only checks that no database came,
-/// went or changed version — so an unchanged IndexedDB costs a checkpoint nothing more.
+/// Whether a frame's IndexedDB may have changed since the capture script last read it in full,
+/// from Chromium's own change events (`Storage.trackIndexedDBForStorageKey` for the frame's
+/// storage key, then `indexedDBContentUpdated` / `indexedDBListUpdated` on the page's session —
+/// for an out-of-process frame's partitioned storage key too): while none came, the capture
+/// script is told the last read stands, and only checks that no database came, went or
+/// changed version — so an unchanged IndexedDB costs a checkpoint nothing more, in the top
+/// frame and in cross-site iframes, on every new document. Reads are kept by the frame's
+/// scope (its origin and its ancestors', which the script states and checks): one scope is one
+/// storage key. Any change event has every frame read in full again (they are rare next to
+/// captures, and this needs no bookkeeping per key).
 ///
 /// Chromium reported a commit's content change before the transaction's completion reached the
 /// page in every trial (20 of 20 commits; the protocol does not promise it), and chromiumoxide
 /// hands events over in the order they came, so a change the task has seen has been counted by
 /// the time it asks for a checkpoint. A change event that comes while a capture runs has the
-/// top frame read again in full, and a full read is made at least every
+/// frames that took their read as standing read again in full, and a full read is made at least every
 /// `IDB_READ_IN_FULL_EVERY` regardless. One watch per page session: tracking
 /// belongs to the session.
 #[derive(Default)]
 pub(crate) struct IdbWatch(Mutex<IdbState>);
 
-/// However quiet Chromium's change events are, the top frame's IndexedDB is read in full at
-/// least this often: the events' order (below) is observed, not promised by the protocol, and
+/// However quiet Chromium's change events are, a frame's IndexedDB is read in full at least
+/// this often: the events' order (below) is observed, not promised by the protocol, and
 /// a tracking Chromium dropped without closing the session would otherwise go unnoticed.
 const IDB_READ_IN_FULL_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct IdbState {
     events: Option<IdbEvents>,
-    /// Origins whose (first-party) storage key is tracked on this session; shared with the
-    /// watcher, which untracks them at the first change.
-    tracked: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Storage keys tracked on this session; shared with the watcher, which untracks them at
+    /// the first change.
+    tracked: Arc<Mutex<HashSet<String>>>,
     /// Change events seen so far.
     changes: u64,
-    last: Option<IdbRead>,
-    /// Full reads of the top frame's IndexedDB reported so far.
+    /// The last full read of each scope's IndexedDB, since the last change.
+    last: HashMap<String, IdbRead>,
+    /// The storage key of each scope met (a scope always has the same one).
+    keys: HashMap<String, String>,
+    /// Full reads reported so far.
     #[cfg(test)]
     full_reads: u64,
 }
@@ -65,7 +74,7 @@ impl IdbEvents {
         page: &Page,
         mut content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
         mut list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
-        tracked: Arc<Mutex<std::collections::HashSet<String>>>,
+        tracked: Arc<Mutex<HashSet<String>>>,
     ) -> IdbEvents {
         let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (flag, page) = (changed.clone(), page.clone());
@@ -73,10 +82,11 @@ impl IdbEvents {
             futures::future::select(content.next(), list.next()).await;
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             drop((content, list));
-            let origins: Vec<String> = lock(&tracked).drain().collect();
-            for origin in origins {
-                let untrack = UntrackIndexedDbForStorageKeyParams::new(format!("{origin}/"));
-                let _ = page.execute(untrack).await;
+            let keys: Vec<String> = lock(&tracked).drain().collect();
+            for key in keys {
+                let _ = page
+                    .execute(UntrackIndexedDbForStorageKeyParams::new(key))
+                    .await;
             }
         });
         IdbEvents {
@@ -91,17 +101,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The last full read of the top frame's IndexedDB.
+/// The last full read of a scope's IndexedDB.
 struct IdbRead {
-    origin: String,
     hash: String,
     list: String,
     /// The change count when the capture that read it started.
     changes: u64,
     /// When it was read.
     at: Instant,
-    /// Whether the origin was tracked before that capture started.
+    /// Whether its storage key was tracked before that capture started.
     tracked: bool,
+}
+
+/// A frame whose IndexedDB a capture read in full.
+pub(super) struct FullRead {
+    /// What the script said the frame's scope is.
+    pub scope: String,
+    pub frame: Frame,
+    pub hash: String,
+    pub list: String,
+}
+
+/// Where a frame read in full is, for its storage key.
+pub(super) enum Frame {
+    /// The top frame: its origin's (first-party) storage key.
+    Top { origin: String },
+    /// An out-of-process frame: its storage key asked of the browser by its frame id.
+    Remote { frame_id: String },
 }
 
 impl IdbState {
@@ -115,7 +141,7 @@ impl IdbState {
             self.changes += 1;
             self.events = None;
             lock(&self.tracked).clear();
-            self.last = None;
+            self.last.clear();
         }
     }
 }
@@ -130,52 +156,68 @@ impl IdbWatch {
     }
 
     /// At a capture's start: the change count, and what the capture script may take as
-    /// unchanged (`{origin, hash, list}`), if anything.
-    pub(super) fn begin(&self, cache: &PartCache) -> (u64, Option<serde_json::Value>) {
+    /// unchanged (`[{scope, hash, list}]`).
+    pub(super) fn begin(&self, cache: &PartCache) -> (u64, Vec<serde_json::Value>) {
         let mut state = self.0.lock().expect("idb watch poisoned");
         state.drain();
         let same = state
             .last
-            .as_ref()
-            .filter(|r| {
+            .iter()
+            .filter(|(_, r)| {
                 r.tracked
                     && r.changes == state.changes
                     && r.at.elapsed() < IDB_READ_IN_FULL_EVERY
                     && cache.get(&r.hash).is_some()
             })
-            .map(|r| serde_json::json!({ "origin": r.origin, "hash": r.hash, "list": r.list }));
+            .map(|(scope, r)| serde_json::json!({ "scope": scope, "hash": r.hash, "list": r.list }))
+            .collect();
         (state.changes, same)
     }
 
-    /// After a capture that read `origin`'s IndexedDB in full (content `hash`, databases
-    /// `list`), starting at change count `changes`. Starts tracking the origin if it is not
-    /// tracked yet: that read does not count as unchanged-since, the next one will.
-    pub(super) async fn read_in_full(
-        &self,
-        page: &Page,
-        origin: &str,
-        hash: String,
-        list: String,
-        changes: u64,
-    ) {
+    /// After a capture that read a frame's IndexedDB in full (`read`), starting at change count
+    /// `changes`. Starts tracking the frame's storage key if it is not tracked yet: that read
+    /// does not count as unchanged-since, the next one will.
+    pub(super) async fn read_in_full(&self, page: &Page, read: FullRead, changes: u64) {
+        let FullRead {
+            scope,
+            frame,
+            hash,
+            list,
+        } = read;
+        let known = self
+            .0
+            .lock()
+            .expect("idb watch poisoned")
+            .keys
+            .get(&scope)
+            .cloned();
+        let Some(key) = (match known {
+            Some(key) => Some(key),
+            None => storage_key(page, &frame).await,
+        }) else {
+            return;
+        };
         let (tracked, listening) = {
             let mut state = self.0.lock().expect("idb watch poisoned");
             #[cfg(test)]
             {
                 state.full_reads += 1;
             }
-            let tracked = lock(&state.tracked).contains(origin);
-            state.last = Some(IdbRead {
-                origin: origin.to_owned(),
-                hash,
-                list,
-                changes,
-                at: Instant::now(),
-                tracked,
-            });
+            let tracked = lock(&state.tracked).contains(&key);
+            state.keys.insert(scope.clone(), key.clone());
+            state.last.insert(
+                scope,
+                IdbRead {
+                    hash,
+                    list,
+                    changes,
+                    at: Instant::now(),
+                    tracked,
+                },
+            );
             (tracked, state.events.is_some())
         };
-        if tracked || !is_storable_origin(origin) {
+        if tracked {
             return;
         }
         // Listening before tracking, so no event after it is missed.
@@ -193,13 +235,14 @@ impl IdbWatch {
                 state.events = Some(IdbEvents::watch(page, content, list, tracked));
             }
         }
-        // A first-party storage key is the origin with a slash (`Storage.getStorageKey`).
-        let track = TrackIndexedDbForStorageKeyParams::new(format!("{origin}/"));
-        match page.execute(track).await {
+        match page
+            .execute(TrackIndexedDbForStorageKeyParams::new(key.clone()))
+            .await
+        {
             Ok(_) => {
                 let state = self.0.lock().expect("idb watch poisoned");
                 if state.events.is_some() {
-                    lock(&state.tracked).insert(origin.to_owned());
+                    lock(&state.tracked).insert(key);
                 }
             }
             Err(e) => {
@@ -209,10 +252,35 @@ impl IdbWatch {
     }
 }
 
+/// The storage key of `frame` (`None` where it has none worth tracking, or the browser does
+/// not say). A first-party storage key is the origin with a slash (`Storage.getStorageKey`);
+/// a cross-site frame's is partitioned by its top-level site, which takes the public suffix
+/// list to work out: the browser is asked.
+async fn storage_key(page: &Page, frame: &Frame) -> Option<String> {
+    match frame {
+        Frame::Top { origin } => is_storable_origin(origin).then(|| format!("{origin}/")),
+        Frame::Remote { frame_id } => {
+            let ask = GetStorageKeyParams::builder()
+                .frame_id(frame_id.clone())
+                .build();
+            match page.execute(ask).await {
+                Ok(answer) => Some(answer.result.storage_key.into()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a frame's storage key is unknown; its IndexedDB is read in full at each capture");
+                    None
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::test_support::{chromium_page, key, local, read_value};
+    use crate::checkpoint::test_support::{
+        chromium_page, frame_value, key, local, read_value, relayed_page, the_frame,
+        two_site_server,
+    };
     use crate::checkpoint::{CaptureOptions, Checkpoint, capture, restore};
     use crate::relay::Calls;
 
@@ -248,20 +316,23 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// A script that writes `value` under the key `k` of store `s` of database `db`, and
+    /// answers 1 once it is committed.
+    fn put(value: &str) -> String {
+        format!(
+            "new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
+            r.onupgradeneeded = () => r.result.createObjectStore('s');
+            r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
+              tx.objectStore('s').put('{value}', 'k'); tx.oncomplete = () => {{ r.result.close(); resolve(1); }}; }};
+            r.onerror = () => reject(r.error); }})"
+        )
+    }
+
     /// An unchanged IndexedDB is not read again once Chromium tracks it; every kind of change
     /// — a record written, a database created — is in the next capture.
     #[tokio::test]
     async fn indexeddb_is_read_again_only_after_a_change() {
         let (_guards, page) = page_on_app_origin().await;
-        let put = |value: &str| {
-            format!(
-                "new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
-                r.onupgradeneeded = () => r.result.createObjectStore('s');
-                r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
-                  tx.objectStore('s').put('{value}', 'k'); tx.oncomplete = () => {{ r.result.close(); resolve(1); }}; }};
-                r.onerror = () => reject(r.error); }})"
-            )
-        };
         let _: i64 = read_value(&page, put("first")).await;
 
         let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
@@ -269,13 +340,13 @@ mod tests {
         let first = capture().await.unwrap();
         assert!(idb_of(&first).contains("first"));
         assert!(
-            watch.begin(&cache).1.is_none(),
+            watch.begin(&cache).1.is_empty(),
             "read before tracking began"
         );
         let second = capture().await.unwrap();
         assert_eq!(idb_of(&second), idb_of(&first));
         assert!(
-            watch.begin(&cache).1.is_some(),
+            !watch.begin(&cache).1.is_empty(),
             "read while tracked and unchanged: the next capture may skip it"
         );
         let full_reads = || watch.0.lock().unwrap().full_reads;
@@ -319,6 +390,60 @@ mod tests {
             !idb_of(&after_delete).contains("\"other\""),
             "a database deleted is seen"
         );
+    }
+
+    /// A cross-site iframe's IndexedDB (partitioned under the top's site, in a renderer of its
+    /// own) is tracked too: once tracked, it is not read again — on the frame's next document
+    /// either — until a change, which the next capture has.
+    #[tokio::test]
+    async fn a_cross_site_frames_indexeddb_is_read_again_only_after_a_change() {
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let (port, _server) = two_site_server().await;
+        let calls = relay.calls();
+        let (cache, watch) = (PartCache::default(), IdbWatch::default());
+        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        let frame_key = key(
+            &format!("http://127.0.0.1:{port}"),
+            &format!("http://localhost:{port}"),
+        );
+        let frame_idb = |cp: &Checkpoint| {
+            cp.storage
+                .get(&frame_key)
+                .and_then(|s| s.idb.as_ref())
+                .map(|p| p.json.clone())
+                .unwrap_or_default()
+        };
+        let full_reads = || watch.0.lock().unwrap().full_reads;
+        let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
+
+        go(0).await.unwrap();
+        let mut frame = the_frame(&calls, None).await;
+        assert_eq!(frame_value(&calls, &frame, &put("first")).await, 1);
+        let first = capture().await.unwrap();
+        assert!(frame_idb(&first).contains("first"), "{}", frame_idb(&first));
+        let _ = capture().await.unwrap();
+        assert_eq!(full_reads(), 2, "read in full until tracked");
+        let _ = capture().await.unwrap();
+        assert_eq!(full_reads(), 2, "not read again: nothing changed");
+
+        go(1).await.unwrap();
+        frame = the_frame(&calls, Some(&frame)).await;
+        let on_a_new_document = capture().await.unwrap();
+        assert_eq!(frame_idb(&on_a_new_document), frame_idb(&first));
+        assert_eq!(
+            full_reads(),
+            2,
+            "not read again on the frame's new document: nothing changed"
+        );
+
+        assert_eq!(frame_value(&calls, &frame, &put("second")).await, 1);
+        let after_put = capture().await.unwrap();
+        assert!(
+            frame_idb(&after_put).contains("second"),
+            "a record written in the frame is seen: {}",
+            frame_idb(&after_put)
+        );
+        assert_eq!(full_reads(), 3);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,3 +113,60 @@ pub(super) async fn read_value<T: serde::de::DeserializeOwned>(
         .into_value()
         .expect("the check answers")
 }
+
+/// A local server whose `/top{n}` embeds `http://localhost:{port}/frame{n}` — another site
+/// than the page's `127.0.0.1`, so an out-of-process frame — and whose every other path is a
+/// new document; its port, and the guard that stops it.
+pub(super) async fn two_site_server() -> (u16, AbortOnDropHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| async move {
+        let path = uri.path().to_owned();
+        axum::response::Html(match path.strip_prefix("/top") {
+            Some(n) => format!("<iframe src=\"http://localhost:{port}/frame{n}\"></iframe>"),
+            None => format!("<title>{path}</title>"),
+        })
+    });
+    let server = AbortOnDropHandle::new(tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    }));
+    (port, server)
+}
+
+/// What `expression` answers in the out-of-process frame of `session`.
+pub(super) async fn frame_value(
+    calls: &crate::relay::Calls,
+    session: &str,
+    expression: &str,
+) -> serde_json::Value {
+    let params = serde_json::json!({
+        "expression": expression,
+        "awaitPromise": true,
+        "returnByValue": true,
+    });
+    let text = calls
+        .call(
+            session.to_owned(),
+            "Runtime.evaluate",
+            params,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the frame answers");
+    let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+    reply["result"]["result"]["value"].clone()
+}
+
+/// The session of the page's one out-of-process frame, once it is another than `old`.
+pub(super) async fn the_frame(calls: &crate::relay::Calls, old: Option<&str>) -> String {
+    for _ in 0..500 {
+        let frames = calls.frame_sessions().await;
+        if let [one] = frames.as_slice()
+            && Some(one.session.as_str()) != old
+        {
+            return one.session.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the page did not get one new out-of-process frame within 10 s");
+}

@@ -1,8 +1,8 @@
 // Reads one frame's client-side state for a checkpoint. Called as
 // `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
 // hash is among them comes back as `{ hash }` alone, so unchanged megabytes never cross the
-// wire. opts: { idb: bool, idbMax: bytes, idbSame: null | { origin, hash, list } }. Returns
-// { url, origin, local, session, idb }, each part `null` (not readable here) or
+// wire. opts: { idb: bool, idbMax: bytes, idbSame: [{ scope, hash, list }] }. Returns
+// { url, origin, scope, local, session, idb }, each part `null` (not readable here) or
 // `{ hash, data?, leftOut?, list? }`: data the JSON text, leftOut the values left out, list
 // (IndexedDB read in full) the databases it found.
 // Installed once per document (by outlive as each top-level document starts, or by the first
@@ -117,13 +117,11 @@
     } catch (e) { return null; }
     // The databases by name and version: what a full read reports as `list`.
     const list = infos.map((i) => i.name + '\u0000' + i.version).sort().join('\u0001');
-    // outlive saw no change to this origin's IndexedDB since the full read that gave
-    // `same.hash` (Chromium's change events; top frame only): unless a database came, went or
+    // outlive saw no change to this frame's IndexedDB (its scope: see below) since the full
+    // read that gave `same.hash` (Chromium's change events): unless a database came, went or
     // changed version, that read stands.
-    const same = opts.idbSame;
-    if (same && window === window.top && same.origin === location.origin && same.list === list) {
-      return { hash: same.hash };
-    }
+    const same = scope && (opts.idbSame || []).find((s) => s.scope === scope);
+    if (same && same.list === list) return { hash: same.hash };
     const C = OUTLIVE_CODEC;
     const dbs = [];
     let left = 0;
@@ -189,10 +187,16 @@
 
   const origin = location.origin;
   const storable = origin.startsWith('http://') || origin.startsWith('https://');
+  // This frame's origin and its ancestors' (the top's last): frames of one scope share one
+  // storage key (origin, top-level site, whether an ancestor is cross-site), so one scope's
+  // IndexedDB is one IndexedDB. Null where the browser does not say, or an ancestor's origin
+  // is opaque (a storage key made with a nonce: another in each document).
+  const ancestors = location.ancestorOrigins ? Array.from(location.ancestorOrigins) : null;
+  const scope = ancestors && !ancestors.includes('null') ? [origin, ...ancestors].join(' ') : null;
   // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
   // Storage is read and hashed here (1–2 ms on a new document).
   const db = storable ? idb() : null;
   const local = storable ? area('localStorage') : null;
   const session = storable ? area('sessionStorage') : null;
-  return { url: location.href, origin, local, session, idb: await db };
+  return { url: location.href, origin, scope, local, session, idb: await db };
 })({})

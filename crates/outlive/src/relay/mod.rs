@@ -168,8 +168,8 @@ enum Control {
         params: serde_json::Value,
         reply: oneshot::Sender<String>,
     },
-    /// The sessions of the out-of-process frames (cross-site iframes) of the watched page.
-    Frames(oneshot::Sender<Vec<String>>),
+    /// The out-of-process frames (cross-site iframes) of the watched page.
+    Frames(oneshot::Sender<Vec<FrameSession>>),
     /// From now on, register these scripts (`Page.addScriptToEvaluateOnNewDocument`) on every
     /// out-of-process frame attached under the watched page, as it attaches.
     ArmFrames(Vec<String>),
@@ -454,6 +454,14 @@ impl Relay {
     }
 }
 
+/// An out-of-process frame of the watched page: its session on the relay, and its frame id
+/// (its target's id; empty if the browser did not say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrameSession {
+    pub session: String,
+    pub frame_id: String,
+}
+
 /// Sends commands of outlive's own through the relay, on any session of the browser —
 /// chromiumoxide has no handle on the sessions of out-of-process frames, the relay sees them.
 #[derive(Clone)]
@@ -476,8 +484,8 @@ impl Calls {
         !self.control.is_closed()
     }
 
-    /// The sessions of the watched page's out-of-process frames (cross-site iframes).
-    pub async fn frame_sessions(&self) -> Vec<String> {
+    /// The watched page's out-of-process frames (cross-site iframes).
+    pub async fn frame_sessions(&self) -> Vec<FrameSession> {
         let (tx, rx) = oneshot::channel();
         if self.control.send(Control::Frames(tx)).is_err() {
             return Vec::new();

@@ -388,9 +388,16 @@ impl Watchdog {
         Some((self.next_id(), session))
     }
 
-    /// The sessions of the watched page's out-of-process frames.
-    pub fn frames(&self) -> Vec<String> {
-        self.page.frames.iter().cloned().collect()
+    /// The watched page's out-of-process frames.
+    pub fn frames(&self) -> Vec<super::FrameSession> {
+        self.page
+            .frames
+            .iter()
+            .map(|(session, frame_id)| super::FrameSession {
+                session: session.clone(),
+                frame_id: frame_id.clone(),
+            })
+            .collect()
     }
 
     /// The out-of-process frames attached under the watched page since the last call.

@@ -1,7 +1,7 @@
 //! The relay's view of the task's page: its commands, its navigations (which gate the stall
 //! probe), its out-of-process frames, and the events that say it failed.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use tokio::time::Instant;
 
@@ -40,8 +40,9 @@ pub(super) struct PageState {
     responded: Option<Instant>,
     /// The generation of the last page that failed (0: none).
     pub failed_generation: u64,
-    /// Sessions of the watched page's out-of-process frames, attached by chromiumoxide.
-    pub frames: BTreeSet<String>,
+    /// The watched page's out-of-process frames, attached by chromiumoxide: their sessions,
+    /// and their target ids (each is the id of its frame).
+    pub frames: BTreeMap<String, String>,
     /// Frames attached since the driver last took them (see `Watchdog::take_attached_frames`).
     pub attached: Vec<String>,
     /// A JavaScript dialog is open on the watched page: its scripts wait for an answer, which
@@ -297,7 +298,13 @@ impl PageState {
                     .as_ref()
                     .is_some_and(|t| t.kind == "iframe") =>
             {
-                self.frames.insert(session.clone());
+                let target = event
+                    .params
+                    .target_info
+                    .as_ref()
+                    .and_then(|t| t.target_id.clone());
+                self.frames
+                    .insert(session.clone(), target.unwrap_or_default());
                 self.attached.push(session);
             }
             "Target.detachedFromTarget" => {

@@ -498,7 +498,13 @@ fn out_of_process_frames_are_followed() {
     let mut sim = Sim::new(None).watching();
     sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"F1","targetInfo":{"type":"iframe","targetId":"X"}},"sessionId":"S"}"#);
     sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"W1","targetInfo":{"type":"worker","targetId":"Y"}},"sessionId":"S"}"#);
-    assert_eq!(sim.dog.frames(), ["F1"]);
+    assert_eq!(
+        sim.dog.frames(),
+        [crate::relay::FrameSession {
+            session: "F1".into(),
+            frame_id: "X".into(),
+        }]
+    );
     sim.hear(
         r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"F1"},"sessionId":"S"}"#,
     );
