@@ -49,9 +49,10 @@ pub const SEED_JS: &str = "twosite.seed()";
 pub const REPORT_JS: &str = "twosite.report()";
 
 /// The expression that fills the widget's partitioned `localStorage` with `items` items of
-/// `chars` characters (`bulk0`, `bulk1`, …), for benchmarks; resolves to `true`.
-pub fn fill_widget_js(items: u32, chars: u32) -> String {
-    format!("twosite.fillWidget({items}, {chars})")
+/// `chars` characters (`bulk0`, `bulk1`, …) and its IndexedDB with `records` records
+/// (database `bulk`, store `records`, indexed by `tag`), for benchmarks; resolves to `true`.
+pub fn fill_widget_js(items: u32, chars: u32, records: u32) -> String {
+    format!("twosite.fillWidget({items}, {chars}, {records})")
 }
 
 /// The app origin's `sessionStorage` key.

@@ -59,6 +59,8 @@ pub enum Seed {
     /// sessionStorage, the app's own IndexedDB database (rich values, a Blob) and a cross-site
     /// widget iframe with 256 KiB of partitioned localStorage and a CHIPS cookie.
     TwoSite,
+    /// [`Seed::TwoSite`] with 1 000 IndexedDB records in the widget too (partitioned).
+    TwoSiteFramedIdb,
 }
 
 impl Seed {
@@ -67,7 +69,7 @@ impl Seed {
             Seed::Small => &[SEED_SMALL],
             Seed::Local1MiB => &[SEED_LOCAL_1MIB],
             Seed::Local1MiBIdb1000 => &[SEED_LOCAL_1MIB, SEED_IDB_1000],
-            Seed::TwoSite => &[
+            Seed::TwoSite | Seed::TwoSiteFramedIdb => &[
                 aurora::twosite::SEED_JS,
                 SEED_LOCAL_1MIB,
                 SEED_IDB_1000,
@@ -75,16 +77,21 @@ impl Seed {
             ],
         };
         let mut scripts: Vec<String> = scripts.iter().map(|s| (*s).to_owned()).collect();
-        if self == Seed::TwoSite {
-            scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536));
+        match self {
+            Seed::TwoSite => scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536, 0)),
+            Seed::TwoSiteFramedIdb => {
+                scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536, 1000));
+            }
+            _ => {}
         }
         scripts
     }
 
-    /// The server of the page it seeds: the twosite app for [`Seed::TwoSite`], else
+    /// The server of the page it seeds: the twosite app for [`Seed::TwoSite`] (and
+    /// [`Seed::TwoSiteFramedIdb`]), else
     /// Aurora Bank's sign-in page.
     async fn site(self) -> Result<Site, Error> {
-        Ok(if self == Seed::TwoSite {
+        Ok(if matches!(self, Seed::TwoSite | Seed::TwoSiteFramedIdb) {
             Site::TwoSite(aurora::twosite::spawn().await.map_err(bank_error)?)
         } else {
             Site::Bank(
@@ -401,7 +408,8 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
 }
 
 /// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
-/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] only after navigations), and
+/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] and [`Seed::TwoSiteFramedIdb`]
+/// only after navigations), and
 /// `samples` restores on local Chromium of [`Seed::Local1MiBIdb1000`] (fresh and into a
 /// standby) and of [`Seed::TwoSite`] (fresh).
 ///
@@ -416,7 +424,12 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
             captures.push(capture_case(rtt, what, None, samples).await?);
         }
         for after in [AfterNavigation::Immediately, AfterNavigation::Settled] {
-            for what in [Seed::Small, Seed::Local1MiBIdb1000, Seed::TwoSite] {
+            for what in [
+                Seed::Small,
+                Seed::Local1MiBIdb1000,
+                Seed::TwoSite,
+                Seed::TwoSiteFramedIdb,
+            ] {
                 captures.push(capture_case(rtt, what, Some(after), samples).await?);
             }
         }
