@@ -123,6 +123,8 @@ async fn connect(
         capture: CaptureOptions {
             indexed_db: options.indexed_db,
             indexed_db_max_bytes: options.indexed_db_max_bytes,
+            // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
+            frame_timeout: options.capture_timeout / 2,
         },
         parts: Arc::default(),
         idb: Arc::default(),

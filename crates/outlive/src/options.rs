@@ -408,7 +408,9 @@ impl Options {
         /// 2 s.
         fn heartbeat_timeout(timeout: Duration);
 
-        /// Cap on one checkpoint capture.
+        /// Cap on one checkpoint capture. A cross-site iframe that has not answered within half
+        /// of it is left out of that checkpoint (its earlier storage kept; counted in the wide
+        /// event's `stateLeftOut`), so one hung iframe does not cost every checkpoint.
         ///
         /// # Default
         ///

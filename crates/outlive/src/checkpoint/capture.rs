@@ -31,9 +31,6 @@ const CAPTURE_JS: &str = include_str!("../js/capture.js");
 /// The content hash's WebAssembly module (`js/hash.wat`, assembled), base64.
 const HASH_WASM_B64: &str = include_str!("../js/hash.wasm.b64");
 
-/// How long a read in a cross-site frame may take (the capture as a whole is bounded too).
-const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// What a capture reads besides cookies and Web Storage.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CaptureOptions {
@@ -41,6 +38,10 @@ pub(crate) struct CaptureOptions {
     pub(crate) indexed_db: bool,
     /// The most IndexedDB (serialised) one frame may hold and still be captured.
     pub(crate) indexed_db_max_bytes: usize,
+    /// How long a read in an out-of-process frame may take: a frame that has not answered by
+    /// then is counted unread (`frames_unread`) and the checkpoint goes on without it — so it
+    /// must be well inside the capture's own cap, or one hung iframe costs every checkpoint.
+    pub(crate) frame_timeout: Duration,
 }
 
 /// What the capture script reports for one frame.
@@ -244,12 +245,19 @@ async fn read_top(page: &Page, arguments: &str) -> Result<FrameRead, Error> {
 
 /// Runs the capture script in an out-of-process frame, through its session on the relay: the
 /// installed script first (a frame's documents get it once the page is checkpointed), the
-/// whole script where it is not there yet.
-async fn read_remote(calls: &Calls, session: String, arguments: &str) -> Option<FrameRead> {
+/// whole script where it is not there yet; both within `timeout`.
+async fn read_remote(
+    calls: &Calls,
+    session: String,
+    arguments: &str,
+    timeout: Duration,
+) -> Option<FrameRead> {
+    let deadline = Instant::now() + timeout;
     let installed = evaluate_remote(
         calls,
         session.clone(),
         installed_capture_expression(arguments),
+        timeout,
     );
     match installed.await? {
         Remote::Read(read) => Some(*read),
@@ -257,7 +265,8 @@ async fn read_remote(calls: &Calls, session: String, arguments: &str) -> Option<
             tracing::debug!(
                 "the capture script is not installed in a frame's document; sending it"
             );
-            match evaluate_remote(calls, session, capture_expression(arguments)).await? {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match evaluate_remote(calls, session, capture_expression(arguments), left).await? {
                 Remote::Read(read) => Some(*read),
                 Remote::NotInstalled => None,
             }
@@ -272,8 +281,14 @@ enum Remote {
     NotInstalled,
 }
 
-/// Evaluates a capture `expression` in an out-of-process frame; `None` if it failed or threw.
-async fn evaluate_remote(calls: &Calls, session: String, expression: String) -> Option<Remote> {
+/// Evaluates a capture `expression` in an out-of-process frame; `None` if it failed, threw or
+/// did not answer within `timeout`.
+async fn evaluate_remote(
+    calls: &Calls,
+    session: String,
+    expression: String,
+    timeout: Duration,
+) -> Option<Remote> {
     #[derive(Deserialize)]
     struct Reply<'a> {
         #[serde(borrow)]
@@ -299,7 +314,7 @@ async fn evaluate_remote(calls: &Calls, session: String, expression: String) -> 
     });
     let text = Zeroizing::new(
         calls
-            .call(session, "Runtime.evaluate", params, FRAME_READ_TIMEOUT)
+            .call(session, "Runtime.evaluate", params, timeout)
             .await?,
     );
     let reply: Reply = serde_json::from_str(&text).ok()?;
@@ -327,13 +342,14 @@ pub(crate) async fn capture(
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let (mut changes, idb_same) = idb.begin(cache);
-    let arguments = capture_arguments(&cache.known(), options, &idb_same);
+    let begun = idb.begin(cache);
+    let mut changes = begun.changes;
+    let arguments = capture_arguments(&cache.known(), options, &begun.same);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
-        read_remote_frames(calls, &arguments),
+        read_remote_frames(calls, &arguments, options.frame_timeout),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = cookies
@@ -345,20 +361,14 @@ pub(crate) async fn capture(
     // (a commit between `begin` and the script's reads, whose completion the page may have
     // acted on in what was just read), that read does not go with the rest: read it again, in
     // full.
-    if !idb_same.is_empty()
+    if !begun.same.is_empty()
         && any_idb_taken_as_unchanged(&top, &remote)
         && let Some(now) = idb.moved_since(changes)
     {
         tracing::debug!("IndexedDB changed during the capture; reading those frames again");
         changes = now;
-        (top, remote) = read_again(
-            page,
-            calls,
-            top,
-            remote,
-            &capture_arguments(&cache.known(), options, &[]),
-        )
-        .await?;
+        let arguments = capture_arguments(&cache.known(), options, &[]);
+        (top, remote) = read_again(page, calls, (top, remote), &arguments, options).await?;
     }
     let top_origin = top.origin.clone();
     let url = top.url.clone();
@@ -392,9 +402,10 @@ pub(crate) async fn capture(
         progress: None,
     };
     cache.remember(&checkpoint);
-    for read in full_reads {
-        idb.read_in_full(page, read, changes).await;
-    }
+    let tracking = full_reads
+        .into_iter()
+        .map(|read| idb.read_in_full(page, read, &begun, changes));
+    futures::future::join_all(tracking).await;
     Ok(checkpoint)
 }
 
@@ -417,11 +428,15 @@ fn full_reads(top: &FrameRead, remote: &[(FrameSession, Option<FrameRead>)]) -> 
         },
     );
     let frames = remote.iter().filter_map(|(frame, read)| {
-        if frame.frame_id.is_empty() {
+        let read = read.as_ref()?;
+        // A frame with no ancestors would share its scope with a top frame of its origin.
+        let framed = read.scope.as_ref().is_some_and(|s| s.contains(' '));
+        if frame.frame_id.is_empty() || !framed {
             return None;
         }
         let frame_id = frame.frame_id.clone();
-        full(read.as_ref()?, Frame::Remote { frame_id })
+        let origin = read.origin.clone();
+        full(read, Frame::Remote { frame_id, origin })
     });
     top.into_iter().chain(frames).collect()
 }
@@ -431,9 +446,9 @@ fn full_reads(top: &FrameRead, remote: &[(FrameSession, Option<FrameRead>)]) -> 
 async fn read_again(
     page: &Page,
     calls: &Calls,
-    top: FrameRead,
-    remote: Vec<(FrameSession, Option<FrameRead>)>,
+    (top, remote): (FrameRead, Vec<(FrameSession, Option<FrameRead>)>),
     arguments: &str,
+    options: CaptureOptions,
 ) -> Result<(FrameRead, Vec<(FrameSession, Option<FrameRead>)>), Error> {
     let top = async {
         if idb_taken_as_unchanged(&top) {
@@ -445,7 +460,8 @@ async fn read_again(
     let frames = remote.into_iter().map(|(frame, read)| async move {
         match read {
             Some(r) if idb_taken_as_unchanged(&r) => {
-                let again = read_remote(calls, frame.session.clone(), arguments).await;
+                let session = frame.session.clone();
+                let again = read_remote(calls, session, arguments, options.frame_timeout).await;
                 (frame, again)
             }
             read => (frame, read),
@@ -455,14 +471,16 @@ async fn read_again(
     Ok((top?, frames))
 }
 
-/// Runs the capture script in every out-of-process frame the relay holds a session for.
+/// Runs the capture script in every out-of-process frame the relay holds a session for, each
+/// within `timeout`.
 async fn read_remote_frames(
     calls: &Calls,
     arguments: &str,
+    timeout: Duration,
 ) -> Vec<(FrameSession, Option<FrameRead>)> {
     let frames = calls.frame_sessions().await;
     let reads = frames.into_iter().map(|frame| async move {
-        let read = read_remote(calls, frame.session.clone(), arguments).await;
+        let read = read_remote(calls, frame.session.clone(), arguments, timeout).await;
         (frame, read)
     });
     futures::future::join_all(reads).await
@@ -688,6 +706,7 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
+            frame_timeout: Duration::from_secs(5),
         };
         let capture = || capture(&page, &calls, &cache, &watch, options);
         let cases = [("", ""), ("csp/", ""), ("", "\\ud800")];
@@ -782,6 +801,7 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
+            frame_timeout: Duration::from_secs(5),
         };
         let capture = || async {
             let (cp, ()) = futures::join!(
@@ -839,6 +859,7 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
+            frame_timeout: Duration::from_secs(5),
         };
         let capture = || async {
             let (cp, ()) = futures::join!(
@@ -908,6 +929,56 @@ mod tests {
         }
     }
 
+    /// A cross-site iframe whose renderer never answers (its script spins) is counted unread
+    /// once the frame timeout has passed, and the rest of the page is captured: one hung
+    /// iframe does not cost the checkpoint (the frame timeout used to equal the capture's own
+    /// cap, so the whole capture timed out).
+    #[tokio::test]
+    async fn a_hung_cross_site_frame_is_counted_unread_and_the_rest_captured() {
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let (port, _server) = two_site_server().await;
+        let calls = relay.calls();
+        page.goto(format!("http://127.0.0.1:{port}/top0"))
+            .await
+            .unwrap();
+        let _: i64 = read_value(&page, "(localStorage.setItem('k', 'v'), 1)".into()).await;
+        let frame = the_frame(&calls, None).await;
+        frame_value(&calls, &frame, "(setTimeout(() => { for (;;) {} }, 0), 1)").await;
+        // Until the frame stops answering (it never answers again).
+        let mut answered = 0;
+        while calls
+            .call(
+                frame.clone(),
+                "Runtime.evaluate",
+                serde_json::json!({ "expression": "1" }),
+                Duration::from_millis(500),
+            )
+            .await
+            .is_some()
+        {
+            answered += 1;
+            assert!(answered < 20, "the frame's script spins");
+        }
+        let options = CaptureOptions {
+            indexed_db: true,
+            indexed_db_max_bytes: 1 << 20,
+            frame_timeout: Duration::from_secs(1),
+        };
+        let (cache, watch) = (PartCache::default(), IdbWatch::default());
+        let capture = capture(&page, &calls, &cache, &watch, options);
+        let cp = tokio::time::timeout(Duration::from_secs(8), capture)
+            .await
+            .expect("the capture ends without the frame")
+            .unwrap();
+        assert_eq!(cp.frames_unread, 1);
+        let top = key(
+            &format!("http://127.0.0.1:{port}"),
+            &format!("http://127.0.0.1:{port}"),
+        );
+        let local = cp.storage[&top].local.clone().unwrap();
+        assert_eq!(local.json, r#"[["k","v"]]"#);
+    }
+
     /// `hash.wat` over `strings` as the capture script streams them: each string's length in
     /// UTF-16 units (u32, little-endian) and its UTF-8 bytes, zero-padded to whole words.
     fn wasm_hash(strings: &[String]) -> String {
@@ -946,6 +1017,7 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
+            frame_timeout: Duration::from_secs(5),
         };
         for (i, (unit, count)) in [("a", 300_001), ("é", 150_001), ("€😀", 70_003), ("x", 7)]
             .into_iter()

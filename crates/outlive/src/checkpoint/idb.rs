@@ -23,17 +23,20 @@ use tokio_util::task::AbortOnDropHandle;
 /// script is told the last read stands, and only checks that no database came, went or
 /// changed version — so an unchanged IndexedDB costs a checkpoint nothing more, in the top
 /// frame and in cross-site iframes, on every new document. Reads are kept by the frame's
-/// scope (its origin and its ancestors', which the script states and checks): one scope is one
-/// storage key. Any change event has every frame read in full again (they are rare next to
-/// captures, and this needs no bookkeeping per key).
+/// scope (its origin and its ancestors', which the script states and checks): a scope has one
+/// storage key (the script states none where a key is made with a nonce, and a key the browser
+/// gives for another origin is refused), though two scopes can share one. Any change event has
+/// every frame read in full again (they are rare next to captures, and this needs no
+/// bookkeeping per key).
 ///
 /// Chromium reported a commit's content change before the transaction's completion reached the
 /// page in every trial (20 of 20 commits; the protocol does not promise it), and chromiumoxide
 /// hands events over in the order they came, so a change the task has seen has been counted by
-/// the time it asks for a checkpoint. A change event that comes while a capture runs has the
-/// frames that took their read as standing read again in full, and a full read is made at least every
-/// `IDB_READ_IN_FULL_EVERY` regardless. One watch per page session: tracking
-/// belongs to the session.
+/// the time it asks for a checkpoint (a cross-site frame's change too: the event comes on the
+/// page's session, the frame's reply on its own, both through the one connection). A change
+/// event that comes while a capture runs has the frames that took their read as standing read
+/// again in full, and a full read is made at least every `IDB_READ_IN_FULL_EVERY` regardless.
+/// One watch per page session: tracking belongs to the session.
 #[derive(Default)]
 pub(crate) struct IdbWatch(Mutex<IdbState>);
 
@@ -52,8 +55,9 @@ struct IdbState {
     changes: u64,
     /// The last full read of each scope's IndexedDB, since the last change.
     last: HashMap<String, IdbRead>,
-    /// The storage key of each scope met (a scope always has the same one).
-    keys: HashMap<String, String>,
+    /// The storage key of each scope met (a scope always has the same one: see the capture
+    /// script), `None` where the browser did not say or it is not worth tracking.
+    keys: HashMap<String, Option<String>>,
     /// Full reads reported so far.
     #[cfg(test)]
     full_reads: u64,
@@ -109,8 +113,18 @@ struct IdbRead {
     changes: u64,
     /// When it was read.
     at: Instant,
-    /// Whether its storage key was tracked before that capture started.
+    /// Whether its storage key was tracked when that capture started.
     tracked: bool,
+}
+
+/// What a capture starts with (see [`IdbWatch::begin`]).
+pub(super) struct Begun {
+    /// The change count.
+    pub changes: u64,
+    /// What the capture script may take as unchanged: `[{scope, hash, list}]`.
+    pub same: Vec<serde_json::Value>,
+    /// The storage keys tracked (a read of one of them counts as unchanged-since).
+    tracked: HashSet<String>,
 }
 
 /// A frame whose IndexedDB a capture read in full.
@@ -126,8 +140,9 @@ pub(super) struct FullRead {
 pub(super) enum Frame {
     /// The top frame: its origin's (first-party) storage key.
     Top { origin: String },
-    /// An out-of-process frame: its storage key asked of the browser by its frame id.
-    Remote { frame_id: String },
+    /// An out-of-process frame of `origin`: its storage key asked of the browser by its frame
+    /// id.
+    Remote { frame_id: String, origin: String },
 }
 
 impl IdbState {
@@ -155,9 +170,9 @@ impl IdbWatch {
         (state.events.is_none() || state.changes != changes).then_some(state.changes)
     }
 
-    /// At a capture's start: the change count, and what the capture script may take as
-    /// unchanged (`[{scope, hash, list}]`).
-    pub(super) fn begin(&self, cache: &PartCache) -> (u64, Vec<serde_json::Value>) {
+    /// At a capture's start: the change count, what the capture script may take as
+    /// unchanged, and which storage keys are tracked.
+    pub(super) fn begin(&self, cache: &PartCache) -> Begun {
         let mut state = self.0.lock().expect("idb watch poisoned");
         state.drain();
         let same = state
@@ -171,13 +186,24 @@ impl IdbWatch {
             })
             .map(|(scope, r)| serde_json::json!({ "scope": scope, "hash": r.hash, "list": r.list }))
             .collect();
-        (state.changes, same)
+        let tracked = lock(&state.tracked).clone();
+        Begun {
+            changes: state.changes,
+            same,
+            tracked,
+        }
     }
 
-    /// After a capture that read a frame's IndexedDB in full (`read`), starting at change count
-    /// `changes`. Starts tracking the frame's storage key if it is not tracked yet: that read
-    /// does not count as unchanged-since, the next one will.
-    pub(super) async fn read_in_full(&self, page: &Page, read: FullRead, changes: u64) {
+    /// After a capture that read a frame's IndexedDB in full (`read`), begun as `begun`, at
+    /// change count `changes`. Starts tracking the frame's storage key if it is not tracked
+    /// yet: that read does not count as unchanged-since, the next one will.
+    pub(super) async fn read_in_full(
+        &self,
+        page: &Page,
+        read: FullRead,
+        begun: &Begun,
+        changes: u64,
+    ) {
         let FullRead {
             scope,
             frame,
@@ -191,10 +217,16 @@ impl IdbWatch {
             .keys
             .get(&scope)
             .cloned();
-        let Some(key) = (match known {
-            Some(key) => Some(key),
-            None => storage_key(page, &frame).await,
-        }) else {
+        let key = match known {
+            Some(key) => key,
+            None => {
+                let key = storage_key(page, &frame).await;
+                let mut state = self.0.lock().expect("idb watch poisoned");
+                state.keys.insert(scope.clone(), key.clone());
+                key
+            }
+        };
+        let Some(key) = key else {
             return;
         };
         let (tracked, listening) = {
@@ -203,8 +235,9 @@ impl IdbWatch {
             {
                 state.full_reads += 1;
             }
-            let tracked = lock(&state.tracked).contains(&key);
-            state.keys.insert(scope.clone(), key.clone());
+            // As the capture began: a key another frame's read started tracking meanwhile was
+            // not tracked during this one.
+            let tracked = begun.tracked.contains(&key);
             state.last.insert(
                 scope,
                 IdbRead {
@@ -255,23 +288,42 @@ impl IdbWatch {
 /// The storage key of `frame` (`None` where it has none worth tracking, or the browser does
 /// not say). A first-party storage key is the origin with a slash (`Storage.getStorageKey`);
 /// a cross-site frame's is partitioned by its top-level site, which takes the public suffix
-/// list to work out: the browser is asked.
+/// list to work out: the browser is asked — about the frame's document *now*, so an answer for
+/// another origin (the frame navigated since it was read) is refused, and so is a key made
+/// with a nonce (another in each document: nothing to keep).
 async fn storage_key(page: &Page, frame: &Frame) -> Option<String> {
-    match frame {
-        Frame::Top { origin } => is_storable_origin(origin).then(|| format!("{origin}/")),
-        Frame::Remote { frame_id } => {
-            let ask = GetStorageKeyParams::builder()
-                .frame_id(frame_id.clone())
-                .build();
-            match page.execute(ask).await {
-                Ok(answer) => Some(answer.result.storage_key.into()),
-                Err(e) => {
-                    tracing::debug!(error = %e, "a frame's storage key is unknown; its IndexedDB is read in full at each capture");
-                    None
-                }
-            }
+    let (frame_id, origin) = match frame {
+        Frame::Top { origin } => return is_storable_origin(origin).then(|| format!("{origin}/")),
+        Frame::Remote { frame_id, origin } => (frame_id, origin),
+    };
+    let ask = GetStorageKeyParams::builder()
+        .frame_id(frame_id.clone())
+        .build();
+    let key: String = match page.execute(ask).await {
+        Ok(answer) => answer.result.storage_key.into(),
+        Err(e) => {
+            tracing::debug!(error = %e, "a frame's storage key is unknown; its IndexedDB is read in full at each capture");
+            return None;
         }
+    };
+    trackable_key(&key, origin).then_some(key)
+}
+
+/// Whether `key` (a serialised storage key) is `origin`'s, first-party or partitioned by a
+/// top-level site (`^0`) with or without the cross-site-ancestor bit (`^3`), and made with no
+/// nonce (`^1`, `^2`; `^4`–`^6` for an opaque top-level site).
+fn trackable_key(key: &str, origin: &str) -> bool {
+    let Some(rest) = key
+        .strip_prefix(origin)
+        .and_then(|rest| rest.strip_prefix('/'))
+    else {
+        return false;
+    };
+    if rest.is_empty() {
+        return true;
     }
+    let mut parts = rest.split('^').skip(1);
+    rest.starts_with('^') && parts.all(|p| p.starts_with('0') || p.starts_with('3'))
 }
 
 #[cfg(test)]
@@ -288,6 +340,7 @@ mod tests {
     const OPTIONS: CaptureOptions = CaptureOptions {
         indexed_db: true,
         indexed_db_max_bytes: 1 << 20,
+        frame_timeout: Duration::from_secs(5),
     };
 
     /// A page of a real origin, `https://app.example`, restored from a one-item checkpoint
@@ -316,6 +369,36 @@ mod tests {
             .unwrap_or_default()
     }
 
+    #[test]
+    fn only_an_origins_own_keys_without_a_nonce_are_tracked() {
+        let o = "http://localhost:9";
+        assert!(trackable_key("http://localhost:9/", o));
+        assert!(trackable_key("http://localhost:9/^0http://127.0.0.1", o));
+        let w = "https://w.example";
+        assert!(trackable_key(
+            "https://w.example/^0https://shop.example^31",
+            w
+        ));
+        assert!(
+            !trackable_key("http://localhost:90/", o),
+            "another origin (port)"
+        );
+        assert!(!trackable_key(
+            "http://localhost:9/^0http://127.0.0.1",
+            "http://127.0.0.1"
+        ));
+        assert!(
+            !trackable_key("http://localhost:9/^112345^267890", o),
+            "a nonce"
+        );
+        assert!(
+            !trackable_key("http://localhost:9/^0http://127.0.0.1^4123^5456", o),
+            "an opaque top"
+        );
+        assert!(!trackable_key("http://localhost:9/x", o));
+        assert!(!trackable_key("", o));
+    }
+
     /// A script that writes `value` under the key `k` of store `s` of database `db`, and
     /// answers 1 once it is committed.
     fn put(value: &str) -> String {
@@ -340,13 +423,13 @@ mod tests {
         let first = capture().await.unwrap();
         assert!(idb_of(&first).contains("first"));
         assert!(
-            watch.begin(&cache).1.is_empty(),
+            watch.begin(&cache).same.is_empty(),
             "read before tracking began"
         );
         let second = capture().await.unwrap();
         assert_eq!(idb_of(&second), idb_of(&first));
         assert!(
-            !watch.begin(&cache).1.is_empty(),
+            !watch.begin(&cache).same.is_empty(),
             "read while tracked and unchanged: the next capture may skip it"
         );
         let full_reads = || watch.0.lock().unwrap().full_reads;

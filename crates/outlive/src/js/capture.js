@@ -189,10 +189,12 @@
   const storable = origin.startsWith('http://') || origin.startsWith('https://');
   // This frame's origin and its ancestors' (the top's last): frames of one scope share one
   // storage key (origin, top-level site, whether an ancestor is cross-site), so one scope's
-  // IndexedDB is one IndexedDB. Null where the browser does not say, or an ancestor's origin
-  // is opaque (a storage key made with a nonce: another in each document).
+  // IndexedDB is one IndexedDB. Null where the browser does not say, where an ancestor's
+  // origin is opaque, in a credentialless iframe (storage keys made with a nonce: another in
+  // each document), and in a fenced frame (its ancestors are hidden: it would pass for a top).
   const ancestors = location.ancestorOrigins ? Array.from(location.ancestorOrigins) : null;
-  const scope = ancestors && !ancestors.includes('null') ? [origin, ...ancestors].join(' ') : null;
+  const own = ancestors && !ancestors.includes('null') && !window.credentialless && !window.fence;
+  const scope = own ? [origin, ...ancestors].join(' ') : null;
   // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
   // Storage is read and hashed here (1–2 ms on a new document).
   const db = storable ? idb() : null;
