@@ -56,8 +56,8 @@ struct IdbState {
     /// The last full read of each scope's IndexedDB, since the last change.
     last: HashMap<String, IdbRead>,
     /// The storage key of each scope met (a scope always has the same one: see the capture
-    /// script), `None` where the browser did not say or it is not worth tracking.
-    keys: HashMap<String, Option<String>>,
+    /// script).
+    keys: HashMap<String, String>,
     /// Full reads reported so far.
     #[cfg(test)]
     full_reads: u64,
@@ -210,23 +210,7 @@ impl IdbWatch {
             hash,
             list,
         } = read;
-        let known = self
-            .0
-            .lock()
-            .expect("idb watch poisoned")
-            .keys
-            .get(&scope)
-            .cloned();
-        let key = match known {
-            Some(key) => key,
-            None => {
-                let key = storage_key(page, &frame).await;
-                let mut state = self.0.lock().expect("idb watch poisoned");
-                state.keys.insert(scope.clone(), key.clone());
-                key
-            }
-        };
-        let Some(key) = key else {
+        let Some(key) = self.key_of(page, &scope, &frame).await else {
             return;
         };
         let (tracked, listening) = {
@@ -235,9 +219,9 @@ impl IdbWatch {
             {
                 state.full_reads += 1;
             }
-            // As the capture began: a key another frame's read started tracking meanwhile was
-            // not tracked during this one.
-            let tracked = begun.tracked.contains(&key);
+            // Tracked as the capture began (a key another frame's read started tracking
+            // meanwhile was not tracked during this one) and still (a change since stopped it).
+            let tracked = begun.tracked.contains(&key) && lock(&state.tracked).contains(&key);
             state.last.insert(
                 scope,
                 IdbRead {
@@ -250,10 +234,33 @@ impl IdbWatch {
             );
             (tracked, state.events.is_some())
         };
-        if tracked {
-            return;
+        if !tracked {
+            self.track(page, key, listening).await;
         }
-        // Listening before tracking, so no event after it is missed.
+    }
+
+    /// The storage key of the frame read as `scope` (see [`storage_key`]), remembered once
+    /// known (not when unknown: the browser may say next time).
+    async fn key_of(&self, page: &Page, scope: &str, frame: &Frame) -> Option<String> {
+        let known = self
+            .0
+            .lock()
+            .expect("idb watch poisoned")
+            .keys
+            .get(scope)
+            .cloned();
+        if known.is_some() {
+            return known;
+        }
+        let key = storage_key(page, frame).await?;
+        let mut state = self.0.lock().expect("idb watch poisoned");
+        state.keys.insert(scope.to_owned(), key.clone());
+        Some(key)
+    }
+
+    /// Has Chromium track `key`, listening for its events first (unless `listening`) so no
+    /// event after it is missed.
+    async fn track(&self, page: &Page, key: String, listening: bool) {
         if !listening {
             let (content, list) = futures::join!(
                 page.event_listener::<EventIndexedDbContentUpdated>(),
