@@ -970,7 +970,25 @@ fn arm_summary(
         );
     }
     let _ = writeln!(out);
-    let sessions = self::sessions(&runs);
+    sessions_lines(out, &runs);
+    rotations_line(out, &runs);
+    deaths_line(out, &runs);
+    steps_line(out, &runs);
+    for r in runs.iter().filter(|r| r.outcome != Outcome::Completed) {
+        let _ = writeln!(
+            out,
+            "    run #{} {}: {}",
+            r.index,
+            r.outcome.as_str(),
+            r.error.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// An arm's sessions, relaunches, standbys and redone work, as the summary states them.
+fn sessions_lines(out: &mut String, runs: &[&RotationRun]) {
+    use std::fmt::Write;
+    let sessions = self::sessions(runs);
     let relaunches: Vec<f64> = runs.iter().map(|r| r.event.relaunches as f64).collect();
     let standby: Vec<f64> = runs.iter().map(|r| r.event.standby_ms as f64).collect();
     let ready: Vec<f64> = runs.iter().map(|r| r.marks.standby.len() as f64).collect();
@@ -992,6 +1010,11 @@ fn arm_summary(
         round_all(&redone),
         max_of(&max_redone)
     );
+}
+
+/// An arm's rotations, as the summary states them.
+fn rotations_line(out: &mut String, runs: &[&RotationRun]) {
+    use std::fmt::Write;
     let rotations: Vec<&RotationRecord> = runs.iter().flat_map(|r| &r.rotations).collect();
     if !rotations.is_empty() {
         let pick = |f: fn(&RotationRecord) -> Option<f64>| -> Vec<f64> {
@@ -1015,6 +1038,11 @@ fn arm_summary(
     } else {
         let _ = writeln!(out, "    rotations 0");
     }
+}
+
+/// An arm's unplanned deaths, as the summary states them.
+fn deaths_line(out: &mut String, runs: &[&RotationRun]) {
+    use std::fmt::Write;
     let deaths: Vec<&UnplannedDeath> = runs.iter().flat_map(|r| &r.deaths).collect();
     if !deaths.is_empty() {
         let causes: Vec<&str> = deaths.iter().map(|d| d.cause.as_str()).collect();
@@ -1034,6 +1062,11 @@ fn arm_summary(
     } else {
         let _ = writeln!(out, "    deaths 0");
     }
+}
+
+/// An arm's steps (the transfer task's), as the summary states them.
+fn steps_line(out: &mut String, runs: &[&RotationRun]) {
+    use std::fmt::Write;
     let steps: Vec<&StepsRecord> = runs.iter().filter_map(|r| r.steps.as_ref()).collect();
     if !steps.is_empty() {
         let sum = |f: fn(&StepsRecord) -> u32| steps.iter().map(|s| f(s)).sum::<u32>();
@@ -1049,15 +1082,6 @@ fn arm_summary(
             sum(|s| s.started),
             sum(|s| s.started).saturating_sub(sum(|s| s.done)),
             sum(|s| s.recovered),
-        );
-    }
-    for r in runs.iter().filter(|r| r.outcome != Outcome::Completed) {
-        let _ = writeln!(
-            out,
-            "    run #{} {}: {}",
-            r.index,
-            r.outcome.as_str(),
-            r.error.as_deref().unwrap_or("")
         );
     }
 }
