@@ -50,7 +50,29 @@ pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::lab::timeline::Timel
 pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let arm = |k: ArmKind| survival.runs.iter().filter(move |r| r.arm == k);
+    survival_header(&mut out, survival);
+    outlive_lines(&mut out, survival);
+    total_line(&mut out, survival);
+    let _ = writeln!(
+        out,
+        "  leaks           {} sessions, {} Chromium processes left on the gateway",
+        survival.sessions_left, survival.chromium_left
+    );
+    if let Some(m) = micro {
+        out.push_str(&micro_summary(m));
+    }
+    out
+}
+
+/// The runs of one arm.
+fn arm(survival: &SurvivalReport, k: ArmKind) -> impl Iterator<Item = &RunRecord> {
+    survival.runs.iter().filter(move |r| r.arm == k)
+}
+
+/// The survival bench's set-up, and how many tasks of each arm completed.
+fn survival_header(out: &mut String, survival: &SurvivalReport) {
+    use std::fmt::Write;
+    let arm = |k: ArmKind| arm(survival, k);
     let completed = |k: ArmKind| arm(k).filter(|r| r.outcome == Outcome::Completed).count();
     let n = survival.config.tasks;
     let _ = writeln!(
@@ -76,6 +98,12 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         "  baseline polls  {:?} (of {})",
         baseline_polls, survival.config.polls
     );
+}
+
+/// What outlive's arm went through: relaunches, lost work, replacements, checkpoints.
+fn outlive_lines(out: &mut String, survival: &SurvivalReport) {
+    use std::fmt::Write;
+    let arm = |k: ArmKind| arm(survival, k);
     let relaunches: u32 = arm(ArmKind::Outlive)
         .filter_map(|r| r.event.as_ref())
         .map(|e| e.relaunches)
@@ -130,6 +158,12 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         median(&bytes),
         cps.len()
     );
+}
+
+/// outlive's total time against the baseline's pace.
+fn total_line(out: &mut String, survival: &SurvivalReport) {
+    use std::fmt::Write;
+    let arm = |k: ArmKind| arm(survival, k);
     // The baseline's own pace: its polls per ms before it died, extrapolated to the full task.
     let paces: Vec<f64> = arm(ArmKind::Baseline)
         .filter(|r| r.polls_ms.len() >= 2)
@@ -153,15 +187,6 @@ pub fn summary(survival: &SurvivalReport, micro: Option<&MicroReport>) -> String
         pace,
         total / pace
     );
-    let _ = writeln!(
-        out,
-        "  leaks           {} sessions, {} Chromium processes left on the gateway",
-        survival.sessions_left, survival.chromium_left
-    );
-    if let Some(m) = micro {
-        out.push_str(&micro_summary(m));
-    }
-    out
 }
 
 /// A plain-text summary of the micro-measurements.
