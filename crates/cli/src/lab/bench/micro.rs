@@ -84,8 +84,8 @@ async fn detection(
     command_waiting: bool,
 ) -> Result<Detection, Error> {
     let (bed, provider) = killable_bed().await?;
-    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let (died_tx, mut died_rx) =
+    let (entered_tx, entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (died_tx, died_rx) =
         tokio::sync::mpsc::unbounded_channel::<(std::time::Instant, DeathCause)>();
     let options = Options::new()
         .checkpoint_every(Duration::from_secs(3600))
@@ -126,35 +126,9 @@ async fn detection(
         options,
     );
     let killer = async {
-        let mut latency = Vec::new();
-        let mut kill_call = Vec::new();
-        let mut after_return = Vec::new();
-        let mut causes = Vec::new();
-        for _ in 0..kills {
-            if entered_rx.recv().await.is_none() {
-                break;
-            }
-            let Some(id) = provider.newest_session_id() else {
-                break;
-            };
-            let t0 = std::time::Instant::now();
-            let _ = bed.gateway().kill(&id, mode).await;
-            let returned = std::time::Instant::now();
-            kill_call.push(ms(returned - t0));
-            let Some((at, cause)) = died_rx.recv().await else {
-                break;
-            };
-            latency.push(ms(at.saturating_duration_since(t0)));
-            after_return.push(if at >= returned {
-                ms(at - returned)
-            } else {
-                -ms(returned - at)
-            });
-            causes.push(cause);
-        }
-        let _ = entered_rx.recv().await;
+        let timed = kill_each_entry(&bed, &provider, mode, kills, entered_rx, died_rx).await;
         done.notify_waiters();
-        (latency, kill_call, after_return, causes)
+        timed
     };
     let (_, (latency_ms, kill_call_ms, after_kill_returned_ms, causes)) =
         futures::join!(run, killer);
@@ -167,6 +141,49 @@ async fn detection(
         after_kill_returned_ms,
         causes,
     })
+}
+
+/// The detection timings of one case: latency, kill call, after the call returned, causes.
+type Timed = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<DeathCause>);
+
+/// Kills the newest session `mode`'s way each time an entry begins, `kills` times, and times
+/// how long outlive takes to report each death; then waits for the entry after the last.
+async fn kill_each_entry(
+    bed: &TestBed,
+    provider: &Recording<Solari>,
+    mode: DeathMode,
+    kills: u32,
+    mut entered_rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+    mut died_rx: tokio::sync::mpsc::UnboundedReceiver<(std::time::Instant, DeathCause)>,
+) -> Timed {
+    let mut latency = Vec::new();
+    let mut kill_call = Vec::new();
+    let mut after_return = Vec::new();
+    let mut causes = Vec::new();
+    for _ in 0..kills {
+        if entered_rx.recv().await.is_none() {
+            break;
+        }
+        let Some(id) = provider.newest_session_id() else {
+            break;
+        };
+        let t0 = std::time::Instant::now();
+        let _ = bed.gateway().kill(&id, mode).await;
+        let returned = std::time::Instant::now();
+        kill_call.push(ms(returned - t0));
+        let Some((at, cause)) = died_rx.recv().await else {
+            break;
+        };
+        latency.push(ms(at.saturating_duration_since(t0)));
+        after_return.push(if at >= returned {
+            ms(at - returned)
+        } else {
+            -ms(returned - at)
+        });
+        causes.push(cause);
+    }
+    let _ = entered_rx.recv().await;
+    (latency, kill_call, after_return, causes)
 }
 
 /// What the next entry of the recovery run does.
