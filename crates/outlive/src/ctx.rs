@@ -450,7 +450,10 @@ impl Ctx {
     /// One capture, offered to the store.
     async fn capture(&self) -> bool {
         let started = Instant::now();
-        let deadline = started + self.inner.capture_timeout;
+        // A cap too big to add (`Duration::MAX` as "no cap") is a year.
+        let deadline = started
+            .checked_add(self.inner.capture_timeout)
+            .unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
         // The progress as of the capture's start: the browser state captured is after it.
         let progress = self
             .inner

@@ -252,7 +252,7 @@ async fn read_remote(
     arguments: &str,
     timeout: Duration,
 ) -> Option<FrameRead> {
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
     let installed = evaluate_remote(
         calls,
         session.clone(),
@@ -265,7 +265,10 @@ async fn read_remote(
             tracing::debug!(
                 "the capture script is not installed in a frame's document; sending it"
             );
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return None;
+            }
             match evaluate_remote(calls, session, capture_expression(arguments), left).await? {
                 Remote::Read(read) => Some(*read),
                 Remote::NotInstalled => None,
@@ -368,7 +371,12 @@ pub(crate) async fn capture(
         tracing::debug!("IndexedDB changed during the capture; reading those frames again");
         changes = now;
         let arguments = capture_arguments(&cache.known(), options, &[]);
-        (top, remote) = read_again(page, calls, (top, remote), &arguments, options).await?;
+        // The frames' time is the capture's, not each round's.
+        let left = CaptureOptions {
+            frame_timeout: options.frame_timeout.saturating_sub(taken.elapsed()),
+            ..options
+        };
+        (top, remote) = read_again(page, calls, (top, remote), &arguments, left).await?;
     }
     let top_origin = top.origin.clone();
     let url = top.url.clone();
@@ -943,7 +951,10 @@ mod tests {
             .unwrap();
         let _: i64 = read_value(&page, "(localStorage.setItem('k', 'v'), 1)".into()).await;
         let frame = the_frame(&calls, None).await;
-        frame_value(&calls, &frame, "(setTimeout(() => { for (;;) {} }, 0), 1)").await;
+        // Spins for 30 s (longer than the test), then lets the core go.
+        let spin =
+            "(setTimeout(() => { const t = Date.now(); while (Date.now() < t + 30000); }, 0), 1)";
+        frame_value(&calls, &frame, spin).await;
         // Until the frame stops answering (it never answers again).
         let mut answered = 0;
         while calls

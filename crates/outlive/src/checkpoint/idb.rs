@@ -281,7 +281,11 @@ impl IdbWatch {
         {
             Ok(_) => {
                 let state = self.0.lock().expect("idb watch poisoned");
-                if state.events.is_some() {
+                // Not once the watcher has fired: it untracked what it found, and nobody would
+                // hear this key's events.
+                if let Some(events) = &state.events
+                    && !events.changed.load(std::sync::atomic::Ordering::SeqCst)
+                {
                     lock(&state.tracked).insert(key);
                 }
             }
@@ -316,8 +320,8 @@ async fn storage_key(page: &Page, frame: &Frame) -> Option<String> {
     trackable_key(&key, origin).then_some(key)
 }
 
-/// Whether `key` (a serialised storage key) is `origin`'s, first-party or partitioned by a
-/// top-level site (`^0`) with or without the cross-site-ancestor bit (`^3`), and made with no
+/// Whether `key` (a serialised storage key) is `origin`'s, first-party, partitioned by another
+/// top-level site (`^0`) or same-site with a cross-site ancestor (`^31`), and made with no
 /// nonce (`^1`, `^2`; `^4`–`^6` for an opaque top-level site).
 fn trackable_key(key: &str, origin: &str) -> bool {
     let Some(rest) = key
@@ -326,11 +330,13 @@ fn trackable_key(key: &str, origin: &str) -> bool {
     else {
         return false;
     };
-    if rest.is_empty() {
-        return true;
-    }
-    let mut parts = rest.split('^').skip(1);
-    rest.starts_with('^') && parts.all(|p| p.starts_with('0') || p.starts_with('3'))
+    // Chromium's forms: `origin/`, `origin/^31` (same site as the top, a cross-site
+    // ancestor), `origin/^0<top-level site>`; a site holds no `^`.
+    rest.is_empty()
+        || rest == "^31"
+        || rest
+            .strip_prefix("^0")
+            .is_some_and(|site| !site.is_empty() && !site.contains('^'))
 }
 
 #[cfg(test)]
@@ -382,7 +388,9 @@ mod tests {
         assert!(trackable_key("http://localhost:9/", o));
         assert!(trackable_key("http://localhost:9/^0http://127.0.0.1", o));
         let w = "https://w.example";
-        assert!(trackable_key(
+        assert!(trackable_key("https://w.example/^31", w));
+        assert!(!trackable_key("https://w.example/^30", w));
+        assert!(!trackable_key(
             "https://w.example/^0https://shop.example^31",
             w
         ));
