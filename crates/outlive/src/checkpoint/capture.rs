@@ -317,7 +317,7 @@ async fn evaluate_remote(
     });
     let text = Zeroizing::new(
         calls
-            .call(session, "Runtime.evaluate", params, timeout)
+            .call_unless_unanswered(session, "Runtime.evaluate", params, timeout)
             .await?,
     );
     let reply: Reply = serde_json::from_str(&text).ok()?;
@@ -937,10 +937,12 @@ mod tests {
         }
     }
 
-    /// A cross-site iframe whose renderer never answers (its script spins) is counted unread
+    /// A cross-site iframe whose renderer does not answer (its script spins) is counted unread
     /// once the frame timeout has passed, and the rest of the page is captured: one hung
     /// iframe does not cost the checkpoint (the frame timeout used to equal the capture's own
-    /// cap, so the whole capture timed out).
+    /// cap, so the whole capture timed out). While its call is unanswered, later captures
+    /// send it none (they would all run once it is free) and do not wait for it; once it
+    /// answers, it is read again.
     #[tokio::test]
     async fn a_hung_cross_site_frame_is_counted_unread_and_the_rest_captured() {
         let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
@@ -951,9 +953,9 @@ mod tests {
             .unwrap();
         let _: i64 = read_value(&page, "(localStorage.setItem('k', 'v'), 1)".into()).await;
         let frame = the_frame(&calls, None).await;
-        // Spins for 30 s (longer than the test), then lets the core go.
+        // Spins for 8 s (longer than the first two captures), then answers again.
         let spin =
-            "(setTimeout(() => { const t = Date.now(); while (Date.now() < t + 30000); }, 0), 1)";
+            "(setTimeout(() => { const t = Date.now(); while (Date.now() < t + 8000); }, 0), 1)";
         frame_value(&calls, &frame, spin).await;
         // Until the frame stops answering (it never answers again).
         let mut answered = 0;
@@ -970,24 +972,64 @@ mod tests {
             answered += 1;
             assert!(answered < 20, "the frame's script spins");
         }
+        let frame_timeout = Duration::from_secs(2);
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
-            frame_timeout: Duration::from_secs(1),
+            frame_timeout,
         };
         let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = capture(&page, &calls, &cache, &watch, options);
-        let cp = tokio::time::timeout(Duration::from_secs(8), capture)
-            .await
-            .expect("the capture ends without the frame")
-            .unwrap();
-        assert_eq!(cp.frames_unread, 1);
         let top = key(
             &format!("http://127.0.0.1:{port}"),
             &format!("http://127.0.0.1:{port}"),
         );
+        let started = Instant::now();
+        let first = capture(&page, &calls, &cache, &watch, options);
+        let cp = tokio::time::timeout(Duration::from_secs(8), first)
+            .await
+            .expect("the capture ends without the frame")
+            .unwrap();
+        assert!(
+            started.elapsed() >= frame_timeout,
+            "it waited for the frame"
+        );
+        assert_eq!(cp.frames_unread, 1);
         let local = cp.storage[&top].local.clone().unwrap();
         assert_eq!(local.json, r#"[["k","v"]]"#);
+
+        // The next capture sends the frame nothing while its last call is unanswered (a hung
+        // renderer runs every queued call once free), so it does not wait for it either.
+        let started = Instant::now();
+        let cp = capture(&page, &calls, &cache, &watch, options)
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < frame_timeout,
+            "the frame's earlier call is unanswered: no new one waited for ({:?})",
+            started.elapsed()
+        );
+        assert_eq!(cp.frames_unread, 1);
+        assert!(cp.storage.contains_key(&top));
+
+        // Once the frame is free again (it answers what was queued), it is read again.
+        let mut waited = 0;
+        while calls
+            .call(
+                frame.clone(),
+                "Runtime.evaluate",
+                serde_json::json!({ "expression": "1" }),
+                Duration::from_millis(500),
+            )
+            .await
+            .is_none()
+        {
+            waited += 1;
+            assert!(waited < 60, "the frame's script ends after 8 s");
+        }
+        let cp = capture(&page, &calls, &cache, &watch, options)
+            .await
+            .unwrap();
+        assert_eq!(cp.frames_unread, 0, "the frame is read once it answers");
     }
 
     /// `hash.wat` over `strings` as the capture script streams them: each string's length in

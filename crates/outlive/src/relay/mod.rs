@@ -46,6 +46,8 @@ mod socket;
 mod watchdog;
 pub(crate) mod wire;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -261,6 +263,8 @@ pub(crate) struct Relay {
     control: mpsc::UnboundedSender<Control>,
     cut_tx: Option<oneshot::Sender<()>>,
     dialogs: Dialogs,
+    /// Shared by every [`Calls`] of this relay: see [`Calls::call_unless_unanswered`].
+    unanswered: Unanswered,
     _task: AbortOnDropHandle<()>,
 }
 
@@ -338,6 +342,7 @@ impl Relay {
             control,
             cut_tx: Some(cut_tx),
             dialogs,
+            unanswered: Unanswered::default(),
             _task: AbortOnDropHandle::new(task),
         })
     }
@@ -443,6 +448,7 @@ impl Relay {
     pub fn calls(&self) -> Calls {
         Calls {
             control: self.control.clone(),
+            unanswered: self.unanswered.clone(),
         }
     }
 
@@ -467,7 +473,12 @@ pub(crate) struct FrameSession {
 #[derive(Clone)]
 pub(crate) struct Calls {
     control: mpsc::UnboundedSender<Control>,
+    unanswered: Unanswered,
 }
+
+/// The replies still awaited for calls that outlived their timeout, by session (one each):
+/// the browser answers them when the session's renderer is free again, or never.
+type Unanswered = Arc<Mutex<HashMap<String, oneshot::Receiver<String>>>>;
 
 impl Calls {
     /// Calls with no relay behind them (a page connected directly, in tests): no frame
@@ -476,6 +487,7 @@ impl Calls {
     pub fn detached() -> Calls {
         Calls {
             control: mpsc::unbounded_channel().0,
+            unanswered: Unanswered::default(),
         }
     }
 
@@ -484,13 +496,17 @@ impl Calls {
         !self.control.is_closed()
     }
 
-    /// The watched page's out-of-process frames (cross-site iframes).
+    /// The watched page's out-of-process frames (cross-site iframes). The unanswered calls of
+    /// frames no longer there are forgotten.
     pub async fn frame_sessions(&self) -> Vec<FrameSession> {
         let (tx, rx) = oneshot::channel();
         if self.control.send(Control::Frames(tx)).is_err() {
             return Vec::new();
         }
-        rx.await.unwrap_or_default()
+        let frames = rx.await.unwrap_or_default();
+        self.unanswered()
+            .retain(|session, _| frames.iter().any(|f| f.session == *session));
+        frames
     }
 
     /// From now on, each out-of-process frame attached under the watched page gets `scripts`
@@ -509,6 +525,49 @@ impl Calls {
         params: serde_json::Value,
         timeout: Duration,
     ) -> Option<String> {
+        let rx = self.send(session, method, params)?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+    }
+
+    /// Like [`Calls::call`], except on a session where an earlier such call outlived its
+    /// timeout and the browser has not answered it since: there nothing is sent and `None`
+    /// comes at once. A renderer that hangs runs every command queued for it once it is free
+    /// again, so repeated calls to a hung frame (a capture per checkpoint) would pile up.
+    pub async fn call_unless_unanswered(
+        &self,
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<String> {
+        let waiting = self.unanswered().get_mut(&session).is_some_and(|earlier| {
+            matches!(earlier.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        });
+        if waiting {
+            tracing::debug!(
+                "an earlier call on this session is still unanswered; not calling again"
+            );
+            return None;
+        }
+        self.unanswered().remove(&session);
+        let mut rx = self.send(session.clone(), method, params)?;
+        match tokio::time::timeout(timeout, &mut rx).await {
+            Ok(reply) => reply.ok(),
+            Err(_) => {
+                // Kept, so the relay keeps its way to it until the browser answers.
+                self.unanswered().insert(session, rx);
+                None
+            }
+        }
+    }
+
+    /// Hands `method` to the relay for `session`; where its reply will come.
+    fn send(
+        &self,
+        session: String,
+        method: &'static str,
+        params: serde_json::Value,
+    ) -> Option<oneshot::Receiver<String>> {
         let (reply, rx) = oneshot::channel();
         self.control
             .send(Control::Call {
@@ -518,7 +577,14 @@ impl Calls {
                 reply,
             })
             .ok()?;
-        tokio::time::timeout(timeout, rx).await.ok()?.ok()
+        Some(rx)
+    }
+
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Receiver<String>>> {
+        // Nothing panics while holding it; a poisoned map is still a map.
+        self.unanswered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
