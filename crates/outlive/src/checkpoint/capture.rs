@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
-use super::idb::{Frame, FullRead, IdbWatch};
+use super::idb::{Begun, Frame, FullRead, IdbWatch};
 use super::script::{CODEC_JS, cdp_error, evaluate};
 use super::{
     Checkpoint, FrameState, Part, PartCache, StorageKey, StoredCookie, is_storable_origin,
@@ -346,7 +346,6 @@ pub(crate) async fn capture(
     let taken = Instant::now();
     let at = SystemTime::now();
     let begun = idb.begin(cache);
-    let mut changes = begun.changes;
     let arguments = capture_arguments(&cache.known(), options, &begun.same);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
@@ -359,25 +358,10 @@ pub(crate) async fn capture(
         .map_err(|e| cdp_error("Storage.getCookies", e))?
         .result
         .cookies;
-    let (mut top, mut remote) = (top?, remote);
-    // A frame's script took its last full read as standing; if a change event came meanwhile
-    // (a commit between `begin` and the script's reads, whose completion the page may have
-    // acted on in what was just read), that read does not go with the rest: read it again, in
-    // full.
-    if !begun.same.is_empty()
-        && any_idb_taken_as_unchanged(&top, &remote)
-        && let Some(now) = idb.moved_since(changes)
-    {
-        tracing::debug!("IndexedDB changed during the capture; reading those frames again");
-        changes = now;
-        let arguments = capture_arguments(&cache.known(), options, &[]);
-        // The frames' time is the capture's, not each round's.
-        let left = CaptureOptions {
-            frame_timeout: options.frame_timeout.saturating_sub(taken.elapsed()),
-            ..options
-        };
-        (top, remote) = read_again(page, calls, (top, remote), &arguments, left).await?;
-    }
+    let reads = Reads { page, calls, cache };
+    let (top, remote, changes) = reads
+        .again_if_moved(idb, &begun, (top?, remote), options, taken)
+        .await?;
     let top_origin = top.origin.clone();
     let url = top.url.clone();
     let full_reads = full_reads(&top, &remote);
@@ -387,16 +371,9 @@ pub(crate) async fn capture(
         reads.push(top);
     }
     let mut frames_unread = keep_reads(&mut reads, remote.into_iter().map(|(_, r)| r).collect());
-
-    // Same-process frames of another origin (same-site subdomains, or every frame where
-    // site isolation is off): read in an isolated world of each.
     if let Ok(tree) = tree {
-        let seen = reads.iter().map(|r| r.origin.clone()).collect();
         let tree = &tree.result.frame_tree;
-        // Not offered any IndexedDB as standing: they are not tracked.
-        let arguments = capture_arguments(&cache.known(), options, &[]);
-        let local = read_same_process_frames(page, tree, seen, &arguments).await;
-        frames_unread += keep_reads(&mut reads, local);
+        frames_unread += read_other_origins_here(page, cache, options, tree, &mut reads).await;
     }
 
     let storage = storage_by_key(reads, &top_origin, cache)?;
@@ -415,6 +392,68 @@ pub(crate) async fn capture(
         .map(|read| idb.read_in_full(page, read, &begun, changes));
     futures::future::join_all(tracking).await;
     Ok(checkpoint)
+}
+
+/// What a capture reads through: the page, the relay's calls, the parts cache.
+struct Reads<'a> {
+    page: &'a Page,
+    calls: &'a Calls,
+    cache: &'a PartCache,
+}
+
+/// The top frame's read and each out-of-process frame's (none where it did not answer).
+type FrameReads = (FrameRead, Vec<(FrameSession, Option<FrameRead>)>);
+
+impl Reads<'_> {
+    /// A frame's script took its last full read as standing; if a change event came meanwhile
+    /// (a commit between `begin` and the script's reads, whose completion the page may have
+    /// acted on in what was just read), that read does not go with the rest: those frames are
+    /// read again, in full, within what is left of the frame timeout. Answers the reads and the
+    /// change count they stand for.
+    async fn again_if_moved(
+        &self,
+        idb: &IdbWatch,
+        begun: &Begun,
+        (top, remote): FrameReads,
+        options: CaptureOptions,
+        taken: Instant,
+    ) -> Result<(FrameRead, Vec<(FrameSession, Option<FrameRead>)>, u64), Error> {
+        let changes = begun.changes;
+        let offered = !begun.same.is_empty();
+        let moved = (offered && any_idb_taken_as_unchanged(&top, &remote))
+            .then(|| idb.moved_since(changes))
+            .flatten();
+        let Some(now) = moved else {
+            return Ok((top, remote, changes));
+        };
+        tracing::debug!("IndexedDB changed during the capture; reading those frames again");
+        let arguments = capture_arguments(&self.cache.known(), options, &[]);
+        // The frames' time is the capture's, not each round's.
+        let left = CaptureOptions {
+            frame_timeout: options.frame_timeout.saturating_sub(taken.elapsed()),
+            ..options
+        };
+        let (top, remote) =
+            read_again(self.page, self.calls, (top, remote), &arguments, left).await?;
+        Ok((top, remote, now))
+    }
+}
+
+/// Reads the same-process frames of another origin than those in `reads` (same-site
+/// subdomains, or every frame where site isolation is off) in an isolated world of each, and
+/// adds them to `reads`; answers how many did not answer.
+async fn read_other_origins_here(
+    page: &Page,
+    cache: &PartCache,
+    options: CaptureOptions,
+    tree: &FrameTree,
+    reads: &mut Vec<FrameRead>,
+) -> u64 {
+    let seen = reads.iter().map(|r| r.origin.clone()).collect();
+    // Not offered any IndexedDB as standing: they are not tracked.
+    let arguments = capture_arguments(&cache.known(), options, &[]);
+    let local = read_same_process_frames(page, tree, seen, &arguments).await;
+    keep_reads(reads, local)
 }
 
 /// The frames whose IndexedDB the capture read in full (it sent the database list), each
