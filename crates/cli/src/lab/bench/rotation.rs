@@ -36,7 +36,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::records::{ArmKind, SurvivalConfig, ms};
-use super::wizard::{StepEvent, WizardProgress, WizardTask};
+use super::wizard::{StepEvent, StepMark, WizardProgress, WizardTask};
 use crate::bank::BankProgress;
 use crate::bed::TestBed;
 use crate::error::Error;
@@ -612,11 +612,49 @@ async fn run_long(
     };
     tape.marks.polls = at(StepEvent::Done);
     tape.marks.step_starts = at(StepEvent::Started);
+    let steps = steps_record(
+        bed,
+        long,
+        &payee,
+        &log,
+        result.as_ref().ok().copied(),
+        &tape,
+        started,
+    );
+    RotationRun {
+        task: RotationTask::LongStep,
+        arm,
+        index,
+        outcome: event.outcome,
+        error: result.as_ref().err().map(|e| redacted(e)),
+        total_ms,
+        polls_done: 0,
+        steps: Some(steps),
+        sign_ins: progress.sign_ins(),
+        rotations: tape.rotations,
+        deaths: tape.deaths,
+        event,
+        marks: tape.marks,
+    }
+}
+
+/// What the long-step task did in one run: steps done (`finished`: what the task returned,
+/// if it did), started and recovered, the transfers it made to `payee…` (distinct ones, too:
+/// a step done twice shows as a repeat), and its log.
+fn steps_record(
+    bed: &TestBed,
+    long: &LongStepConfig,
+    payee: &str,
+    log: &[StepMark],
+    finished: Option<u32>,
+    tape: &Tape,
+    started: Instant,
+) -> StepsRecord {
     let transfers: Vec<String> = bed
         .bank()
         .transfers()
         .into_iter()
-        .filter(|t| t.to.starts_with(&payee))
+        .filter(|t| t.to.starts_with(payee))
         .map(|t| t.to)
         .collect();
     let distinct: std::collections::BTreeSet<&String> = transfers.iter().collect();
@@ -626,39 +664,25 @@ async fn run_long(
         .map(|m| m.step)
         .max()
         .unwrap_or(0);
-    RotationRun {
-        task: RotationTask::LongStep,
-        arm,
-        index,
-        outcome: event.outcome,
-        error: result.as_ref().err().map(|e| redacted(e)),
-        total_ms,
-        polls_done: 0,
-        steps: Some(StepsRecord {
-            expected: long.steps,
-            done: result.ok().unwrap_or(done),
-            started: tape.marks.step_starts.len() as u32,
-            recovered: log
-                .iter()
-                .filter(|m| m.event == StepEvent::Recovered)
-                .count() as u32,
-            transfers: transfers.len() as u32,
-            distinct_transfers: distinct.len() as u32,
-            log: log
-                .iter()
-                .map(|m| StepLogEntry {
-                    at_ms: ms(m.at.saturating_duration_since(started)),
-                    step: m.step,
-                    attempt: m.attempt,
-                    event: m.event,
-                })
-                .collect(),
-        }),
-        sign_ins: progress.sign_ins(),
-        rotations: tape.rotations,
-        deaths: tape.deaths,
-        event,
-        marks: tape.marks,
+    StepsRecord {
+        expected: long.steps,
+        done: finished.unwrap_or(done),
+        started: tape.marks.step_starts.len() as u32,
+        recovered: log
+            .iter()
+            .filter(|m| m.event == StepEvent::Recovered)
+            .count() as u32,
+        transfers: transfers.len() as u32,
+        distinct_transfers: distinct.len() as u32,
+        log: log
+            .iter()
+            .map(|m| StepLogEntry {
+                at_ms: ms(m.at.saturating_duration_since(started)),
+                step: m.step,
+                attempt: m.attempt,
+                event: m.event,
+            })
+            .collect(),
     }
 }
 
