@@ -61,6 +61,9 @@ pub enum Seed {
     TwoSite,
     /// [`Seed::TwoSite`] with 1 000 IndexedDB records in the widget too (partitioned).
     TwoSiteFramedIdb,
+    /// [`Seed::TwoSiteFramedIdb`], where the app writes one record into its IndexedDB on each
+    /// new document before the checkpoint (the widget's stays unchanged).
+    TwoSiteFramedIdbAppWrites,
 }
 
 impl Seed {
@@ -69,7 +72,7 @@ impl Seed {
             Seed::Small => &[SEED_SMALL],
             Seed::Local1MiB => &[SEED_LOCAL_1MIB],
             Seed::Local1MiBIdb1000 => &[SEED_LOCAL_1MIB, SEED_IDB_1000],
-            Seed::TwoSite | Seed::TwoSiteFramedIdb => &[
+            Seed::TwoSite | Seed::TwoSiteFramedIdb | Seed::TwoSiteFramedIdbAppWrites => &[
                 aurora::twosite::SEED_JS,
                 SEED_LOCAL_1MIB,
                 SEED_IDB_1000,
@@ -79,7 +82,7 @@ impl Seed {
         let mut scripts: Vec<String> = scripts.iter().map(|s| (*s).to_owned()).collect();
         match self {
             Seed::TwoSite => scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536, 0)),
-            Seed::TwoSiteFramedIdb => {
+            Seed::TwoSiteFramedIdb | Seed::TwoSiteFramedIdbAppWrites => {
                 scripts.push(aurora::twosite::fill_widget_js(WIDGET_ITEMS, 65536, 1000));
             }
             _ => {}
@@ -87,11 +90,28 @@ impl Seed {
         scripts
     }
 
-    /// The server of the page it seeds: the twosite app for [`Seed::TwoSite`] (and
-    /// [`Seed::TwoSiteFramedIdb`]), else
-    /// Aurora Bank's sign-in page.
+    /// What the page does on each new document `n` before its checkpoint, if anything.
+    fn on_each_page(self, n: u32) -> Option<String> {
+        (self == Seed::TwoSiteFramedIdbAppWrites).then(|| {
+            format!(
+                "new Promise((resolve, reject) => {{ const r = indexedDB.open('bench', 1);
+                  r.onsuccess = () => {{ const tx = r.result.transaction('records', 'readwrite');
+                    tx.objectStore('records').put({{ id: 100000 + {n}, tag: 'page', name: 'page {n}' }});
+                    tx.oncomplete = () => {{ r.result.close(); resolve(true); }};
+                    tx.onabort = () => reject(tx.error); }};
+                  r.onerror = () => reject(r.error); }})"
+            )
+        })
+    }
+
+    /// The server of the page it seeds: the twosite app for [`Seed::TwoSite`] and its
+    /// variants, else Aurora Bank's sign-in page.
     async fn site(self) -> Result<Site, Error> {
-        Ok(if matches!(self, Seed::TwoSite | Seed::TwoSiteFramedIdb) {
+        let two_site = matches!(
+            self,
+            Seed::TwoSite | Seed::TwoSiteFramedIdb | Seed::TwoSiteFramedIdbAppWrites
+        );
+        Ok(if two_site {
             Site::TwoSite(aurora::twosite::spawn().await.map_err(bank_error)?)
         } else {
             Site::Bank(
@@ -255,6 +275,9 @@ pub async fn capture_case(
                         if after == AfterNavigation::Settled {
                             tokio::time::sleep(Duration::from_millis(500)).await;
                         }
+                        if let Some(write) = what.on_each_page(n) {
+                            let _: bool = page.evaluate_expression(write).await?.into_value()?;
+                        }
                     }
                     ctx.checkpoint().await;
                 }
@@ -408,8 +431,8 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
 }
 
 /// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
-/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] and [`Seed::TwoSiteFramedIdb`]
-/// only after navigations), and
+/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] and its variants only after
+/// navigations), and
 /// `samples` restores on local Chromium of [`Seed::Local1MiBIdb1000`] (fresh and into a
 /// standby) and of [`Seed::TwoSite`] (fresh).
 ///
@@ -429,6 +452,7 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
                 Seed::Local1MiBIdb1000,
                 Seed::TwoSite,
                 Seed::TwoSiteFramedIdb,
+                Seed::TwoSiteFramedIdbAppWrites,
             ] {
                 captures.push(capture_case(rtt, what, Some(after), samples).await?);
             }
@@ -448,7 +472,7 @@ pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
 /// The storage figures as text.
 pub fn storage_summary(r: &StorageReport) -> String {
     let mut s = String::from(
-        "checkpoint cost with storage (gateway; Aurora Bank's origin, TwoSite: the twosite app with its cross-site widget). 'navigated': each checkpoint on a new document of the origin, right after goto or once the page settled (0.5 s); [first command]: any command right after goto, median\n  added RTT  measured RTT  seed                                       first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
+        "checkpoint cost with storage (gateway; Aurora Bank's origin, TwoSite: the twosite app with its cross-site widget). 'navigated': each checkpoint on a new document of the origin, right after goto or once the page settled (0.5 s; TwoSiteFramedIdbAppWrites: then the app writes one IndexedDB record, so not unchanged); [first command]: any command right after goto, median\n  added RTT  measured RTT  seed                                       first     unchanged (median)  target (1.5×RTT+5)  bytes\n",
     );
     for c in &r.captures {
         s += &format!(
