@@ -3,7 +3,7 @@
 //! through their sessions on the relay), and what each frame reports, with the cookies,
 //! becomes a `Checkpoint`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -359,7 +359,7 @@ pub(crate) async fn capture(
         .result
         .cookies;
     let reads = Reads { page, calls, cache };
-    let (top, remote, changes) = reads
+    let (top, remote) = reads
         .again_if_moved(idb, &begun, (top?, remote), options, taken)
         .await?;
     let top_origin = top.origin.clone();
@@ -389,7 +389,7 @@ pub(crate) async fn capture(
     cache.remember(&checkpoint);
     let tracking = full_reads
         .into_iter()
-        .map(|read| idb.read_in_full(page, read, &begun, changes));
+        .map(|read| idb.read_in_full(page, read, &begun));
     futures::future::join_all(tracking).await;
     Ok(checkpoint)
 }
@@ -405,11 +405,10 @@ struct Reads<'a> {
 type FrameReads = (FrameRead, Vec<(FrameSession, Option<FrameRead>)>);
 
 impl Reads<'_> {
-    /// A frame's script took its last full read as standing; if a change event came meanwhile
-    /// (a commit between `begin` and the script's reads, whose completion the page may have
-    /// acted on in what was just read), that read does not go with the rest: those frames are
-    /// read again, in full, within what is left of the frame timeout. Answers the reads and the
-    /// change count they stand for.
+    /// A frame's script took its last full read as standing; if a change event for its storage
+    /// key came meanwhile (a commit between `begin` and the script's reads, whose completion
+    /// the page may have acted on in what was just read), that read does not go with the rest:
+    /// those frames are read again, in full, within what is left of the frame timeout.
     async fn again_if_moved(
         &self,
         idb: &IdbWatch,
@@ -417,14 +416,13 @@ impl Reads<'_> {
         (top, remote): FrameReads,
         options: CaptureOptions,
         taken: Instant,
-    ) -> Result<(FrameRead, Vec<(FrameSession, Option<FrameRead>)>, u64), Error> {
-        let changes = begun.changes;
+    ) -> Result<FrameReads, Error> {
         let offered = !begun.same.is_empty();
         let moved = (offered && any_idb_taken_as_unchanged(&top, &remote))
-            .then(|| idb.moved_since(changes))
+            .then(|| idb.moved_since(&begun.changes))
             .flatten();
-        let Some(now) = moved else {
-            return Ok((top, remote, changes));
+        let Some(moved) = moved else {
+            return Ok((top, remote));
         };
         tracing::debug!("IndexedDB changed during the capture; reading those frames again");
         let arguments = capture_arguments(&self.cache.known(), options, &[]);
@@ -433,9 +431,10 @@ impl Reads<'_> {
             frame_timeout: options.frame_timeout.saturating_sub(taken.elapsed()),
             ..options
         };
+        let reads = (top, remote);
         let (top, remote) =
-            read_again(self.page, self.calls, (top, remote), &arguments, left).await?;
-        Ok((top, remote, now))
+            read_again(self.page, self.calls, reads, &arguments, left, &moved).await?;
+        Ok((top, remote))
     }
 }
 
@@ -489,16 +488,21 @@ fn full_reads(top: &FrameRead, remote: &[(FrameSession, Option<FrameRead>)]) -> 
 }
 
 /// Reads again, with `arguments` (which offer nothing as standing), the top frame and the
-/// out-of-process frames whose IndexedDB was taken as unchanged.
+/// out-of-process frames whose IndexedDB was taken as unchanged and whose scope is among
+/// `moved`.
 async fn read_again(
     page: &Page,
     calls: &Calls,
     (top, remote): (FrameRead, Vec<(FrameSession, Option<FrameRead>)>),
     arguments: &str,
     options: CaptureOptions,
+    moved: &HashSet<String>,
 ) -> Result<(FrameRead, Vec<(FrameSession, Option<FrameRead>)>), Error> {
+    let again = |read: &FrameRead| {
+        idb_taken_as_unchanged(read) && read.scope.as_ref().is_none_or(|s| moved.contains(s))
+    };
     let top = async {
-        if idb_taken_as_unchanged(&top) {
+        if again(&top) {
             read_top(page, arguments).await
         } else {
             Ok(top)
@@ -506,7 +510,7 @@ async fn read_again(
     };
     let frames = remote.into_iter().map(|(frame, read)| async move {
         match read {
-            Some(r) if idb_taken_as_unchanged(&r) => {
+            Some(r) if again(&r) => {
                 let session = frame.session.clone();
                 let again = read_remote(calls, session, arguments, options.frame_timeout).await;
                 (frame, again)

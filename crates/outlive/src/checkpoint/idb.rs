@@ -11,6 +11,7 @@ use chromiumoxide::cdp::browser_protocol::storage::{
     TrackIndexedDbForStorageKeyParams, UntrackIndexedDbForStorageKeyParams,
 };
 use futures::StreamExt;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{PartCache, is_storable_origin};
@@ -19,23 +20,23 @@ use tokio_util::task::AbortOnDropHandle;
 /// Whether a frame's IndexedDB may have changed since the capture script last read it in full,
 /// from Chromium's own change events (`Storage.trackIndexedDBForStorageKey` for the frame's
 /// storage key, then `indexedDBContentUpdated` / `indexedDBListUpdated` on the page's session —
-/// for an out-of-process frame's partitioned storage key too): while none came, the capture
-/// script is told the last read stands, and only checks that no database came, went or
-/// changed version — so an unchanged IndexedDB costs a checkpoint nothing more, in the top
-/// frame and in cross-site iframes, on every new document. Reads are kept by the frame's
-/// scope (its origin and its ancestors', which the script states and checks): a scope has one
-/// storage key (the script states none where a key is made with a nonce, and a key the browser
-/// gives for another origin is refused), though two scopes can share one. Any change event has
-/// every frame read in full again (they are rare next to captures, and this needs no
-/// bookkeeping per key).
+/// for an out-of-process frame's partitioned storage key too): while none came for its key,
+/// the capture script is told the last read stands, and only checks that no database came,
+/// went or changed version — so an unchanged IndexedDB costs a checkpoint nothing more, in the
+/// top frame and in cross-site iframes, on every new document, however often another frame's
+/// changes. Reads are kept by the frame's scope (its origin and its ancestors', which the
+/// script states and checks): a scope has one storage key (the script states none where a key
+/// is made with a nonce, and a key the browser gives for another origin is refused), though
+/// two scopes can share one.
 ///
 /// Chromium reported a commit's content change before the transaction's completion reached the
 /// page in every trial (20 of 20 commits; the protocol does not promise it), and chromiumoxide
 /// hands events over in the order they came, so a change the task has seen has been counted by
 /// the time it asks for a checkpoint (a cross-site frame's change too: the event comes on the
 /// page's session, the frame's reply on its own, both through the one connection). A change
-/// event that comes while a capture runs has the frames that took their read as standing read
-/// again in full, and a full read is made at least every `IDB_READ_IN_FULL_EVERY` regardless.
+/// event that comes while a capture runs has the frames of its storage key that took their read
+/// as standing read again in full (every frame, for an event of a key not tracked here), and a
+/// full read is made at least every `IDB_READ_IN_FULL_EVERY` regardless.
 /// One watch per page session: tracking belongs to the session.
 #[derive(Default)]
 pub(crate) struct IdbWatch(Mutex<IdbState>);
@@ -47,13 +48,11 @@ const IDB_READ_IN_FULL_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct IdbState {
+    /// The watcher, once a key is tracked.
     events: Option<IdbEvents>,
-    /// Storage keys tracked on this session; shared with the watcher, which untracks them at
-    /// the first change.
-    tracked: Arc<Mutex<HashSet<String>>>,
-    /// Change events seen so far.
-    changes: u64,
-    /// The last full read of each scope's IndexedDB, since the last change.
+    /// What the watcher has seen; shared with it.
+    seen: Arc<Mutex<Seen>>,
+    /// The last full read of each scope's IndexedDB.
     last: HashMap<String, IdbRead>,
     /// The storage key of each scope met (a scope always has the same one: see the capture
     /// script).
@@ -63,39 +62,190 @@ struct IdbState {
     full_reads: u64,
 }
 
-/// The tracking's one-shot watcher. It waits for the first change event (or the end of the
-/// streams), says so, stops Chromium's tracking and ends, dropping its listeners: however many
-/// transactions a page commits between two captures, at most a few events are ever held.
-/// The next full read starts the tracking again.
+/// What the watcher has seen of Chromium's change events.
+#[derive(Default)]
+struct Seen {
+    /// Storage keys tracked now: the watcher untracks each at its first change (the next
+    /// full read of it tracks it again), so however many transactions a page commits between
+    /// two captures, at most a few events per key are ever sent.
+    tracked: HashSet<String>,
+    /// Every storage key a tracking was asked for on this session.
+    ever: HashSet<String>,
+    /// The change events so far.
+    changes: Changes,
+    /// The events' streams ended: no change would be heard, so nothing is taken as unchanged.
+    ended: bool,
+}
+
+impl Seen {
+    /// Counts a change event for storage key `key`; answers whether Chromium is to stop
+    /// tracking it. An event for a key never tracked here (a form of key this code does not
+    /// know) counts as a change to every key.
+    fn note(&mut self, key: String) -> bool {
+        self.changes.all += 1;
+        if !self.ever.contains(&key) {
+            self.changes.unattributed += 1;
+            return false;
+        }
+        let untrack = self.tracked.remove(&key);
+        *self.changes.per_key.entry(key).or_default() += 1;
+        untrack
+    }
+
+    /// The events' streams ended: nothing is tracked any more, and what came meanwhile is
+    /// unknown, so it counts as a change to every key.
+    fn end(&mut self) {
+        self.ended = true;
+        self.tracked.clear();
+        self.changes.unattributed += 1;
+    }
+}
+
+/// Change events counted: in all, per storage key, and those of no key tracked here.
+#[derive(Clone, Default)]
+pub(super) struct Changes {
+    all: u64,
+    per_key: HashMap<String, u64>,
+    unattributed: u64,
+}
+
+impl Changes {
+    /// The changes that may have touched `key`.
+    fn of(&self, key: &str) -> u64 {
+        self.per_key.get(key).copied().unwrap_or(0) + self.unattributed
+    }
+}
+
+/// Chromium's change events on this session, and the two tasks that keep up with them. The
+/// watcher counts each event by its storage key as it comes, and asks for a key's tracking to
+/// stop at its first change without waiting for it (so no event waits uncounted behind a round
+/// trip); a capture counts whatever is already delivered before it decides anything
+/// ([`IdbEvents::count_delivered`]), so an event chromiumoxide handed over before the reply
+/// the task acted on is counted however the tasks are scheduled. The tracker sends Chromium
+/// the starts and stops of tracking in the order they were asked for (a stop cannot overtake
+/// the start after it) and notes a key tracked once Chromium said so. Both tasks stop with
+/// this value.
 struct IdbEvents {
-    /// Set once the first change came or the streams ended.
-    changed: Arc<std::sync::atomic::AtomicBool>,
+    feed: Arc<Mutex<Feed>>,
+    commands: mpsc::UnboundedSender<Tracking>,
     _watcher: AbortOnDropHandle<()>,
+    _tracker: AbortOnDropHandle<()>,
+}
+
+/// The events' storage keys as they come, polled by the watcher and by captures.
+struct Feed {
+    keys: futures::stream::BoxStream<'static, String>,
+    /// The watcher's waker, woken after a capture polled the stream (which takes the
+    /// stream's waker for its own).
+    watcher: Option<std::task::Waker>,
+}
+
+/// What the tracker sends Chromium.
+enum Tracking {
+    /// Start tracking a key.
+    Track(String),
+    /// Stop tracking a key.
+    Untrack(String),
 }
 
 impl IdbEvents {
     fn watch(
         page: &Page,
-        mut content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
-        mut list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
-        tracked: Arc<Mutex<HashSet<String>>>,
+        content: chromiumoxide::listeners::EventStream<EventIndexedDbContentUpdated>,
+        list: chromiumoxide::listeners::EventStream<EventIndexedDbListUpdated>,
+        seen: Arc<Mutex<Seen>>,
     ) -> IdbEvents {
-        let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, page) = (changed.clone(), page.clone());
+        let content = content.map(|e| e.storage_key.clone());
+        let list = list.map(|e| e.storage_key.clone());
+        let feed = Arc::new(Mutex::new(Feed {
+            keys: futures::stream::select(content, list).boxed(),
+            watcher: None,
+        }));
+        let (commands, mut todo) = mpsc::unbounded_channel();
+        let (watched, stops, counted) = (feed.clone(), commands.clone(), seen.clone());
         let watcher = crate::quiet::spawn(async move {
-            futures::future::select(content.next(), list.next()).await;
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            drop((content, list));
-            let keys: Vec<String> = lock(&tracked).drain().collect();
-            for key in keys {
-                let _ = page
-                    .execute(UntrackIndexedDbForStorageKeyParams::new(key))
-                    .await;
+            loop {
+                let next = futures::future::poll_fn(|cx| {
+                    let mut feed = lock(&watched);
+                    feed.watcher = Some(cx.waker().clone());
+                    feed.keys.poll_next_unpin(cx)
+                })
+                .await;
+                if !note(&counted, next, &stops) {
+                    break;
+                }
+            }
+        });
+        let page = page.clone();
+        let tracker = crate::quiet::spawn(async move {
+            while let Some(command) = todo.recv().await {
+                match command {
+                    Tracking::Track(key) => {
+                        let ask = TrackIndexedDbForStorageKeyParams::new(key.clone());
+                        match page.execute(ask).await {
+                            // A change that came meanwhile was counted; the key is tracked
+                            // from here on, and its next change stops that.
+                            Ok(_) => {
+                                let mut seen = lock(&seen);
+                                if !seen.ended {
+                                    seen.tracked.insert(key);
+                                }
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, "IndexedDB change tracking unavailable; every capture reads it in full");
+                            }
+                        }
+                    }
+                    Tracking::Untrack(key) => {
+                        let ask = UntrackIndexedDbForStorageKeyParams::new(key);
+                        let _ = page.execute(ask).await;
+                    }
+                }
             }
         });
         IdbEvents {
-            changed,
+            feed,
+            commands,
             _watcher: AbortOnDropHandle::new(watcher),
+            _tracker: AbortOnDropHandle::new(tracker),
+        }
+    }
+
+    /// Counts every event already delivered, then has the watcher poll again (this poll took
+    /// the stream's waker).
+    fn count_delivered(&self, seen: &Mutex<Seen>) {
+        let mut feed = lock(&self.feed);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        while let std::task::Poll::Ready(next) = feed.keys.poll_next_unpin(&mut cx) {
+            if !note(seen, next, &self.commands) {
+                break;
+            }
+        }
+        if let Some(watcher) = feed.watcher.take() {
+            watcher.wake();
+        }
+    }
+}
+
+/// Counts one event (`Some` key) or the end of the events (`None`), asking the tracker to
+/// stop tracking a key at its first change; answers whether more may come.
+fn note(
+    seen: &Mutex<Seen>,
+    next: Option<String>,
+    tracker: &mpsc::UnboundedSender<Tracking>,
+) -> bool {
+    let mut seen = lock(seen);
+    match next {
+        Some(key) => {
+            if seen.note(key.clone()) {
+                let _ = tracker.send(Tracking::Untrack(key));
+            }
+            true
+        }
+        None => {
+            seen.end();
+            false
         }
     }
 }
@@ -109,18 +259,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct IdbRead {
     hash: String,
     list: String,
-    /// The change count when the capture that read it started.
+    /// Its storage key.
+    key: String,
+    /// The key's change count when the capture that read it started.
     changes: u64,
     /// When it was read.
     at: Instant,
-    /// Whether its storage key was tracked when that capture started.
+    /// Whether its storage key was tracked when that capture started, and still after it.
     tracked: bool,
 }
 
 /// What a capture starts with (see [`IdbWatch::begin`]).
 pub(super) struct Begun {
-    /// The change count.
-    pub changes: u64,
+    /// The change counts.
+    pub changes: Changes,
     /// What the capture script may take as unchanged: `[{scope, hash, list}]`.
     pub same: Vec<serde_json::Value>,
     /// The storage keys tracked (a read of one of them counts as unchanged-since).
@@ -145,65 +297,69 @@ pub(super) enum Frame {
     Remote { frame_id: String, origin: String },
 }
 
-impl IdbState {
-    /// Notes a change the watcher saw (or the end of its streams): the tracking is over until
-    /// the next full read, and nothing is skipped until then.
-    fn drain(&mut self) {
-        let Some(events) = &self.events else {
-            return;
-        };
-        if events.changed.load(std::sync::atomic::Ordering::SeqCst) {
-            self.changes += 1;
-            self.events = None;
-            lock(&self.tracked).clear();
-            self.last.clear();
-        }
-    }
-}
-
 impl IdbWatch {
-    /// The change count now, if a change came (or the tracking ended) since `begin` answered
-    /// `changes`.
-    pub(super) fn moved_since(&self, changes: u64) -> Option<u64> {
-        let mut state = self.0.lock().expect("idb watch poisoned");
-        state.drain();
-        (state.events.is_none() || state.changes != changes).then_some(state.changes)
+    /// The watch's state, locked (before its `seen`, where both are).
+    fn state(&self) -> std::sync::MutexGuard<'_, IdbState> {
+        lock(&self.0)
     }
 
-    /// At a capture's start: the change count, what the capture script may take as
-    /// unchanged, and which storage keys are tracked.
+    /// If a change came (or the tracking ended) since `begin` answered `changes`: the scopes
+    /// whose storage key may have changed (every scope read, once the tracking ended).
+    pub(super) fn moved_since(&self, changes: &Changes) -> Option<HashSet<String>> {
+        let state = self.state();
+        state.count_delivered();
+        let seen = lock(&state.seen);
+        let over = state.events.is_none() || seen.ended;
+        if !over && seen.changes.all == changes.all {
+            return None;
+        }
+        let scopes = state
+            .last
+            .iter()
+            .filter(|(_, r)| over || seen.changes.of(&r.key) != changes.of(&r.key))
+            .map(|(scope, _)| scope.clone())
+            .collect();
+        Some(scopes)
+    }
+
+    /// At a capture's start: the change counts, what the capture script may take as
+    /// unchanged (a scope read in full while its key was tracked, with no change to that key
+    /// since), and which storage keys are tracked. Reads too old to be offered are forgotten
+    /// (with their scope's key: a page whose iframes come and go keeps no trace of them).
     pub(super) fn begin(&self, cache: &PartCache) -> Begun {
-        let mut state = self.0.lock().expect("idb watch poisoned");
-        state.drain();
+        let mut state = self.state();
+        let state = &mut *state;
+        state.count_delivered();
+        state
+            .last
+            .retain(|_, r| r.at.elapsed() < IDB_READ_IN_FULL_EVERY);
+        let last = &state.last;
+        state.keys.retain(|scope, _| last.contains_key(scope));
+        let seen = lock(&state.seen);
         let same = state
             .last
             .iter()
             .filter(|(_, r)| {
                 r.tracked
-                    && r.changes == state.changes
-                    && r.at.elapsed() < IDB_READ_IN_FULL_EVERY
+                    && !seen.ended
+                    && r.changes == seen.changes.of(&r.key)
                     && cache.get(&r.hash).is_some()
             })
             .map(|(scope, r)| serde_json::json!({ "scope": scope, "hash": r.hash, "list": r.list }))
             .collect();
-        let tracked = lock(&state.tracked).clone();
         Begun {
-            changes: state.changes,
+            changes: seen.changes.clone(),
             same,
-            tracked,
+            tracked: seen.tracked.clone(),
         }
     }
 
-    /// After a capture that read a frame's IndexedDB in full (`read`), begun as `begun`, at
-    /// change count `changes`. Starts tracking the frame's storage key if it is not tracked
-    /// yet: that read does not count as unchanged-since, the next one will.
-    pub(super) async fn read_in_full(
-        &self,
-        page: &Page,
-        read: FullRead,
-        begun: &Begun,
-        changes: u64,
-    ) {
+    /// After a capture, begun as `begun`, that read a frame's IndexedDB in full (`read`): that
+    /// read stands for the key's changes as the capture began (a change during the capture,
+    /// before or after the read, has the next capture read it again). Starts tracking the
+    /// frame's storage key if it is not tracked yet: that read does not count as
+    /// unchanged-since, the next one will.
+    pub(super) async fn read_in_full(&self, page: &Page, read: FullRead, begun: &Begun) {
         let FullRead {
             scope,
             frame,
@@ -213,55 +369,48 @@ impl IdbWatch {
         let Some(key) = self.key_of(page, &scope, &frame).await else {
             return;
         };
-        let (tracked, listening) = {
-            let mut state = self.0.lock().expect("idb watch poisoned");
+        let tracked = {
+            let mut state = self.state();
             #[cfg(test)]
             {
                 state.full_reads += 1;
             }
             // Tracked as the capture began (a key another frame's read started tracking
             // meanwhile was not tracked during this one) and still (a change since stopped it).
-            let tracked = begun.tracked.contains(&key) && lock(&state.tracked).contains(&key);
-            state.last.insert(
-                scope,
-                IdbRead {
-                    hash,
-                    list,
-                    changes,
-                    at: Instant::now(),
-                    tracked,
-                },
-            );
-            (tracked, state.events.is_some())
+            let tracked = begun.tracked.contains(&key) && lock(&state.seen).tracked.contains(&key);
+            let read = IdbRead {
+                hash,
+                list,
+                changes: begun.changes.of(&key),
+                key: key.clone(),
+                at: Instant::now(),
+                tracked,
+            };
+            state.last.insert(scope, read);
+            tracked
         };
         if !tracked {
-            self.track(page, key, listening).await;
+            self.track(page, key).await;
         }
     }
 
     /// The storage key of the frame read as `scope` (see [`storage_key`]), remembered once
     /// known (not when unknown: the browser may say next time).
     async fn key_of(&self, page: &Page, scope: &str, frame: &Frame) -> Option<String> {
-        let known = self
-            .0
-            .lock()
-            .expect("idb watch poisoned")
-            .keys
-            .get(scope)
-            .cloned();
+        let known = self.state().keys.get(scope).cloned();
         if known.is_some() {
             return known;
         }
         let key = storage_key(page, frame).await?;
-        let mut state = self.0.lock().expect("idb watch poisoned");
-        state.keys.insert(scope.to_owned(), key.clone());
+        self.state().keys.insert(scope.to_owned(), key.clone());
         Some(key)
     }
 
-    /// Has Chromium track `key`, listening for its events first (unless `listening`) so no
-    /// event after it is missed.
-    async fn track(&self, page: &Page, key: String, listening: bool) {
-        if !listening {
+    /// Has Chromium track `key` (without waiting for it: the tracker notes it tracked once
+    /// Chromium says so), listening for its events first — the watcher started, or started
+    /// again if its events ended — so no event after it is missed.
+    async fn track(&self, page: &Page, key: String) {
+        if !self.listening() {
             let (content, list) = futures::join!(
                 page.event_listener::<EventIndexedDbContentUpdated>(),
                 page.event_listener::<EventIndexedDbListUpdated>(),
@@ -269,29 +418,35 @@ impl IdbWatch {
             let (Ok(content), Ok(list)) = (content, list) else {
                 return;
             };
-            let mut state = self.0.lock().expect("idb watch poisoned");
-            if state.events.is_none() {
-                let tracked = state.tracked.clone();
-                state.events = Some(IdbEvents::watch(page, content, list, tracked));
+            let mut state = self.state();
+            let ended = lock(&state.seen).ended;
+            if state.events.is_none() || ended {
+                let seen = state.seen.clone();
+                lock(&seen).ended = false;
+                state.events = Some(IdbEvents::watch(page, content, list, seen));
             }
         }
-        match page
-            .execute(TrackIndexedDbForStorageKeyParams::new(key.clone()))
-            .await
-        {
-            Ok(_) => {
-                let state = self.0.lock().expect("idb watch poisoned");
-                // Not once the watcher has fired: it untracked what it found, and nobody would
-                // hear this key's events.
-                if let Some(events) = &state.events
-                    && !events.changed.load(std::sync::atomic::Ordering::SeqCst)
-                {
-                    lock(&state.tracked).insert(key);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "IndexedDB change tracking unavailable; every capture reads it in full");
-            }
+        let state = self.state();
+        let Some(events) = &state.events else {
+            return;
+        };
+        // Known before Chromium can send an event for it.
+        lock(&state.seen).ever.insert(key.clone());
+        let _ = events.commands.send(Tracking::Track(key));
+    }
+
+    /// Whether the watcher is listening.
+    fn listening(&self) -> bool {
+        let state = self.state();
+        state.events.is_some() && !lock(&state.seen).ended
+    }
+}
+
+impl IdbState {
+    /// Counts the change events already delivered (see [`IdbEvents`]).
+    fn count_delivered(&self) {
+        if let Some(events) = &self.events {
+            events.count_delivered(&self.seen);
         }
     }
 }
@@ -346,7 +501,7 @@ mod tests {
         chromium_page, frame_value, key, local, read_value, relayed_page, the_frame,
         two_site_server,
     };
-    use crate::checkpoint::{CaptureOptions, Checkpoint, capture, restore};
+    use crate::checkpoint::{CaptureOptions, Checkpoint, StorageKey, capture, restore};
     use crate::relay::Calls;
 
     /// What the captures of these tests read: IndexedDB too, up to 1 MiB a frame.
@@ -382,6 +537,16 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// Waits (bounded) until `n` storage keys are tracked: the tracker starts a tracking after
+    /// the capture that asked for it.
+    async fn until_tracked(watch: &IdbWatch, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock(&watch.state().seen).tracked.len() < n {
+            assert!(Instant::now() < deadline, "{n} keys tracked within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     #[test]
     fn only_an_origins_own_keys_without_a_nonce_are_tracked() {
         let o = "http://localhost:9";
@@ -414,6 +579,25 @@ mod tests {
         assert!(!trackable_key("", o));
     }
 
+    #[test]
+    fn a_change_is_counted_against_its_key_and_an_unknown_key_against_all() {
+        let mut seen = Seen::default();
+        for key in ["a/", "b/"] {
+            seen.ever.insert(key.to_owned());
+            seen.tracked.insert(key.to_owned());
+        }
+        assert!(
+            seen.note("a/".into()),
+            "a's first change stops its tracking"
+        );
+        assert!(!seen.note("a/".into()), "already stopped");
+        assert_eq!((seen.changes.of("a/"), seen.changes.of("b/")), (2, 0));
+        assert!(seen.tracked.contains("b/"));
+        assert!(!seen.note("a/^0c".into()), "a key of a form never tracked");
+        assert_eq!((seen.changes.of("a/"), seen.changes.of("b/")), (3, 1));
+        assert_eq!(seen.changes.all, 3);
+    }
+
     /// A script that writes `value` under the key `k` of store `s` of database `db`, and
     /// answers 1 once it is committed.
     fn put(value: &str) -> String {
@@ -441,13 +625,14 @@ mod tests {
             watch.begin(&cache).same.is_empty(),
             "read before tracking began"
         );
+        until_tracked(&watch, 1).await;
         let second = capture().await.unwrap();
         assert_eq!(idb_of(&second), idb_of(&first));
         assert!(
             !watch.begin(&cache).same.is_empty(),
             "read while tracked and unchanged: the next capture may skip it"
         );
-        let full_reads = || watch.0.lock().unwrap().full_reads;
+        let full_reads = || watch.state().full_reads;
         assert_eq!(full_reads(), 2);
         let third = capture().await.unwrap();
         assert_eq!(idb_of(&third), idb_of(&first), "the same content");
@@ -490,6 +675,40 @@ mod tests {
         );
     }
 
+    /// A change that comes while a capture runs — after it began, before the frame's script
+    /// read — has that frame read again in full: the checkpoint holds the change, not the last
+    /// read taken as standing.
+    #[tokio::test]
+    async fn a_change_during_a_capture_is_in_it() {
+        let (_guards, page) = page_on_app_origin().await;
+        let _: i64 = read_value(&page, put("first")).await;
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        capture().await.unwrap();
+        until_tracked(&watch, 1).await;
+        capture().await.unwrap();
+        assert!(
+            !watch.begin(&cache).same.is_empty(),
+            "the next capture may take it as standing"
+        );
+        // The capture script lists the databases first: the page writes, once, as it does.
+        let hook = format!(
+            "(() => {{ const databases = indexedDB.databases.bind(indexedDB);
+              indexedDB.databases = async () => {{ delete indexedDB.databases; await {}; return databases(); }};
+              return 1; }})()",
+            put("during")
+        );
+        let _: i64 = read_value(&page, hook).await;
+        let during = capture().await.unwrap();
+        assert!(
+            idb_of(&during).contains("during"),
+            "the change during the capture is in it: {}",
+            idb_of(&during)
+        );
+        let full_reads = watch.state().full_reads;
+        assert_eq!(full_reads, 3, "read again in full once");
+    }
+
     /// A cross-site iframe's IndexedDB (partitioned under the top's site, in a renderer of its
     /// own) is tracked too: once tracked, it is not read again — on the frame's next document
     /// either — until a change, which the next capture has.
@@ -511,7 +730,7 @@ mod tests {
                 .map(|p| p.json.clone())
                 .unwrap_or_default()
         };
-        let full_reads = || watch.0.lock().unwrap().full_reads;
+        let full_reads = || watch.state().full_reads;
         let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
 
         go(0).await.unwrap();
@@ -519,6 +738,7 @@ mod tests {
         assert_eq!(frame_value(&calls, &frame, &put("first")).await, 1);
         let first = capture().await.unwrap();
         assert!(frame_idb(&first).contains("first"), "{}", frame_idb(&first));
+        until_tracked(&watch, 1).await;
         let _ = capture().await.unwrap();
         assert_eq!(full_reads(), 2, "read in full until tracked");
         let _ = capture().await.unwrap();
@@ -544,6 +764,71 @@ mod tests {
         assert_eq!(full_reads(), 3);
     }
 
+    /// A change to one storage key's IndexedDB has only the frames of that key read again: the
+    /// top's change leaves the cross-site frame's read standing, and the frame's the top's.
+    #[tokio::test]
+    async fn a_change_in_one_frames_indexeddb_has_only_that_frame_read_again() {
+        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
+        let (port, _server) = two_site_server().await;
+        let calls = relay.calls();
+        let (cache, watch) = (PartCache::default(), IdbWatch::default());
+        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        let top = format!("http://127.0.0.1:{port}");
+        let frame_key = key(&top, &format!("http://localhost:{port}"));
+        let idb = |cp: &Checkpoint, key: &StorageKey| {
+            cp.storage
+                .get(key)
+                .and_then(|s| s.idb.as_ref())
+                .map(|p| p.json.clone())
+                .unwrap_or_default()
+        };
+        let top_key = key(&top, &top);
+        let full_reads = || watch.state().full_reads;
+
+        page.goto(format!("{top}/top0")).await.unwrap();
+        let frame = the_frame(&calls, None).await;
+        let _: i64 = read_value(&page, put("top1")).await;
+        assert_eq!(frame_value(&calls, &frame, &put("frame1")).await, 1);
+        capture().await.unwrap();
+        until_tracked(&watch, 2).await;
+        capture().await.unwrap();
+        assert_eq!(full_reads(), 4, "both read in full until tracked");
+        capture().await.unwrap();
+        assert_eq!(full_reads(), 4, "neither read again: nothing changed");
+
+        let _: i64 = read_value(&page, put("top2")).await;
+        let cp = capture().await.unwrap();
+        assert!(
+            idb(&cp, &top_key).contains("top2"),
+            "{}",
+            idb(&cp, &top_key)
+        );
+        assert!(idb(&cp, &frame_key).contains("frame1"));
+        assert_eq!(full_reads(), 5, "the top read again, not the frame");
+        until_tracked(&watch, 2).await;
+
+        assert_eq!(frame_value(&calls, &frame, &put("frame2")).await, 1);
+        let cp = capture().await.unwrap();
+        assert!(
+            idb(&cp, &frame_key).contains("frame2"),
+            "{}",
+            idb(&cp, &frame_key)
+        );
+        assert!(idb(&cp, &top_key).contains("top2"));
+        // The top's read after its change was not tracked as it began (its change untracked
+        // it): read once more, then it stands.
+        assert_eq!(
+            full_reads(),
+            7,
+            "the frame read again, and the top's second read"
+        );
+        until_tracked(&watch, 2).await;
+        capture().await.unwrap();
+        assert_eq!(full_reads(), 8, "the frame's second read after its change");
+        capture().await.unwrap();
+        assert_eq!(full_reads(), 8, "neither read again");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_burst_of_indexeddb_commits_leaves_no_events_piled_up() {
         let (_guards, page) = page_on_app_origin().await;
@@ -564,22 +849,18 @@ mod tests {
         let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
         let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
         capture().await.unwrap();
+        until_tracked(&watch, 1).await;
         capture().await.unwrap();
-        let watching = || watch.0.lock().unwrap().events.is_some();
-        assert!(watching(), "tracked after two full reads");
 
         // 2 000 transactions, one after another: the watcher sees the first and stops the
-        // tracking, so the events of the other 1 999 are neither sent nor held.
+        // tracking, so the events of most of the others are never sent.
         let _: i64 = read_value(&page, commits(2_000, "b")).await;
         // The watcher runs on its own task: wait (bounded) for it to have seen the change and
         // stopped the tracking.
         let stopped = || {
-            let state = watch.0.lock().unwrap();
-            let seen = state
-                .events
-                .as_ref()
-                .is_some_and(|e| e.changed.load(std::sync::atomic::Ordering::SeqCst));
-            seen && lock(&state.tracked).is_empty()
+            let state = watch.state();
+            let seen = lock(&state.seen);
+            seen.changes.all > 0 && seen.tracked.is_empty()
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !stopped() {
@@ -589,12 +870,15 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let events = lock(&watch.state().seen).changes.all;
+        assert!(events < 1_000, "{events} events for 2 000 commits");
         let after = capture().await.unwrap();
         let idb = idb_of(&after);
         assert!(
             idb.contains("b1999"),
             "the newest record is captured: {idb}"
         );
-        assert!(watching(), "tracked again by that full read");
+        // Tracked again after that full read.
+        until_tracked(&watch, 1).await;
     }
 }

@@ -370,10 +370,16 @@ impl Driver {
         self.frame_scripts = scripts;
     }
 
-    /// Queues message `id` of the relay's own for the browser, without waiting.
+    /// Queues message `id` of the relay's own for the browser, without waiting. A call whose
+    /// message is dropped is dropped with it: its caller hears at once that no reply comes.
     fn send_own(&mut self, id: u64, message: Message) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.own.try_send((id, message)) {
-            tracing::debug!("the browser socket has not moved for long; an own message is dropped");
+        if let Err(e) = self.own.try_send((id, message)) {
+            if let mpsc::error::TrySendError::Full(_) = e {
+                tracing::debug!(
+                    "the browser socket has not moved for long; an own message is dropped"
+                );
+            }
+            self.calls.remove(&id);
         }
     }
 

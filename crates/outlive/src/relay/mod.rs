@@ -476,9 +476,33 @@ pub(crate) struct Calls {
     unanswered: Unanswered,
 }
 
-/// The replies still awaited for calls that outlived their timeout, by session (one each):
-/// the browser answers them when the session's renderer is free again, or never.
-type Unanswered = Arc<Mutex<HashMap<String, oneshot::Receiver<String>>>>;
+/// The replies still awaited for calls that outlived their timeout, by session (one each), with
+/// when they were sent: the browser answers them when the session's renderer is free again,
+/// or never (a promise that never settles).
+type Unanswered = Arc<Mutex<HashMap<String, Waiting>>>;
+
+/// A call's reply still awaited after its timeout.
+struct Waiting {
+    sent: Instant,
+    reply: oneshot::Receiver<String>,
+}
+
+impl Waiting {
+    /// Whether the reply is still to come (the browser has not answered, the relay still
+    /// waits for it) and the call was sent less than `retry_after` ago.
+    fn holds(&mut self, retry_after: Duration) -> bool {
+        let pending = matches!(
+            self.reply.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        pending && self.sent.elapsed() < retry_after
+    }
+}
+
+/// A session whose call has gone unanswered this many times its timeout gets a new one: a hung
+/// renderer gets at most one call per this span, and a call that will never be answered (a
+/// promise that never settles) does not shut the session out for good.
+const UNANSWERED_RETRY_AFTER: u32 = 6;
 
 impl Calls {
     /// Calls with no relay behind them (a page connected directly, in tests): no frame
@@ -530,9 +554,11 @@ impl Calls {
     }
 
     /// Like [`Calls::call`], except on a session where an earlier such call outlived its
-    /// timeout and the browser has not answered it since: there nothing is sent and `None`
-    /// comes at once. A renderer that hangs runs every command queued for it once it is free
-    /// again, so repeated calls to a hung frame (a capture per checkpoint) would pile up.
+    /// timeout and the browser has not answered it since (for less than
+    /// [`UNANSWERED_RETRY_AFTER`] times `timeout`): there nothing is sent and `None` comes at
+    /// once, as it does for a zero `timeout`. A renderer that hangs runs every command queued
+    /// for it once it is free again, so repeated calls to a hung frame (a capture per
+    /// checkpoint) would pile up.
     pub async fn call_unless_unanswered(
         &self,
         session: String,
@@ -540,9 +566,14 @@ impl Calls {
         params: serde_json::Value,
         timeout: Duration,
     ) -> Option<String> {
-        let waiting = self.unanswered().get_mut(&session).is_some_and(|earlier| {
-            matches!(earlier.try_recv(), Err(oneshot::error::TryRecvError::Empty))
-        });
+        if timeout.is_zero() {
+            return None;
+        }
+        let retry_after = timeout.saturating_mul(UNANSWERED_RETRY_AFTER);
+        let waiting = self
+            .unanswered()
+            .get_mut(&session)
+            .is_some_and(|earlier| earlier.holds(retry_after));
         if waiting {
             tracing::debug!(
                 "an earlier call on this session is still unanswered; not calling again"
@@ -550,12 +581,13 @@ impl Calls {
             return None;
         }
         self.unanswered().remove(&session);
-        let mut rx = self.send(session.clone(), method, params)?;
-        match tokio::time::timeout(timeout, &mut rx).await {
+        let sent = Instant::now();
+        let mut reply = self.send(session.clone(), method, params)?;
+        match tokio::time::timeout(timeout, &mut reply).await {
             Ok(reply) => reply.ok(),
             Err(_) => {
                 // Kept, so the relay keeps its way to it until the browser answers.
-                self.unanswered().insert(session, rx);
+                self.unanswered().insert(session, Waiting { sent, reply });
                 None
             }
         }
@@ -580,7 +612,8 @@ impl Calls {
         Some(rx)
     }
 
-    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Receiver<String>>> {
+    /// The replies awaited after their timeout (see [`Unanswered`]).
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
         // Nothing panics while holding it; a poisoned map is still a map.
         self.unanswered
             .lock()

@@ -289,3 +289,29 @@ async fn an_own_calls_reply_with_a_lone_surrogate_is_mended() {
     let reply: serde_json::Value = serde_json::from_str(&text).expect("serde reads the reply");
     assert_eq!(reply["result"]["result"]["value"], "a\u{FFFD}b", "{text}");
 }
+
+/// A call left unanswered holds the next one back until the browser answers it, the relay
+/// gives up on it, or it is older than the retry span.
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_call_holds_the_next_back_until_answered_or_old() {
+    let retry_after = Duration::from_secs(30);
+    let waiting = |reply| Waiting {
+        sent: Instant::now(),
+        reply,
+    };
+    let (_browser, reply) = oneshot::channel::<String>();
+    let mut unanswered = waiting(reply);
+    assert!(unanswered.holds(retry_after));
+    tokio::time::advance(retry_after).await;
+    assert!(!unanswered.holds(retry_after), "asked again once old");
+
+    let (browser, reply) = oneshot::channel();
+    let mut answered = waiting(reply);
+    browser.send("{}".to_owned()).unwrap();
+    assert!(!answered.holds(retry_after), "answered");
+
+    let (relay, reply) = oneshot::channel::<String>();
+    let mut given_up = waiting(reply);
+    drop(relay);
+    assert!(!given_up.holds(retry_after), "the relay dropped it");
+}
