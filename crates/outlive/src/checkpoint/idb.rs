@@ -30,10 +30,14 @@ use tokio_util::task::AbortOnDropHandle;
 /// two scopes can share one.
 ///
 /// Chromium reported a commit's content change before the transaction's completion reached the
-/// page in every trial (20 of 20 commits; the protocol does not promise it), and chromiumoxide
-/// hands events over in the order they came, so a change the task has seen has been counted by
-/// the time it asks for a checkpoint (a cross-site frame's change too: the event comes on the
-/// page's session, the frame's reply on its own, both through the one connection). A change
+/// page in every trial (20 of 20 commits; the protocol does not promise it), so a change the
+/// task has seen has, as a rule, been counted by the time it asks for a checkpoint (a
+/// cross-site frame's change too: the event comes on the page's session, the frame's reply on
+/// its own, both through the one connection). Not always: chromiumoxide hands a reply to its
+/// caller as it reads it but queues an event read just before it for its listeners' next pass,
+/// so on a multi-threaded runtime a capture can, for microseconds, be ahead of an event that
+/// came before the reply it acted on (counting in the relay, as it reads the socket, would
+/// close that). A change
 /// event that comes while a capture runs has the frames of its storage key that took their read
 /// as standing read again in full (every frame, for an event of a key not tracked here), and a
 /// full read is made at least every `IDB_READ_IN_FULL_EVERY` regardless.
@@ -69,6 +73,10 @@ struct Seen {
     /// full read of it tracks it again), so however many transactions a page commits between
     /// two captures, at most a few events per key are ever sent.
     tracked: HashSet<String>,
+    /// Storage keys whose tracking was asked for and not answered yet, with the key's change
+    /// count then: a start answered after a change is not taken as tracking (the change had
+    /// the tracking stopped behind it).
+    asking: HashMap<String, u64>,
     /// Every storage key a tracking was asked for on this session.
     ever: HashSet<String>,
     /// The change events so far.
@@ -87,9 +95,34 @@ impl Seen {
             self.changes.unattributed += 1;
             return false;
         }
-        let untrack = self.tracked.remove(&key);
+        let untrack = self.tracked.remove(&key) | self.asking.remove(&key).is_some();
         *self.changes.per_key.entry(key).or_default() += 1;
         untrack
+    }
+
+    /// Whether to ask for `key`'s tracking: not while it is tracked or asked for already (a
+    /// second start answered after a stop would leave it noted tracked while Chromium is not
+    /// tracking it). Notes it asked for, at its change count now.
+    fn ask(&mut self, key: &str) -> Option<u64> {
+        if self.tracked.contains(key) || self.asking.contains_key(key) {
+            return None;
+        }
+        let at = self.changes.per_key.get(key).copied().unwrap_or(0);
+        self.asking.insert(key.to_owned(), at);
+        self.ever.insert(key.to_owned());
+        Some(at)
+    }
+
+    /// Chromium answered the start of `key`'s tracking asked at change count `at`: tracked,
+    /// unless a change came since (which stopped it) or the events ended.
+    fn answered(&mut self, key: String, at: u64, started: bool) {
+        if self.asking.get(&key) != Some(&at) {
+            return;
+        }
+        self.asking.remove(&key);
+        if started && !self.ended {
+            self.tracked.insert(key);
+        }
     }
 
     /// The events' streams ended: nothing is tracked any more, and what came meanwhile is
@@ -97,6 +130,7 @@ impl Seen {
     fn end(&mut self) {
         self.ended = true;
         self.tracked.clear();
+        self.asking.clear();
         self.changes.unattributed += 1;
     }
 }
@@ -120,11 +154,11 @@ impl Changes {
 /// watcher counts each event by its storage key as it comes, and asks for a key's tracking to
 /// stop at its first change without waiting for it (so no event waits uncounted behind a round
 /// trip); a capture counts whatever is already delivered before it decides anything
-/// ([`IdbEvents::count_delivered`]), so an event chromiumoxide handed over before the reply
-/// the task acted on is counted however the tasks are scheduled. The tracker sends Chromium
-/// the starts and stops of tracking in the order they were asked for (a stop cannot overtake
-/// the start after it) and notes a key tracked once Chromium said so. Both tasks stop with
-/// this value.
+/// ([`IdbEvents::count_delivered`]), so an event chromiumoxide has handed over is counted
+/// however the tasks are scheduled. The tracker sends Chromium the starts and stops of
+/// tracking in the order they were asked for (one start per key at a time: see `Seen::ask`)
+/// and notes a key tracked once Chromium said so, unless a change came since. Both tasks stop
+/// with this value.
 struct IdbEvents {
     feed: Arc<Mutex<Feed>>,
     commands: mpsc::UnboundedSender<Tracking>,
@@ -142,8 +176,8 @@ struct Feed {
 
 /// What the tracker sends Chromium.
 enum Tracking {
-    /// Start tracking a key.
-    Track(String),
+    /// Start tracking a key (asked at that change count of it).
+    Track(String, u64),
     /// Stop tracking a key.
     Untrack(String),
 }
@@ -180,21 +214,13 @@ impl IdbEvents {
         let tracker = crate::quiet::spawn(async move {
             while let Some(command) = todo.recv().await {
                 match command {
-                    Tracking::Track(key) => {
+                    Tracking::Track(key, at) => {
                         let ask = TrackIndexedDbForStorageKeyParams::new(key.clone());
-                        match page.execute(ask).await {
-                            // A change that came meanwhile was counted; the key is tracked
-                            // from here on, and its next change stops that.
-                            Ok(_) => {
-                                let mut seen = lock(&seen);
-                                if !seen.ended {
-                                    seen.tracked.insert(key);
-                                }
-                            }
-                            Err(e) => {
-                                tracing::debug!(error = %e, "IndexedDB change tracking unavailable; every capture reads it in full");
-                            }
+                        let started = page.execute(ask).await;
+                        if let Err(e) = &started {
+                            tracing::debug!(error = %e, "IndexedDB change tracking unavailable; every capture reads it in full");
                         }
+                        lock(&seen).answered(key, at, started.is_ok());
                     }
                     Tracking::Untrack(key) => {
                         let ask = UntrackIndexedDbForStorageKeyParams::new(key);
@@ -325,7 +351,7 @@ impl IdbWatch {
     /// At a capture's start: the change counts, what the capture script may take as
     /// unchanged (a scope read in full while its key was tracked, with no change to that key
     /// since), and which storage keys are tracked. Reads too old to be offered are forgotten
-    /// (with their scope's key: a page whose iframes come and go keeps no trace of them).
+    /// (with their scope's key; the keys' change counts stay, a few bytes each).
     pub(super) fn begin(&self, cache: &PartCache) -> Begun {
         let mut state = self.state();
         let state = &mut *state;
@@ -342,6 +368,7 @@ impl IdbWatch {
             .filter(|(_, r)| {
                 r.tracked
                     && !seen.ended
+                    && seen.tracked.contains(&r.key)
                     && r.changes == seen.changes.of(&r.key)
                     && cache.get(&r.hash).is_some()
             })
@@ -431,8 +458,10 @@ impl IdbWatch {
             return;
         };
         // Known before Chromium can send an event for it.
-        lock(&state.seen).ever.insert(key.clone());
-        let _ = events.commands.send(Tracking::Track(key));
+        let Some(at) = lock(&state.seen).ask(&key) else {
+            return;
+        };
+        let _ = events.commands.send(Tracking::Track(key, at));
     }
 
     /// Whether the watcher is listening.
@@ -596,6 +625,28 @@ mod tests {
         assert!(!seen.note("a/^0c".into()), "a key of a form never tracked");
         assert_eq!((seen.changes.of("a/"), seen.changes.of("b/")), (3, 1));
         assert_eq!(seen.changes.all, 3);
+    }
+
+    #[test]
+    fn a_start_answered_after_a_change_is_not_taken_as_tracking() {
+        let mut seen = Seen::default();
+        let at = seen.ask("a/").unwrap();
+        assert_eq!(seen.ask("a/"), None, "one start at a time");
+        seen.answered("a/".into(), at, true);
+        assert!(seen.tracked.contains("a/"));
+        assert_eq!(seen.ask("a/"), None, "tracked already");
+        assert!(seen.note("a/".into()), "its change stops it");
+        let at = seen.ask("a/").unwrap();
+        assert!(
+            seen.note("a/".into()),
+            "a change while a start is asked for stops it too"
+        );
+        assert!(seen.ask("a/").is_some(), "and a new start may be asked for");
+        seen.answered("a/".into(), at, true);
+        assert!(
+            !seen.tracked.contains("a/"),
+            "the earlier start, answered after the change, is not taken as tracking"
+        );
     }
 
     /// A script that writes `value` under the key `k` of store `s` of database `db`, and
@@ -870,6 +921,9 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // Every event sent is delivered by now (each commit's came before its completion):
+        // counted, they show the tracking stopped early.
+        watch.begin(&cache);
         let events = lock(&watch.state().seen).changes.all;
         assert!(events < 1_000, "{events} events for 2 000 commits");
         let after = capture().await.unwrap();
