@@ -169,8 +169,7 @@ struct IdbEvents {
 /// The events' storage keys as they come, polled by the watcher and by captures.
 struct Feed {
     keys: futures::stream::BoxStream<'static, String>,
-    /// The watcher's waker, woken after a capture polled the stream (which takes the
-    /// stream's waker for its own).
+    /// The watcher's waker, which a capture polls the stream with too.
     watcher: Option<std::task::Waker>,
 }
 
@@ -237,19 +236,20 @@ impl IdbEvents {
         }
     }
 
-    /// Counts every event already delivered, then has the watcher poll again (this poll took
-    /// the stream's waker).
+    /// Counts every event already delivered. Polls with the watcher's own waker, so the
+    /// stream still wakes the watcher for what comes next (no wake-up of it needed).
     fn count_delivered(&self, seen: &Mutex<Seen>) {
         let mut feed = lock(&self.feed);
-        let waker = futures::task::noop_waker();
+        // Before the watcher's first poll, which registers it, any waker does.
+        let waker = feed
+            .watcher
+            .clone()
+            .unwrap_or_else(futures::task::noop_waker);
         let mut cx = std::task::Context::from_waker(&waker);
         while let std::task::Poll::Ready(next) = feed.keys.poll_next_unpin(&mut cx) {
             if !note(seen, next, &self.commands) {
                 break;
             }
-        }
-        if let Some(watcher) = feed.watcher.take() {
-            watcher.wake();
         }
     }
 }
