@@ -411,7 +411,8 @@ impl Options {
         /// Cap on one checkpoint capture. A cross-site iframe that has not answered within half
         /// of it is left out of that checkpoint (its earlier storage kept; counted in the wide
         /// event's `stateLeftOut`), so one hung iframe does not cost every checkpoint; until it
-        /// answers, later checkpoints leave it out at once and send it nothing more.
+        /// answers (or three times this cap has passed), later checkpoints leave it out at once
+        /// and send it nothing more.
         ///
         /// # Default
         ///
