@@ -389,7 +389,7 @@ pub(crate) async fn capture(
     cache.remember(&checkpoint);
     let tracking = full_reads
         .into_iter()
-        .map(|read| idb.read_in_full(page, read, &begun));
+        .map(|read| idb.read_in_full(page, calls, read, &begun));
     futures::future::join_all(tracking).await;
     Ok(checkpoint)
 }
@@ -842,7 +842,9 @@ mod tests {
 
     /// Once a page was captured, each new document reads and hashes its Web Storage ahead of
     /// the next capture; that capture still compares every string, so what changed after the
-    /// warm-up — in each kind of storage — is captured, and nothing unchanged is sent.
+    /// warm-up — in each kind of storage — is captured, and nothing unchanged is sent. (No
+    /// relay: IndexedDB is read in full at each capture, its change tracking is `idb`'s
+    /// tests' subject.)
     #[tokio::test]
     async fn a_warmed_up_document_captures_what_changed_after_the_warm_up() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;

@@ -16,7 +16,7 @@ use super::forward::{self, Flows, Outbox};
 use super::socket::{self, ClientRx, Upstream, UpstreamRx, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
-use super::{Control, ControlRx, DeathCause, Heartbeat, Signals};
+use super::{Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals};
 
 /// After a death, how long the client may still take what was queued for it before the
 /// browser died (it was read first, so chromiumoxide gets it, as it would without queues).
@@ -43,6 +43,8 @@ pub(super) struct Task {
     pub control: ControlRx,
     /// Ends the relay at once.
     pub cut: oneshot::Receiver<()>,
+    /// Where IndexedDB change events are handed as they are read.
+    pub idb_feeds: IdbFeeds,
 }
 
 /// The relay's task, from accepting the client to the end of the connection.
@@ -56,7 +58,10 @@ pub(super) async fn run(task: Task) {
         signals,
         mut control,
         mut cut,
+        idb_feeds,
     } = task;
+    // However the task ends (its handle dropped too), the feeds' receivers learn it.
+    let _closed = CloseOnDrop(idb_feeds.clone());
     let (up_sink, mut up) = upstream.split();
     let Some((client, early)) =
         socket::accept_client(listener, path, &mut up, &mut control, &mut cut, &signals).await
@@ -64,7 +69,7 @@ pub(super) async fn run(task: Task) {
         return;
     };
     let (client_sink, mut client) = client.split();
-    let (mut driver, ends) = Driver::new(heartbeat, signals, flows);
+    let (mut driver, ends) = Driver::new(heartbeat, signals, flows, idb_feeds);
     let QueueEnds {
         own,
         mut written,
@@ -103,6 +108,15 @@ pub(super) async fn run(task: Task) {
     }
 }
 
+/// Closes the IndexedDB feeds when dropped.
+struct CloseOnDrop(IdbFeeds);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// The writers' ends of the driver's queues.
 struct QueueEnds {
     own: forward::Own,
@@ -129,12 +143,19 @@ struct Driver {
     calls: HashMap<u64, (String, oneshot::Sender<String>)>,
     /// Scripts registered on each out-of-process frame as it attaches (none until armed).
     frame_scripts: Vec<String>,
+    /// Where IndexedDB change events go as they are read.
+    idb_feeds: IdbFeeds,
 }
 
 type Incoming = Option<Result<Message, WsError>>;
 
 impl Driver {
-    fn new(heartbeat: Heartbeat, signals: Signals, flows: Flows) -> (Driver, QueueEnds) {
+    fn new(
+        heartbeat: Heartbeat,
+        signals: Signals,
+        flows: Flows,
+        idb_feeds: IdbFeeds,
+    ) -> (Driver, QueueEnds) {
         let (to_browser, browser_rx) = Outbox::new();
         let (to_client, client_rx) = Outbox::new();
         let (own, own_rx) = mpsc::channel(forward::OWN_QUEUE);
@@ -159,6 +180,7 @@ impl Driver {
             probes: Vec::new(),
             calls: HashMap::new(),
             frame_scripts: Vec::new(),
+            idb_feeds,
         };
         (driver, ends)
     }
@@ -208,6 +230,9 @@ impl Driver {
                     Verdict::Own(id) => self.answer(id, text.as_str()),
                     Verdict::Forward(failure) => {
                         wire::trace("from browser", text.as_bytes());
+                        if self.idb_feeds.wanted() {
+                            self.idb_feeds.feed(text.as_bytes());
+                        }
                         self.arm_attached_frames();
                         self.to_client.push(wire::for_chromiumoxide(text));
                         if let Some(f) = failure {

@@ -21,8 +21,9 @@
 //! # Parts
 //!
 //! * this module — the handle the rest of outlive holds ([`Relay`], [`Calls`],
-//!   [`DeathSender`]), the deaths it publishes ([`Death`], [`DeathCause`]) and the requests
-//!   it passes to the relay's task (`Control`);
+//!   [`DeathSender`]), the deaths it publishes ([`Death`], [`DeathCause`]), the requests
+//!   it passes to the relay's task (`Control`), and where the task hands IndexedDB's change
+//!   events as it reads them ([`IdbFeeds`]);
 //! * `driver` — the relay's task: one loop that reads both sockets and the handle's requests,
 //!   asks the watchdog what each means, and never awaits a socket write. While the client
 //!   does not take what the browser sends, it reads nothing more from the browser and
@@ -265,6 +266,8 @@ pub(crate) struct Relay {
     dialogs: Dialogs,
     /// Shared by every [`Calls`] of this relay: see [`Calls::call_unless_unanswered`].
     unanswered: Unanswered,
+    /// Shared with the relay's task and every [`Calls`]: see [`Calls::indexed_db_changes`].
+    idb_feeds: IdbFeeds,
     _task: AbortOnDropHandle<()>,
 }
 
@@ -319,6 +322,7 @@ impl Relay {
         let (page_death_tx, page_death) = watch::channel(None);
         let (control, control_rx) = mpsc::unbounded_channel();
         let (cut_tx, cut_rx) = oneshot::channel();
+        let idb_feeds = IdbFeeds::open();
         let task = crate::quiet::spawn(driver::run(driver::Task {
             listener,
             path,
@@ -331,6 +335,7 @@ impl Relay {
             },
             control: control_rx,
             cut: cut_rx,
+            idb_feeds: idb_feeds.clone(),
         }));
         Ok(Relay {
             client_url,
@@ -343,6 +348,7 @@ impl Relay {
             cut_tx: Some(cut_tx),
             dialogs,
             unanswered: Unanswered::default(),
+            idb_feeds,
             _task: AbortOnDropHandle::new(task),
         })
     }
@@ -449,6 +455,7 @@ impl Relay {
         Calls {
             control: self.control.clone(),
             unanswered: self.unanswered.clone(),
+            idb_feeds: self.idb_feeds.clone(),
         }
     }
 
@@ -474,6 +481,58 @@ pub(crate) struct FrameSession {
 pub(crate) struct Calls {
     control: mpsc::UnboundedSender<Control>,
     unanswered: Unanswered,
+    idb_feeds: IdbFeeds,
+}
+
+/// Where the relay's task hands the storage key of each IndexedDB change event
+/// (`Storage.indexedDB{Content,List}Updated`) as it reads it from the browser, by the session
+/// the event came on: one receiver per session (see [`Calls::indexed_db_changes`]). `None`
+/// once the task has ended (its receivers then see their channel closed).
+#[derive(Clone)]
+pub(crate) struct IdbFeeds(Arc<Mutex<Option<Feeds>>>);
+
+/// Each session's receiver of IndexedDB change events (see [`IdbFeeds`]).
+type Feeds = HashMap<String, mpsc::UnboundedSender<String>>;
+
+impl IdbFeeds {
+    fn open() -> IdbFeeds {
+        IdbFeeds(Arc::new(Mutex::new(Some(HashMap::new()))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Feeds>> {
+        // Nothing panics while holding it; a poisoned map is still a map.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether some session's changes are asked for (the relay reads no event for them
+    /// otherwise).
+    fn wanted(&self) -> bool {
+        self.lock().as_ref().is_some_and(|feeds| !feeds.is_empty())
+    }
+
+    /// Hands the change event `bytes` (if it is one) to its session's receiver; a receiver
+    /// dropped is forgotten.
+    fn feed(&self, bytes: &[u8]) {
+        let Some(change) = wire::indexed_db_change(bytes) else {
+            return;
+        };
+        let mut feeds = self.lock();
+        let Some(feeds) = feeds.as_mut() else {
+            return;
+        };
+        if let Some(tx) = feeds.get(&change.session_id) {
+            if tx.send(change.params.storage_key).is_err() {
+                feeds.remove(&change.session_id);
+            }
+        }
+    }
+
+    /// The relay's task ended: every receiver sees its channel closed, and none is given out.
+    fn close(&self) {
+        self.lock().take();
+    }
 }
 
 /// The replies still awaited for calls that outlived their timeout, by session (one each), with
@@ -509,9 +568,12 @@ impl Calls {
     /// sessions, every call unanswered.
     #[cfg(test)]
     pub fn detached() -> Calls {
+        let idb_feeds = IdbFeeds::open();
+        idb_feeds.close();
         Calls {
             control: mpsc::unbounded_channel().0,
             unanswered: Unanswered::default(),
+            idb_feeds,
         }
     }
 
@@ -538,6 +600,19 @@ impl Calls {
     /// frames paused; the relay sends these as it forwards the attach). Replies are not awaited.
     pub fn arm_frames(&self, scripts: Vec<String>) {
         let _ = self.control.send(Control::ArmFrames(scripts));
+    }
+
+    /// From now on, the storage key of each IndexedDB change event that comes on `session`, in
+    /// the order the browser sent them, handed over as the relay reads each — before it
+    /// forwards the event to chromiumoxide, so before any reply the browser sent after it
+    /// reaches its caller (chromiumoxide hands a reply over at once but queues the events read
+    /// with it for its listeners' next pass). One receiver per session: a second replaces the
+    /// first, whose channel closes. `None` with no relay behind these calls; the channel
+    /// closes when the relay ends.
+    pub fn indexed_db_changes(&self, session: String) -> Option<mpsc::UnboundedReceiver<String>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.idb_feeds.lock().as_mut()?.insert(session, tx);
+        Some(rx)
     }
 
     /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay

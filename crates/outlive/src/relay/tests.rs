@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use async_tungstenite::tungstenite::Message;
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -36,6 +36,10 @@ enum Upstream {
     /// Answers everything; the relay's own commands with a string holding a lone surrogate's
     /// escape, as Chromium writes one.
     LoneSurrogate,
+    /// Answers everything; before each reply to command `id` of the client, in the same
+    /// write, sends an IndexedDB change event for storage key `k{id}` on session `S` and one
+    /// on session `T` (as Chromium sends a commit's event before its completion's reply).
+    IndexedDbEventFirst,
 }
 
 /// A fake browser on 127.0.0.1 (with a small receive buffer, so the relay's writes fill the
@@ -73,6 +77,14 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
                 continue;
             }
+            if !own && matches!(how, Upstream::IndexedDbEventFirst) {
+                for session in ["S", "T"] {
+                    let event = format!(
+                        r#"{{"method":"Storage.indexedDBContentUpdated","params":{{"origin":"http://a","storageKey":"k{id}","bucketId":"1","databaseName":"db","objectStoreName":"s"}},"sessionId":"{session}"}}"#
+                    );
+                    ws.feed(Message::Text(event.into())).await.unwrap();
+                }
+            }
             let reply = if own && matches!(how, Upstream::LoneSurrogate) {
                 format!(
                     r#"{{"id":{id},"result":{{"result":{{"type":"string","value":"a\ud800b"}}}}}}"#
@@ -85,7 +97,7 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             let stop = match how {
                 Upstream::StopsAfterCommands(n) => commands == n,
                 Upstream::StopsAfterHeartbeat => own,
-                Upstream::Slow | Upstream::LoneSurrogate => false,
+                Upstream::Slow | Upstream::LoneSurrogate | Upstream::IndexedDbEventFirst => false,
             };
             if stop {
                 if let Some(tx) = stopped_tx.take() {
@@ -314,4 +326,44 @@ async fn an_unanswered_call_holds_the_next_back_until_answered_or_old() {
     let mut given_up = waiting(reply);
     drop(relay);
     assert!(!given_up.holds(retry_after), "the relay dropped it");
+}
+
+/// The relay hands an IndexedDB change event to the receiver of its session as it reads it,
+/// before it forwards the reply the browser sent after it: by the time the client has that
+/// reply, the event is there to take (chromiumoxide's own listeners could be behind). Another
+/// session's events are not handed over; the channel closes with the relay, and none is given
+/// out after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_db_change_is_handed_over_before_the_reply_after_it() {
+    let (endpoint, _) = upstream(Upstream::IndexedDbEventFirst).await;
+    let (relay, mut client) = relay_and_client(&endpoint).await;
+    let calls = relay.calls();
+    call(&mut client, 1).await;
+    let mut changes = calls
+        .indexed_db_changes("S".to_owned())
+        .expect("a relay is behind the calls");
+    assert_eq!(
+        changes.try_recv().ok(),
+        None,
+        "nothing before it was asked for"
+    );
+    for id in 2..200 {
+        call(&mut client, id).await;
+        assert_eq!(
+            changes.try_recv().ok(),
+            Some(format!("k{id}")),
+            "the event before reply {id} is there as the reply is"
+        );
+        assert_eq!(changes.try_recv().ok(), None, "session T's is not");
+    }
+    let mut second = calls.indexed_db_changes("S".to_owned()).unwrap();
+    assert!(
+        changes.recv().await.is_none(),
+        "replaced by the second receiver"
+    );
+    call(&mut client, 200).await;
+    assert_eq!(second.try_recv().ok(), Some("k200".to_owned()));
+    drop(relay);
+    assert!(second.recv().await.is_none(), "closed with the relay");
+    assert!(calls.indexed_db_changes("S".to_owned()).is_none());
 }

@@ -203,6 +203,40 @@ pub(super) fn page_event(method: &str, bytes: &[u8]) -> Option<PageEvent> {
     serde_json::from_slice(bytes).ok()
 }
 
+/// The events Chromium sends for a storage key whose IndexedDB is tracked
+/// (`Storage.trackIndexedDBForStorageKey`): a committed change to a store's content, and a
+/// database created, deleted or upgraded.
+const INDEXED_DB_EVENTS: [&str; 2] = [
+    "Storage.indexedDBContentUpdated",
+    "Storage.indexedDBListUpdated",
+];
+
+/// An IndexedDB change event: the session it came on and the storage key it names.
+#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
+pub(super) struct IndexedDbChange {
+    #[serde(rename = "sessionId")]
+    pub session_id: String,
+    pub params: IndexedDbChangeParams,
+}
+
+/// The part of an [`IndexedDbChange`]'s params the relay reads.
+#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
+pub(super) struct IndexedDbChangeParams {
+    #[serde(rename = "storageKey")]
+    pub storage_key: String,
+}
+
+/// `bytes` read as an IndexedDB change event on a session (see [`INDEXED_DB_EVENTS`]); `None`
+/// for any other message. Scans only the head of anything else.
+pub(super) fn indexed_db_change(bytes: &[u8]) -> Option<IndexedDbChange> {
+    match inbound(bytes) {
+        Inbound::Event(method) if INDEXED_DB_EVENTS.contains(&method.as_ref()) => {
+            serde_json::from_slice(bytes).ok()
+        }
+        _ => None,
+    }
+}
+
 /// How far [`scan_head`] reads.
 #[derive(Clone, Copy)]
 enum Until {

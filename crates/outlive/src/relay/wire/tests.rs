@@ -385,3 +385,29 @@ fn a_page_event_is_parsed_only_when_the_relay_acts_on_it() {
     let other = br#"{"method":"Network.dataReceived","params":{}}"#;
     assert!(page_event("Network.dataReceived", other).is_none());
 }
+
+#[test]
+fn an_indexed_db_change_is_read_with_its_session_and_storage_key() {
+    let content = br#"{"method":"Storage.indexedDBContentUpdated","params":{"origin":"http://a","storageKey":"http://a/","bucketId":"1","databaseName":"db","objectStoreName":"s"},"sessionId":"S"}"#;
+    let change = indexed_db_change(content).expect("read");
+    assert_eq!(
+        (
+            change.session_id.as_str(),
+            change.params.storage_key.as_str()
+        ),
+        ("S", "http://a/")
+    );
+    let list = br#"{"method":"Storage.indexedDBListUpdated","params":{"origin":"http://a","storageKey":"http://a/^0http://b","bucketId":"1"},"sessionId":"T"}"#;
+    assert_eq!(
+        indexed_db_change(list).map(|c| c.params.storage_key),
+        Some("http://a/^0http://b".to_owned())
+    );
+    // On no session (a browser-level tracking: not outlive's), another event, a reply.
+    let browser =
+        br#"{"method":"Storage.indexedDBListUpdated","params":{"storageKey":"http://a/"}}"#;
+    assert_eq!(indexed_db_change(browser), None);
+    let other = br#"{"method":"Storage.cacheStorageContentUpdated","params":{"storageKey":"http://a/"},"sessionId":"S"}"#;
+    assert_eq!(indexed_db_change(other), None);
+    let reply = br#"{"id":3,"method":"Storage.indexedDBListUpdated","params":{"storageKey":"k"},"sessionId":"S"}"#;
+    assert_eq!(indexed_db_change(reply), None);
+}
