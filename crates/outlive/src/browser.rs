@@ -238,6 +238,11 @@ impl LiveBrowser for CdpBrowser {
         self.session.as_ref().map(|s| s.endpoint().clone())
     }
 
+    fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
+        let idb = self.idb.clone();
+        async move { idb.stale().await }
+    }
+
     fn capturer(&self) -> Capturer {
         let page = self.page.clone();
         let calls = self.relay.calls();

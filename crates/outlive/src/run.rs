@@ -62,6 +62,12 @@ pub(crate) trait LiveBrowser: Send {
     /// Resolves with the first failure detected: the browser's death or the current page's.
     /// Cancel-safe.
     fn died(&self) -> impl Future<Output = Death> + Send;
+    /// Resolves once the newest checkpoint may lack a change the browser reported after it
+    /// was taken (an IndexedDB commit Chromium reported late): a new one is due at once.
+    /// Cancel-safe.
+    fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
     /// The failure, if one has been detected: the browser's death first, else the current
     /// page's.
     fn death(&self) -> Option<Death>;

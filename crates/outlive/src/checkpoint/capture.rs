@@ -365,6 +365,7 @@ pub(crate) async fn capture(
     let top_origin = top.origin.clone();
     let url = top.url.clone();
     let full_reads = full_reads(&top, &remote);
+    let standing = standing_scopes(&top, &remote);
 
     let mut reads = Vec::new();
     if is_storable_origin(&top_origin) {
@@ -391,6 +392,7 @@ pub(crate) async fn capture(
         .into_iter()
         .map(|read| idb.read_in_full(page, calls, read, &begun));
     futures::future::join_all(tracking).await;
+    idb.settle(&standing, &begun);
     Ok(checkpoint)
 }
 
@@ -543,6 +545,15 @@ fn idb_taken_as_unchanged(read: &FrameRead) -> bool {
     read.idb
         .as_ref()
         .is_some_and(|p| p.list.is_none() && p.data.is_none())
+}
+
+/// The scopes of the frames whose IndexedDB read was taken as standing.
+fn standing_scopes(top: &FrameRead, remote: &[(FrameSession, Option<FrameRead>)]) -> Vec<String> {
+    std::iter::once(top)
+        .chain(remote.iter().filter_map(|(_, r)| r.as_ref()))
+        .filter(|r| idb_taken_as_unchanged(r))
+        .filter_map(|r| r.scope.clone())
+        .collect()
 }
 
 /// Whether the top frame or an out-of-process frame took IndexedDB as unchanged.

@@ -9,8 +9,8 @@ use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::storage::{
     GetStorageKeyParams, TrackIndexedDbForStorageKeyParams, UntrackIndexedDbForStorageKeyParams,
 };
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::{PartCache, is_storable_origin};
@@ -47,9 +47,18 @@ use tokio_util::task::AbortOnDropHandle;
 /// (every frame, for an event of a key not tracked here), and a full read is made at least
 /// every `IDB_READ_IN_FULL_EVERY` regardless. With no relay behind the page nothing is
 /// tracked, and every capture reads IndexedDB in full.
+///
+/// So a checkpoint that took a frame's read as standing is watched after it is taken: an event
+/// for that frame's key that comes after the capture's last look (the late report above) wakes
+/// [`IdbWatch::stale`], and the run takes a new checkpoint at once, which reads that frame in
+/// full. The checkpoint lacks the change only until then.
 /// One watch per page session: tracking belongs to the session.
 #[derive(Default)]
-pub(crate) struct IdbWatch(Mutex<IdbState>);
+pub(crate) struct IdbWatch {
+    state: Mutex<IdbState>,
+    /// Woken when the newest checkpoint may lack a change (see `Seen::stood`).
+    stale: Arc<Notify>,
+}
 
 /// However quiet Chromium's change events are, a frame's IndexedDB is read in full at least
 /// this often: the events' order (above) is observed, not promised by the protocol, and
@@ -89,6 +98,12 @@ struct Seen {
     changes: Changes,
     /// The events' streams ended: no change would be heard, so nothing is taken as unchanged.
     ended: bool,
+    /// The storage keys whose frames' reads the newest capture took as standing (see
+    /// [`IdbWatch::settle`]): a change to one of them from now on means that checkpoint may
+    /// lack it. Replaced by each capture's; a key leaves it at its change (one wake-up each).
+    stood: HashSet<String>,
+    /// Such a change came, and [`IdbWatch::stale`] is still to be woken.
+    stale: bool,
 }
 
 impl Seen {
@@ -99,7 +114,12 @@ impl Seen {
         self.changes.all += 1;
         if !self.ever.contains(&key) {
             self.changes.unattributed += 1;
+            self.stale |= !self.stood.is_empty();
+            self.stood.clear();
             return false;
+        }
+        if self.stood.remove(&key) {
+            self.stale = true;
         }
         let untrack = self.tracked.remove(&key) | self.asking.remove(&key).is_some();
         *self.changes.per_key.entry(key).or_default() += 1;
@@ -168,6 +188,8 @@ impl Changes {
 struct IdbEvents {
     feed: Arc<Mutex<Feed>>,
     commands: mpsc::UnboundedSender<Tracking>,
+    /// The watch's [`IdbWatch::stale`].
+    stale: Arc<Notify>,
     _watcher: AbortOnDropHandle<()>,
     _tracker: AbortOnDropHandle<()>,
 }
@@ -190,14 +212,16 @@ impl IdbEvents {
         page: &Page,
         keys: mpsc::UnboundedReceiver<String>,
         seen: Arc<Mutex<Seen>>,
+        stale: Arc<Notify>,
     ) -> IdbEvents {
         let feed = Arc::new(Mutex::new(Feed { keys }));
         let (commands, mut todo) = mpsc::unbounded_channel();
         let (watched, stops, counted) = (feed.clone(), commands.clone(), seen.clone());
+        let wake = stale.clone();
         let watcher = crate::quiet::spawn(async move {
             loop {
                 let next = futures::future::poll_fn(|cx| lock(&watched).keys.poll_recv(cx)).await;
-                if !note(&counted, next, &stops) {
+                if !note(&counted, next, &stops, &wake) {
                     break;
                 }
             }
@@ -224,6 +248,7 @@ impl IdbEvents {
         IdbEvents {
             feed,
             commands,
+            stale,
             _watcher: AbortOnDropHandle::new(watcher),
             _tracker: AbortOnDropHandle::new(tracker),
         }
@@ -239,7 +264,7 @@ impl IdbEvents {
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => None,
             };
-            if !note(seen, next, &self.commands) {
+            if !note(seen, next, &self.commands, &self.stale) {
                 return;
             }
         }
@@ -247,17 +272,22 @@ impl IdbEvents {
 }
 
 /// Counts one event (`Some` key) or the end of the events (`None`), asking the tracker to
-/// stop tracking a key at its first change; answers whether more may come.
+/// stop tracking a key at its first change and waking `stale` at a change the newest
+/// checkpoint may lack; answers whether more may come.
 fn note(
     seen: &Mutex<Seen>,
     next: Option<String>,
     tracker: &mpsc::UnboundedSender<Tracking>,
+    stale: &Notify,
 ) -> bool {
     let mut seen = lock(seen);
     match next {
         Some(key) => {
             if seen.note(key.clone()) {
                 let _ = tracker.send(Tracking::Untrack(key));
+            }
+            if std::mem::take(&mut seen.stale) {
+                stale.notify_one();
             }
             true
         }
@@ -318,7 +348,41 @@ pub(super) enum Frame {
 impl IdbWatch {
     /// The watch's state, locked (before its `seen`, where both are).
     fn state(&self) -> std::sync::MutexGuard<'_, IdbState> {
-        lock(&self.0)
+        lock(&self.state)
+    }
+
+    /// Resolves once a checkpoint taken on this page may lack an IndexedDB change Chromium
+    /// reported after the capture's last look (see [`IdbWatch::settle`]): the next capture holds
+    /// it. Cancel-safe; a wake-up before anyone waits is kept for the next wait.
+    pub(crate) async fn stale(&self) {
+        self.stale.notified().await;
+    }
+
+    /// At the end of a capture, begun as `begun`, whose frames of `scopes` took their last full
+    /// read as standing: from now on (until the next capture ends), a change event for one of
+    /// their storage keys wakes [`IdbWatch::stale`] — as does one that came since the capture
+    /// began, after its last look. (A capture that fails leaves the one before watched.)
+    pub(super) fn settle(&self, scopes: &[String], begun: &Begun) {
+        let state = self.state();
+        state.count_delivered();
+        let mut seen = lock(&state.seen);
+        seen.stood.clear();
+        let mut moved = false;
+        for key in scopes
+            .iter()
+            .filter_map(|scope| state.last.get(scope))
+            .map(|r| &r.key)
+        {
+            if seen.changes.of(key) == begun.changes.of(key) {
+                seen.stood.insert(key.clone());
+            } else {
+                moved = true;
+            }
+        }
+        drop(seen);
+        if moved {
+            self.stale.notify_one();
+        }
     }
 
     /// If a change came (or the tracking ended) since `begin` answered `changes`: the scopes
@@ -444,7 +508,7 @@ impl IdbWatch {
             };
             let seen = state.seen.clone();
             lock(&seen).ended = false;
-            state.events = Some(IdbEvents::watch(page, keys, seen));
+            state.events = Some(IdbEvents::watch(page, keys, seen, self.stale.clone()));
         }
         let Some(events) = &state.events else {
             return;
@@ -632,6 +696,28 @@ mod tests {
     }
 
     #[test]
+    fn a_change_to_a_key_taken_as_standing_marks_the_checkpoint_stale_once() {
+        let mut seen = Seen::default();
+        for key in ["a/", "b/"] {
+            seen.ever.insert(key.to_owned());
+            seen.tracked.insert(key.to_owned());
+        }
+        seen.stood.insert("a/".to_owned());
+        seen.note("b/".into());
+        assert!(!seen.stale, "b's read was not taken as standing");
+        seen.note("a/".into());
+        assert!(std::mem::take(&mut seen.stale), "a's was");
+        seen.note("a/".into());
+        assert!(!seen.stale, "once");
+        seen.stood.insert("b/".to_owned());
+        seen.note("a/^0c".into());
+        assert!(
+            seen.stale && seen.stood.is_empty(),
+            "a key of a form never tracked may be any key"
+        );
+    }
+
+    #[test]
     fn a_start_answered_after_a_change_is_not_taken_as_tracking() {
         let mut seen = Seen::default();
         let at = seen.ask("a/").unwrap();
@@ -736,6 +822,42 @@ mod tests {
             !idb_of(&after_delete).contains("\"other\""),
             "a database deleted is seen"
         );
+    }
+
+    /// A change reported after a capture that took the frame's read as standing (Chromium
+    /// reports a commit after the page learned of it, now and then) wakes `stale`, so the run
+    /// takes a new checkpoint at once; that one holds it. A capture that took nothing as
+    /// standing leaves `stale` asleep.
+    #[tokio::test]
+    async fn a_change_reported_after_a_capture_that_took_it_as_standing_wakes_stale() {
+        use futures::FutureExt;
+        let (_guards, page, calls) = page_on_app_origin().await;
+        let _: i64 = read_value(&page, put("first")).await;
+        let (cache, watch) = (PartCache::default(), IdbWatch::default());
+        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        capture().await.unwrap();
+        until_tracked(&watch, 1).await;
+        capture().await.unwrap();
+        let n = changes(&watch);
+        let _: i64 = read_value(&page, put("read in full")).await;
+        until_changed(&watch, n).await;
+        assert!(
+            watch.stale().now_or_never().is_none(),
+            "read in full: nothing stood"
+        );
+        capture().await.unwrap();
+        until_tracked(&watch, 1).await;
+        capture().await.unwrap();
+        let standing = capture().await.unwrap();
+        assert_eq!(watch.state().full_reads, 4, "the last read stood");
+        assert!(idb_of(&standing).contains("read in full"));
+
+        let _: i64 = read_value(&page, put("late")).await;
+        tokio::time::timeout(Duration::from_secs(10), watch.stale())
+            .await
+            .expect("woken within 10 s");
+        let next = capture().await.unwrap();
+        assert!(idb_of(&next).contains("late"), "{}", idb_of(&next));
     }
 
     /// A change that comes while a capture runs — after it began, before the frame's script

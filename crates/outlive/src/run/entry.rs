@@ -242,6 +242,10 @@ where
                 Some(_) = OptionFuture::from(w.periodic.as_mut()), if w.periodic.is_some() => {
                     w.checkpoint_done();
                 }
+                () = browser.checkpoint_stale(), if w.periodic.is_none() => {
+                    tracing::debug!("the newest checkpoint may lack a change reported after it; taking another");
+                    w.checkpoint_due(ctx);
+                }
                 _ = sleep_until(due), if w.periodic.is_none() => {
                     w.checkpoint_due(ctx);
                 }

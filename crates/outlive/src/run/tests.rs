@@ -37,6 +37,8 @@ struct Fake {
     capture_cost: Duration,
     restore_cost: Duration,
     launch_cost: Duration,
+    /// Wakes `checkpoint_stale` of the browsers (the newest checkpoint lacks a change).
+    stale: Arc<tokio::sync::Notify>,
 }
 
 impl Fake {
@@ -52,6 +54,7 @@ impl Fake {
             capture_cost,
             restore_cost,
             launch_cost: Duration::ZERO,
+            stale: Arc::default(),
         })
     }
 
@@ -157,6 +160,11 @@ impl LiveBrowser for FakeBrowser {
                 None => std::future::pending().await,
             }
         }
+    }
+
+    fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
+        let stale = self.fake.stale.clone();
+        async move { stale.notified().await }
     }
 
     fn death(&self) -> Option<Death> {
@@ -1216,6 +1224,38 @@ async fn periodic_checkpoints_carry_the_newest_progress() {
     assert_eq!(v.unwrap(), 2);
     assert_eq!(e.checkpoint_count, 3);
     assert_eq!(*seen.lock().unwrap(), [None, Some("signed in".to_owned())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_checkpoint_is_followed_by_a_new_one_at_once() {
+    // The task's checkpoint at 1 s is found stale at 2 s (the browser reported a change after
+    // it): a new one is taken then, not at the periodic slot (10 s); the death at 5 s comes
+    // after both.
+    let fake = Fake::new(&[dies(5_000), Plan::Live]);
+    let stale = fake.stale.clone();
+    let (v, e) = run_fake(
+        &fake,
+        |o| o,
+        move |(), ctx| {
+            let stale = stale.clone();
+            async move {
+                if ctx.attempt() == 2 {
+                    return Ok(ctx.attempt());
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                assert!(ctx.checkpoint().await);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                stale.notify_one();
+                std::future::pending().await
+            }
+        },
+    )
+    .await;
+    assert_eq!(v.unwrap(), 2);
+    assert_eq!(
+        e.checkpoint_count, 2,
+        "the task's and the one after it went stale"
+    );
 }
 
 #[tokio::test(start_paused = true)]
