@@ -13,7 +13,7 @@ use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
 use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache, WarmUp};
-use crate::ctx::Capturer;
+use crate::ctx::{Capturer, IdbReads};
 use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
 use crate::options::Options;
@@ -125,6 +125,7 @@ async fn connect(
             indexed_db_max_bytes: options.indexed_db_max_bytes,
             // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
             frame_timeout: options.capture_timeout / 2,
+            indexed_db_in_full: false,
         },
         parts: Arc::default(),
         idb: Arc::default(),
@@ -250,7 +251,11 @@ impl LiveBrowser for CdpBrowser {
         let idb = self.idb.clone();
         let warm = self.warm.clone();
         let options = self.capture;
-        Arc::new(move || {
+        Arc::new(move |reads| {
+            let options = CaptureOptions {
+                indexed_db_in_full: reads == IdbReads::InFull,
+                ..options
+            };
             let (page, calls, parts, idb, warm) = (
                 page.clone(),
                 calls.clone(),

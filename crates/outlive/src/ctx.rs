@@ -20,9 +20,22 @@ const CAPTURE_TRIES: u32 = 3;
 /// Between two tries.
 const CAPTURE_RETRY: Duration = Duration::from_millis(50);
 
-/// Captures a checkpoint from the entry's page.
+/// Captures a checkpoint from the entry's page, reading IndexedDB as told.
 pub(crate) type Capturer =
-    Arc<dyn Fn() -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
+    Arc<dyn Fn(IdbReads) -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
+
+/// How a capture reads the frames' IndexedDB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdbReads {
+    /// A frame's last full read may stand while Chromium reports no change to it: should the
+    /// report come after the checkpoint, the next one holds the change (see
+    /// `LiveBrowser::checkpoint_stale`).
+    MayStand,
+    /// Every frame's IndexedDB read in full: while a rotation is armed, the checkpoint may be
+    /// the one the task resumes from in the successor at once, with no next one to make up for
+    /// a late report.
+    InFull,
+}
 
 /// Where a re-entered task resumes: the checkpoint restored into its browser.
 #[derive(Clone, PartialEq, Eq)]
@@ -467,7 +480,12 @@ impl Ctx {
         // than an interval later.
         let captured = loop {
             tries += 1;
-            match tokio::time::timeout_at(deadline, (self.inner.capture)()).await {
+            let reads = if self.is_switch_armed() {
+                IdbReads::InFull
+            } else {
+                IdbReads::MayStand
+            };
+            match tokio::time::timeout_at(deadline, (self.inner.capture)(reads)).await {
                 Ok(Err(e)) if tries < CAPTURE_TRIES && !self.is_retired() => {
                     tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "checkpoint capture failed; trying again");
                     tokio::time::sleep(CAPTURE_RETRY).await;

@@ -42,6 +42,9 @@ pub(crate) struct CaptureOptions {
     /// then is counted unread (`frames_unread`) and the checkpoint goes on without it — so it
     /// must be well inside the capture's own cap, or one hung iframe costs every checkpoint.
     pub(crate) frame_timeout: Duration,
+    /// Read every frame's IndexedDB in full, taking no last read as standing (see `IdbWatch`):
+    /// for a checkpoint no later one could make up for, as at a rotation's safe point.
+    pub(crate) indexed_db_in_full: bool,
 }
 
 /// What the capture script reports for one frame.
@@ -345,7 +348,10 @@ pub(crate) async fn capture(
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let begun = idb.begin(cache);
+    let mut begun = idb.begin(cache);
+    if options.indexed_db_in_full {
+        begun.same.clear();
+    }
     let arguments = capture_arguments(&cache.known(), options, &begun.same);
     let (cookies, top, tree, remote) = futures::join!(
         page.execute(GetCookiesParams::default()),
@@ -769,6 +775,7 @@ mod tests {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
+            indexed_db_in_full: false,
         };
         let capture = || capture(&page, &calls, &cache, &watch, options);
         let cases = [("", ""), ("csp/", ""), ("", "\\ud800")];
@@ -866,6 +873,7 @@ mod tests {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
+            indexed_db_in_full: false,
         };
         let capture = || async {
             let (cp, ()) = futures::join!(
@@ -924,6 +932,7 @@ mod tests {
             indexed_db: false,
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
+            indexed_db_in_full: false,
         };
         let capture = || async {
             let (cp, ()) = futures::join!(
@@ -1033,6 +1042,7 @@ mod tests {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout,
+            indexed_db_in_full: false,
         };
         let (cache, watch) = (PartCache::default(), IdbWatch::default());
         let top = key(
@@ -1127,6 +1137,7 @@ mod tests {
             indexed_db: false,
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
+            indexed_db_in_full: false,
         };
         for (i, (unit, count)) in [("a", 300_001), ("é", 150_001), ("€😀", 70_003), ("x", 7)]
             .into_iter()

@@ -507,13 +507,17 @@ impl IdbFeeds {
     }
 
     /// Whether some session's changes are asked for (the relay reads no event for them
-    /// otherwise).
+    /// otherwise). Receivers dropped (a page's watch gone with its page) are forgotten.
     fn wanted(&self) -> bool {
-        self.lock().as_ref().is_some_and(|feeds| !feeds.is_empty())
+        self.lock().as_mut().is_some_and(|feeds| {
+            feeds.retain(|_, tx| !tx.is_closed());
+            !feeds.is_empty()
+        })
     }
 
-    /// Hands the change event `bytes` (if it is one) to its session's receiver; a receiver
-    /// dropped is forgotten.
+    /// Hands the change event `bytes` (if it is one) to its session's receiver. One the relay
+    /// cannot read goes to every receiver as a storage key never tracked (a change to every
+    /// key: nothing is taken as unchanged on a report nobody could read).
     fn feed(&self, bytes: &[u8]) {
         let Some(change) = wire::indexed_db_change(bytes) else {
             return;
@@ -522,9 +526,24 @@ impl IdbFeeds {
         let Some(feeds) = feeds.as_mut() else {
             return;
         };
-        if let Some(tx) = feeds.get(&change.session_id) {
-            if tx.send(change.params.storage_key).is_err() {
-                feeds.remove(&change.session_id);
+        match change {
+            Ok(wire::IndexedDbChange {
+                session_id: Some(session),
+                params,
+            }) => {
+                if let Some(tx) = feeds.get(&session) {
+                    let _ = tx.send(params.storage_key);
+                }
+            }
+            // On the browser's own session: not a tracking of outlive's.
+            Ok(_) => {}
+            Err(_) => {
+                tracing::debug!(
+                    "an IndexedDB change event could not be read; counted as a change to every storage key"
+                );
+                for tx in feeds.values() {
+                    let _ = tx.send(String::new());
+                }
             }
         }
     }

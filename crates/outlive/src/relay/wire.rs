@@ -211,11 +211,12 @@ const INDEXED_DB_EVENTS: [&str; 2] = [
     "Storage.indexedDBListUpdated",
 ];
 
-/// An IndexedDB change event: the session it came on and the storage key it names.
+/// An IndexedDB change event: the session it came on (none for a tracking asked on the
+/// browser's own session, which is not outlive's) and the storage key it names.
 #[derive(Debug, PartialEq, Eq, serde::Deserialize)]
 pub(super) struct IndexedDbChange {
-    #[serde(rename = "sessionId")]
-    pub session_id: String,
+    #[serde(default, rename = "sessionId")]
+    pub session_id: Option<String>,
     pub params: IndexedDbChangeParams,
 }
 
@@ -226,12 +227,15 @@ pub(super) struct IndexedDbChangeParams {
     pub storage_key: String,
 }
 
-/// `bytes` read as an IndexedDB change event on a session (see [`INDEXED_DB_EVENTS`]); `None`
-/// for any other message. Scans only the head of anything else.
-pub(super) fn indexed_db_change(bytes: &[u8]) -> Option<IndexedDbChange> {
+/// `bytes` read as an IndexedDB change event (see [`INDEXED_DB_EVENTS`]): `Some(Err)` for one
+/// whose session or storage key cannot be read, `None` for any other message. Scans only the
+/// head of anything else.
+pub(super) fn indexed_db_change(
+    bytes: &[u8],
+) -> Option<Result<IndexedDbChange, serde_json::Error>> {
     match inbound(bytes) {
         Inbound::Event(method) if INDEXED_DB_EVENTS.contains(&method.as_ref()) => {
-            serde_json::from_slice(bytes).ok()
+            Some(serde_json::from_slice(bytes))
         }
         _ => None,
     }

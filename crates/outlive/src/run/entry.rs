@@ -242,9 +242,13 @@ where
                 Some(_) = OptionFuture::from(w.periodic.as_mut()), if w.periodic.is_some() => {
                     w.checkpoint_done();
                 }
-                () = browser.checkpoint_stale(), if w.periodic.is_none() => {
-                    tracing::debug!("the newest checkpoint may lack a change reported after it; taking another");
-                    w.checkpoint_due(ctx);
+                // Not while the task holds the automatic checkpoints (its own after the hold, or
+                // the next automatic one, holds the change); the periodic slot stays.
+                () = browser.checkpoint_stale(), if w.periodic.is_none() && !ctx.is_held() => {
+                    if !ctx.is_held() {
+                        tracing::debug!("the newest checkpoint may lack a change reported after it; taking another");
+                        w.checkpoint_due(ctx);
+                    }
                 }
                 _ = sleep_until(due), if w.periodic.is_none() => {
                     w.checkpoint_due(ctx);

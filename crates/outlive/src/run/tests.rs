@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::time::sleep_until;
 
 use super::*;
+use crate::ctx::IdbReads;
 use crate::relay::DeathCause;
 
 /// What one launch does.
@@ -39,6 +40,8 @@ struct Fake {
     launch_cost: Duration,
     /// Wakes `checkpoint_stale` of the browsers (the newest checkpoint lacks a change).
     stale: Arc<tokio::sync::Notify>,
+    /// How each capture was asked to read IndexedDB, in order, with when it started.
+    reads: Arc<Mutex<Vec<(Instant, IdbReads)>>>,
 }
 
 impl Fake {
@@ -55,6 +58,7 @@ impl Fake {
             restore_cost,
             launch_cost: Duration::ZERO,
             stale: Arc::default(),
+            reads: Arc::default(),
         })
     }
 
@@ -130,7 +134,9 @@ impl LiveBrowser for FakeBrowser {
     fn capturer(&self) -> Capturer {
         let (dies_at, cost) = (self.dies_at, self.fake.capture_cost);
         let page_fails_at = self.page_fails_at;
-        Arc::new(move || {
+        let reads = self.fake.reads.clone();
+        Arc::new(move |how| {
+            reads.lock().unwrap().push((Instant::now(), how));
             Box::pin(async move {
                 let taken = Instant::now();
                 tokio::time::sleep(cost).await;
@@ -871,6 +877,20 @@ async fn a_rotation_switches_at_a_checkpoint_before_the_predicted_death() {
     assert_eq!(launches[1], launches[0] + Duration::from_secs(17));
     assert_eq!(fake.launches.lock().unwrap().len(), 2);
     assert_eq!(fake.releases.load(Ordering::SeqCst), 2, "both released");
+    // Once the switch is armed (the successor ready), captures read IndexedDB in full: the
+    // safe point's checkpoint is resumed from at once, with no later one to make up for a
+    // change Chromium reports late.
+    let reads = fake.reads.lock().unwrap().clone();
+    let armed = launches[1] + Duration::from_millis(100);
+    let (before, after): (Vec<_>, Vec<_>) = reads.iter().partition(|(at, _)| *at < armed);
+    assert!(
+        before.iter().all(|(_, how)| *how == IdbReads::MayStand),
+        "{before:?}"
+    );
+    assert!(
+        !after.is_empty() && after.iter().all(|(_, how)| *how == IdbReads::InFull),
+        "{after:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1256,6 +1276,50 @@ async fn a_stale_checkpoint_is_followed_by_a_new_one_at_once() {
         e.checkpoint_count, 2,
         "the task's and the one after it went stale"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_checkpoint_under_a_hold_takes_none_inside_it_and_keeps_the_periodic_slot() {
+    // The task holds the automatic checkpoints from 1 s to 4 s; the newest checkpoint is
+    // found stale at 2 s. No capture inside the hold; the periodic one still comes at 10 s.
+    let fake = Fake::new(&[dies(11_000), Plan::Live]);
+    let stale = fake.stale.clone();
+    let start = Instant::now();
+    let (v, _e) = run_fake(
+        &fake,
+        |o| o,
+        move |(), ctx| {
+            let stale = stale.clone();
+            async move {
+                if ctx.attempt() == 2 {
+                    return Ok(ctx.attempt());
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let hold = ctx.hold_checkpoints();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                stale.notify_one();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                drop(hold);
+                std::future::pending().await
+            }
+        },
+    )
+    .await;
+    assert_eq!(v.unwrap(), 2);
+    let started: Vec<_> = fake
+        .reads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(at, _)| at.duration_since(start))
+        .collect();
+    assert!(
+        started
+            .iter()
+            .all(|at| *at < Duration::from_secs(1) || *at >= Duration::from_secs(4)),
+        "{started:?}"
+    );
+    assert!(started.contains(&Duration::from_secs(10)), "{started:?}");
 }
 
 #[tokio::test(start_paused = true)]
