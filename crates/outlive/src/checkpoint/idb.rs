@@ -42,7 +42,8 @@ use tokio_util::task::AbortOnDropHandle;
 /// right after the commit in about 1 of 40 runs of the test suite, and that checkpoint held the
 /// frame's previous IndexedDB; the next one after the event holds the change. (And Chromium
 /// registers its observer for the first tracking on a session without waiting for it, so a
-/// commit in that moment is never reported.) A change event that comes while a capture runs
+/// commit in that moment is never reported: tracking is relied on only from
+/// `OBSERVER_SETTLES` after the session's first.) A change event that comes while a capture runs
 /// has the frames of its storage key that took their read as standing read again in full
 /// (every frame, for an event of a key not tracked here), and a full read is made at least
 /// every `IDB_READ_IN_FULL_EVERY` regardless. With no relay behind the page nothing is
@@ -62,6 +63,12 @@ pub(crate) struct IdbWatch {
     /// Woken when the newest checkpoint may lack a change (see `Seen::stood`).
     stale: Arc<Notify>,
 }
+
+/// Chromium answers a session's first tracking at once but registers the observer behind it
+/// with the storage service without waiting (`StorageHandler::GetIndexedDBObserver`): a commit
+/// in that moment is never reported. A read counts as unchanged-since only if its capture began
+/// this long after that first answer.
+const OBSERVER_SETTLES: Duration = Duration::from_secs(1);
 
 /// However quiet Chromium's change events are, a frame's IndexedDB is read in full at least
 /// this often: the events' order (above) is observed, not promised by the protocol, and
@@ -107,6 +114,9 @@ struct Seen {
     stood: HashSet<String>,
     /// Such a change came, and [`IdbWatch::stale`] is still to be woken.
     stale: bool,
+    /// From when Chromium's observer behind the trackings is taken as registered (see
+    /// [`OBSERVER_SETTLES`]); `None` before the session's first tracking.
+    observing_from: Option<Instant>,
 }
 
 impl Seen {
@@ -151,6 +161,17 @@ impl Seen {
         self.asking.remove(&key);
         if started && !self.ended {
             self.tracked.insert(key);
+            self.observing_from
+                .get_or_insert_with(|| Instant::now() + OBSERVER_SETTLES);
+        }
+    }
+
+    /// The storage keys tracked, as far as reads may rely on it: none until Chromium's
+    /// observer had time to register.
+    fn relied_on(&self) -> HashSet<String> {
+        match self.observing_from {
+            Some(from) if Instant::now() >= from => self.tracked.clone(),
+            _ => HashSet::new(),
         }
     }
 
@@ -439,7 +460,7 @@ impl IdbWatch {
         Begun {
             changes: seen.changes.clone(),
             same,
-            tracked: seen.tracked.clone(),
+            tracked: seen.relied_on(),
         }
     }
 
@@ -626,7 +647,7 @@ mod tests {
     /// the capture that asked for it.
     async fn until_tracked(watch: &IdbWatch, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while lock(&watch.state().seen).tracked.len() < n {
+        while lock(&watch.state().seen).relied_on().len() < n {
             assert!(Instant::now() < deadline, "{n} keys tracked within 10 s");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -721,6 +742,28 @@ mod tests {
         assert!(
             seen.stale && seen.stood.is_empty(),
             "a key of a form never tracked may be any key"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tracking_is_relied_on_once_chromiums_observer_had_time_to_register() {
+        let mut seen = Seen::default();
+        let at = seen.ask("a/").unwrap();
+        seen.answered("a/".into(), at, true);
+        assert!(seen.tracked.contains("a/"));
+        assert!(
+            seen.relied_on().is_empty(),
+            "the observer may not be there yet"
+        );
+        tokio::time::advance(OBSERVER_SETTLES / 2).await;
+        let at = seen.ask("b/").unwrap();
+        seen.answered("b/".into(), at, true);
+        assert!(seen.relied_on().is_empty());
+        tokio::time::advance(OBSERVER_SETTLES / 2).await;
+        assert_eq!(
+            seen.relied_on().len(),
+            2,
+            "one observer for the session's trackings"
         );
     }
 
