@@ -3,16 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
 use chromiumoxide::cdp::browser_protocol::page::{
     AddScriptToEvaluateOnNewDocumentParams, NavigateParams,
 };
+use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
 use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
-use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache, WarmUp};
+use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache, Tabs, WarmUp};
 use crate::ctx::{Capturer, IdbReads};
 use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
@@ -37,7 +39,7 @@ pub(crate) struct CdpBackend<'p, P: ?Sized> {
 pub(crate) struct CdpBrowser {
     page: Page,
     // Field order is drop order: the page and browser go before the pump and the relay.
-    browser: Browser,
+    browser: Arc<Browser>,
     viewport: crate::options::Viewport,
     capture: CaptureOptions,
     /// The parts of the newest capture (or of the restored checkpoint), by hash.
@@ -46,6 +48,10 @@ pub(crate) struct CdpBrowser {
     idb: Arc<IdbWatch>,
     /// Whether the page's documents warm the capture script up (a fresh page starts cold).
     warm: Arc<WarmUp>,
+    /// A foreign client's use of the browser: with one, every tab is captured.
+    usage: Option<Arc<crate::command::Usage>>,
+    /// The client's other tabs' tracking state (reset with the task's page).
+    tabs: Arc<Tabs>,
     pump: Option<AbortOnDropHandle<()>>,
     _exit_watch: AbortOnDropHandle<()>,
     relay: Relay,
@@ -118,7 +124,7 @@ async fn connect(
     let page = first_page(&mut relay, &browser, options.viewport).await?;
     Ok(CdpBrowser {
         page,
-        browser,
+        browser: Arc::new(browser),
         viewport: options.viewport,
         capture: CaptureOptions {
             indexed_db: options.indexed_db,
@@ -130,6 +136,8 @@ async fn connect(
         parts: Arc::default(),
         idb: Arc::default(),
         warm: Arc::default(),
+        usage: options.client.clone(),
+        tabs: Arc::default(),
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -245,31 +253,24 @@ impl LiveBrowser for CdpBrowser {
     }
 
     fn capturer(&self) -> Capturer {
-        let page = self.page.clone();
-        let calls = self.relay.calls();
-        let parts = self.parts.clone();
-        let idb = self.idb.clone();
-        let warm = self.warm.clone();
+        let at = Capturing {
+            browser: self.browser.clone(),
+            page: self.page.clone(),
+            calls: self.relay.calls(),
+            parts: self.parts.clone(),
+            idb: self.idb.clone(),
+            warm: self.warm.clone(),
+            usage: self.usage.clone(),
+            tabs: self.tabs.clone(),
+        };
         let options = self.capture;
         Arc::new(move |reads| {
             let options = CaptureOptions {
                 indexed_db_in_full: reads == IdbReads::InFull,
                 ..options
             };
-            let (page, calls, parts, idb, warm) = (
-                page.clone(),
-                calls.clone(),
-                parts.clone(),
-                idb.clone(),
-                warm.clone(),
-            );
-            Box::pin(async move {
-                let (checkpoint, ()) = futures::join!(
-                    checkpoint::capture(&page, &calls, &parts, &idb, options),
-                    warm.arm(&page, &calls),
-                );
-                checkpoint
-            })
+            let at = at.clone();
+            Box::pin(async move { at.capture(options).await })
         })
     }
 
@@ -361,6 +362,7 @@ impl LiveBrowser for CdpBrowser {
         self.page = page;
         self.idb = Arc::default();
         self.warm = Arc::default();
+        self.tabs = Arc::default();
         Ok(())
     }
 
@@ -376,7 +378,16 @@ impl LiveBrowser for CdpBrowser {
         prior: Option<&Checkpoint>,
     ) -> Result<u64, Error> {
         let calls = self.relay.calls();
-        let failed = checkpoint::restore(&self.page, &calls, checkpoint, prior).await?;
+        let mut failed = checkpoint::restore(&self.page, &calls, checkpoint, prior).await?;
+        if let (Some(usage), Some(endpoint)) = (&self.usage, self.endpoint()) {
+            // The contexts the client made, ready for it to make again.
+            let (ids, f) = checkpoint::remake_contexts(&self.browser, &calls, checkpoint).await;
+            failed += f;
+            for unused in usage.contexts_ready(endpoint.expose(), ids) {
+                let dispose = DisposeBrowserContextParams::new(BrowserContextId::new(unused));
+                let _ = self.browser.execute(dispose).await;
+            }
+        }
         // The page now holds what the checkpoint holds: the next capture need not send it.
         self.parts.remember(checkpoint);
         Ok(failed)
@@ -392,6 +403,9 @@ impl LiveBrowser for CdpBrowser {
     }
 
     async fn release(mut self) -> Result<(), Error> {
+        if let (Some(usage), Some(endpoint)) = (&self.usage, self.endpoint()) {
+            usage.browser_gone(endpoint.expose());
+        }
         self.cut();
         let session = self.session.take();
         drop(self);
@@ -399,5 +413,48 @@ impl LiveBrowser for CdpBrowser {
             Some(s) => s.release().await,
             None => Ok(()),
         }
+    }
+}
+
+/// What a capture of this browser reads through.
+#[derive(Clone)]
+struct Capturing {
+    browser: Arc<Browser>,
+    page: Page,
+    calls: crate::relay::Calls,
+    parts: Arc<PartCache>,
+    idb: Arc<IdbWatch>,
+    warm: Arc<WarmUp>,
+    usage: Option<Arc<crate::command::Usage>>,
+    tabs: Arc<Tabs>,
+}
+
+impl Capturing {
+    /// The task's page; with a foreign client, every tab it uses.
+    async fn capture(&self, options: CaptureOptions) -> Result<Checkpoint, Error> {
+        let read = async {
+            let Some(usage) = &self.usage else {
+                return checkpoint::capture(
+                    &self.page,
+                    &self.calls,
+                    &self.parts,
+                    &self.idb,
+                    options,
+                )
+                .await;
+            };
+            let at = checkpoint::Browsing {
+                browser: &self.browser,
+                own: &self.page,
+                own_idb: &self.idb,
+                tabs: &self.tabs,
+                calls: &self.calls,
+                cache: &self.parts,
+                usage,
+            };
+            checkpoint::capture_tabs(at, options).await
+        };
+        let (checkpoint, ()) = futures::join!(read, self.warm.arm(&self.page, &self.calls));
+        checkpoint
     }
 }

@@ -114,6 +114,9 @@ pub struct Options {
     pub(crate) dialogs: Option<Dialogs>,
     #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
+    /// A foreign client's use of the browser (set by [`Options::for_a_client`]): which tab
+    /// it used last, which contexts it made.
+    pub(crate) client: Option<Arc<crate::command::Usage>>,
 }
 
 impl Default for Options {
@@ -181,6 +184,7 @@ impl Options {
             dialogs: None,
             #[cfg(feature = "durable")]
             durable: None,
+            client: None,
         }
     }
 
@@ -188,7 +192,13 @@ impl Options {
     /// the caller chose otherwise.
     pub(crate) fn for_a_client(mut self) -> Self {
         self.dialogs.get_or_insert(Dialogs::Leave);
+        self.client = Some(Arc::default());
         self
+    }
+
+    /// What the front records of a foreign client's use (see [`Options::for_a_client`]).
+    pub(crate) fn client_usage(&self) -> Arc<crate::command::Usage> {
+        self.client.clone().unwrap_or_default()
     }
 
     /// What happens to a JavaScript dialog the task's page opens; see [`Dialogs`].

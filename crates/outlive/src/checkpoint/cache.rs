@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Checkpoint, FrameState, Part};
+use super::{Checkpoint, Part};
 
 /// Parts smaller than this are simply sent again; only bigger ones are offered by hash.
 pub(super) const KNOWN_MIN_BYTES: usize = 512;
@@ -36,9 +36,7 @@ impl PartCache {
     /// capture).
     pub(crate) fn remember(&self, checkpoint: &Checkpoint) {
         let parts = checkpoint
-            .storage
-            .values()
-            .flat_map(FrameState::parts)
+            .parts()
             .map(|p| (p.hash.clone(), p.clone()))
             .collect();
         *self.0.lock().expect("part cache poisoned") = parts;

@@ -346,6 +346,20 @@ pub(crate) async fn capture(
     idb: &IdbWatch,
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
+    let checkpoint = capture_page(page, calls, cache, idb, options).await?;
+    cache.remember(&checkpoint);
+    Ok(checkpoint)
+}
+
+/// [`capture`] without updating `cache`: for one tab of several, whose parts the cache holds
+/// only once every tab is read.
+pub(super) async fn capture_page(
+    page: &Page,
+    calls: &Calls,
+    cache: &PartCache,
+    idb: &IdbWatch,
+    options: CaptureOptions,
+) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
     let mut begun = idb.begin(cache);
@@ -357,7 +371,7 @@ pub(crate) async fn capture(
         page.execute(GetCookiesParams::default()),
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
-        read_remote_frames(calls, &arguments, options.frame_timeout),
+        read_remote_frames(page, calls, &arguments, options.frame_timeout),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = cookies
@@ -388,12 +402,12 @@ pub(crate) async fn capture(
         url,
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),
         storage,
+        contexts: Vec::new(),
         frames_unread,
         at,
         taken,
         progress: None,
     };
-    cache.remember(&checkpoint);
     let tracking = full_reads
         .into_iter()
         .map(|read| idb.read_in_full(page, calls, read, &begun));
@@ -533,11 +547,12 @@ async fn read_again(
 /// Runs the capture script in every out-of-process frame the relay holds a session for, each
 /// within `timeout`.
 async fn read_remote_frames(
+    page: &Page,
     calls: &Calls,
     arguments: &str,
     timeout: Duration,
 ) -> Vec<(FrameSession, Option<FrameRead>)> {
-    let frames = calls.frame_sessions().await;
+    let frames = calls.frame_sessions(page.session_id().as_ref()).await;
     let reads = frames.into_iter().map(|frame| async move {
         let read = read_remote(calls, frame.session.clone(), arguments, timeout).await;
         (frame, read)
@@ -954,7 +969,7 @@ mod tests {
         let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
 
         go(0).await.unwrap();
-        let mut frame = the_frame(&calls, None).await;
+        let mut frame = the_frame(&page, &calls, None).await;
         let seed = "(localStorage.setItem('f', 'q'.repeat(65536)), 1)";
         frame_value(&calls, &frame, seed).await;
         let _ = capture().await;
@@ -963,7 +978,7 @@ mod tests {
         let warmed = format!("{INSTALLED}?.warmed === true");
         for (n, change) in [(1, None), (2, Some("'q'.repeat(65535) + 'z'"))] {
             go(n).await.unwrap();
-            frame = the_frame(&calls, Some(&frame)).await;
+            frame = the_frame(&page, &calls, Some(&frame)).await;
             let mut done = false;
             for _ in 0..500 {
                 done = frame_value(&calls, &frame, &warmed).await == true;
@@ -1017,7 +1032,7 @@ mod tests {
             .await
             .unwrap();
         let _: i64 = read_value(&page, "(localStorage.setItem('k', 'v'), 1)".into()).await;
-        let frame = the_frame(&calls, None).await;
+        let frame = the_frame(&page, &calls, None).await;
         // Spins for 8 s (longer than the first two captures), then answers again.
         let spin =
             "(setTimeout(() => { const t = Date.now(); while (Date.now() < t + 8000); }, 0), 1)";

@@ -370,6 +370,15 @@ pub(super) enum Frame {
 }
 
 impl IdbWatch {
+    /// A watch for another page session whose [`IdbWatch::stale`] wakes this one's waiter too:
+    /// one wait covers every tab.
+    pub(crate) fn beside(&self) -> IdbWatch {
+        IdbWatch {
+            state: Mutex::default(),
+            stale: self.stale.clone(),
+        }
+    }
+
     /// The watch's state, locked (before its `seen`, where both are).
     fn state(&self) -> std::sync::MutexGuard<'_, IdbState> {
         lock(&self.state)
@@ -983,7 +992,7 @@ mod tests {
         let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
 
         go(0).await.unwrap();
-        let mut frame = the_frame(&calls, None).await;
+        let mut frame = the_frame(&page, &calls, None).await;
         assert_eq!(frame_value(&calls, &frame, &put("first")).await, 1);
         let first = capture().await.unwrap();
         assert!(frame_idb(&first).contains("first"), "{}", frame_idb(&first));
@@ -994,7 +1003,7 @@ mod tests {
         assert_eq!(full_reads(), 2, "not read again: nothing changed");
 
         go(1).await.unwrap();
-        frame = the_frame(&calls, Some(&frame)).await;
+        frame = the_frame(&page, &calls, Some(&frame)).await;
         let on_a_new_document = capture().await.unwrap();
         assert_eq!(frame_idb(&on_a_new_document), frame_idb(&first));
         assert_eq!(
@@ -1037,7 +1046,7 @@ mod tests {
         let full_reads = || watch.state().full_reads;
 
         page.goto(format!("{top}/top0")).await.unwrap();
-        let frame = the_frame(&calls, None).await;
+        let frame = the_frame(&page, &calls, None).await;
         let _: i64 = read_value(&page, put("top1")).await;
         assert_eq!(frame_value(&calls, &frame, &put("frame1")).await, 1);
         capture().await.unwrap();

@@ -39,18 +39,22 @@ use zeroize::Zeroize;
 
 mod cache;
 mod capture;
+mod contexts;
 mod idb;
 #[cfg(feature = "durable")]
 mod persist;
 mod restore;
 mod script;
+mod tabs;
 #[cfg(test)]
 mod test_support;
 
 pub(crate) use cache::PartCache;
 pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
+pub(crate) use contexts::remake as remake_contexts;
 pub(crate) use idb::IdbWatch;
 pub(crate) use restore::restore;
+pub(crate) use tabs::{Browsing, Tabs, capture_tabs};
 
 /// One cookie, as much of it as `Storage.setCookies` can put back.
 #[derive(Clone, PartialEq, serde::Serialize, Deserialize)]
@@ -194,13 +198,50 @@ impl FrameState {
     }
 }
 
-/// The part of a page's state that survives a relaunch.
+/// A browser context a foreign client made (`Target.createBrowserContext`): its cookies and
+/// its storage, restored into the context the client makes in its place after a relaunch.
+#[derive(Clone, Default)]
+pub(crate) struct ContextState {
+    pub(crate) cookies: Vec<StoredCookie>,
+    pub(crate) storage: BTreeMap<StorageKey, FrameState>,
+}
+
+impl ContextState {
+    fn bytes(&self) -> usize {
+        self.cookies.iter().map(StoredCookie::bytes).sum::<usize>() + storage_bytes(&self.storage)
+    }
+}
+
+fn storage_bytes(storage: &BTreeMap<StorageKey, FrameState>) -> usize {
+    storage
+        .iter()
+        .map(|(k, s)| k.origin.len() + k.top.len() + s.parts().map(|p| p.json.len()).sum::<usize>())
+        .sum()
+}
+
+/// Keeps what `older` held under keys `newer` does not hold.
+fn merge_storage(
+    newer: &mut BTreeMap<StorageKey, FrameState>,
+    older: &BTreeMap<StorageKey, FrameState>,
+) {
+    for (key, state) in older {
+        newer.entry(key.clone()).or_insert_with(|| state.clone());
+    }
+}
+
+/// The part of the browser's state that survives a relaunch: the default context's cookies
+/// and storage, the URL of the tab to resume in, and the contexts a client made.
 #[derive(Clone)]
 pub(crate) struct Checkpoint {
+    /// The URL of the tab to resume in: the one the client used last, else the task's page.
     pub(crate) url: String,
+    /// The default context's cookies.
     pub(crate) cookies: Vec<StoredCookie>,
-    /// Web Storage and IndexedDB per storage key.
+    /// The default context's Web Storage and IndexedDB per storage key, from every tab in it;
+    /// sessionStorage only from the tab to resume in (it belongs to a tab).
     pub(crate) storage: BTreeMap<StorageKey, FrameState>,
+    /// The contexts a foreign client made, in the order it made them.
+    pub(crate) contexts: Vec<ContextState>,
     /// Frames whose storage could not be read at all.
     pub(crate) frames_unread: u64,
     /// Wall-clock time the capture started (what `ctx.resumed_from()` reports).
@@ -222,6 +263,7 @@ impl Checkpoint {
             url: url.to_owned(),
             cookies: Vec::new(),
             storage: BTreeMap::new(),
+            contexts: Vec::new(),
             frames_unread: 0,
             at: SystemTime::now(),
             taken,
@@ -234,34 +276,40 @@ impl Checkpoint {
         self.url.len()
             + self.progress.as_ref().map_or(0, |p| p.len())
             + self.cookies.iter().map(StoredCookie::bytes).sum::<usize>()
-            + self
-                .storage
-                .iter()
-                .map(|(k, s)| {
-                    k.origin.len() + k.top.len() + s.parts().map(|p| p.json.len()).sum::<usize>()
-                })
-                .sum::<usize>()
+            + storage_bytes(&self.storage)
+            + self.contexts.iter().map(ContextState::bytes).sum::<usize>()
     }
 
     /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
     /// that are over the size cap, and frames whose storage could not be read.
     pub(crate) fn left_out(&self) -> u64 {
+        let storages =
+            std::iter::once(&self.storage).chain(self.contexts.iter().map(|c| &c.storage));
         self.frames_unread
-            + self
-                .storage
-                .values()
+            + storages
+                .flat_map(BTreeMap::values)
                 .flat_map(FrameState::parts)
                 .map(|p| p.left_out)
                 .sum::<u64>()
     }
 
-    /// Keeps storage captured earlier under keys this capture did not see.
+    /// Keeps storage captured earlier under keys this capture did not see, per context.
     pub(crate) fn merge_older(&mut self, older: &Checkpoint) {
-        for (key, state) in &older.storage {
-            self.storage
-                .entry(key.clone())
-                .or_insert_with(|| state.clone());
+        merge_storage(&mut self.storage, &older.storage);
+        for (i, old) in older.contexts.iter().enumerate() {
+            match self.contexts.get_mut(i) {
+                Some(context) => merge_storage(&mut context.storage, &old.storage),
+                None => self.contexts.push(old.clone()),
+            }
         }
+    }
+
+    /// Every part this checkpoint holds, in every context.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+        std::iter::once(&self.storage)
+            .chain(self.contexts.iter().map(|c| &c.storage))
+            .flat_map(BTreeMap::values)
+            .flat_map(FrameState::parts)
     }
 }
 
@@ -276,6 +324,7 @@ impl fmt::Debug for Checkpoint {
         f.debug_struct("Checkpoint")
             .field("cookies", &self.cookies.len())
             .field("storage_keys", &self.storage.len())
+            .field("contexts", &self.contexts.len())
             .field("bytes", &self.bytes())
             .field("left_out", &self.left_out())
             .finish_non_exhaustive()

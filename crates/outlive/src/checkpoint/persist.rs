@@ -127,6 +127,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             url: p.url.clone(),
             cookies: p.cookies.clone(),
+            contexts: Vec::new(),
             storage: p
                 .storage
                 .iter()

@@ -158,9 +158,13 @@ pub(super) async fn frame_value(
 }
 
 /// The session of the page's one out-of-process frame, once it is another than `old`.
-pub(super) async fn the_frame(calls: &crate::relay::Calls, old: Option<&str>) -> String {
+pub(super) async fn the_frame(
+    page: &chromiumoxide::Page,
+    calls: &crate::relay::Calls,
+    old: Option<&str>,
+) -> String {
     for _ in 0..500 {
-        let frames = calls.frame_sessions().await;
+        let frames = calls.frame_sessions(page.session_id().as_ref()).await;
         if let [one] = frames.as_slice()
             && Some(one.session.as_str()) != old
         {

@@ -41,6 +41,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::filter::WorldFilter;
+use super::usage::{self, Sessions, Usage};
 use crate::ctx::{CheckpointHold, Ctx};
 use crate::endpoint::CdpEndpoint;
 use tokio_util::task::AbortOnDropHandle;
@@ -80,6 +81,8 @@ struct State {
     wait_limit: Duration,
     /// Set when the front is dropped: every connection ends.
     closed: watch::Sender<bool>,
+    /// What the clients do with the browser served now (the capture reads it).
+    usage: Arc<Usage>,
 }
 
 /// The server, owned: dropping it closes every connection.
@@ -91,7 +94,7 @@ pub(crate) struct Front {
 impl Front {
     /// Listens on 127.0.0.1 (a free port). A client that connects between browsers waits
     /// up to `wait_limit` for the next.
-    pub(crate) async fn start(wait_limit: Duration) -> std::io::Result<Front> {
+    pub(crate) async fn start(wait_limit: Duration, usage: Arc<Usage>) -> std::io::Result<Front> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let port = listener.local_addr()?.port();
         let state = Arc::new(State {
@@ -103,6 +106,7 @@ impl Front {
             holds: Mutex::default(),
             wait_limit,
             closed: watch::channel(false).0,
+            usage,
         });
         let accept = AbortOnDropHandle::new(crate::quiet::spawn(accept(listener, state.clone())));
         Ok(Front {
@@ -138,6 +142,7 @@ impl Front {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             + 1;
         self.state.holds.lock().expect("holds poisoned").clear();
+        self.state.usage.new_browser();
         self.state.serving.send_replace(Some(Serving {
             generation,
             endpoint,
@@ -411,6 +416,10 @@ fn upgrade(state: Arc<State>, mut req: Request<Incoming>) -> Reply {
 /// Why a client connection ended.
 enum End {
     ClientGone,
+    /// The client sent `Browser.close` (this id): it is done with the browser.
+    ClientClosedBrowser(u64),
+    /// Not an end: the front answered the client's command itself.
+    Answered,
     BrowserGone,
     /// The entry it belonged to ended (or the front closed).
     EntryOver,
@@ -450,9 +459,24 @@ where
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
+    let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    let seen = Seen {
+        usage: &state.usage,
+        endpoint: current.endpoint.expose().to_owned(),
+        sessions: Mutex::default(),
+        creating: Mutex::default(),
+        listing: Mutex::default(),
+        answers,
+    };
     let end = {
-        let to_browser = client_to_browser(&mut client_rx, &mut up_tx);
-        let to_client = browser_to_client(&mut up_rx, &mut client_tx, &mut filter);
+        let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen);
+        let to_client = browser_to_client(
+            &mut up_rx,
+            &mut client_tx,
+            &mut filter,
+            &seen,
+            &mut answered,
+        );
         let over = async {
             let generation = current.generation;
             let _ = serving
@@ -472,7 +496,12 @@ where
         return;
     };
     match end {
-        End::ClientGone => {}
+        End::ClientGone | End::Answered => {}
+        End::ClientClosedBrowser(id) => {
+            let done = json!({ "id": id, "result": {} }).to_string();
+            let _ = client.send(Message::text(done)).await;
+            close(&mut client, CloseCode::Normal, "the browser is closed").await;
+        }
         End::BrowserGone | End::EntryOver => {
             close(
                 &mut client,
@@ -484,10 +513,81 @@ where
     }
 }
 
-/// Forwards the client's text and binary messages to the browser until one side goes.
+/// What one client connection's halves learn of the client (see `usage`).
+struct Seen<'a> {
+    usage: &'a Usage,
+    /// The browser's endpoint: which browser's contexts made again are this one's.
+    endpoint: String,
+    sessions: Mutex<Sessions>,
+    /// Ids of the client's `Target.createBrowserContext` commands still unanswered.
+    creating: Mutex<Vec<u64>>,
+    /// Ids of the client's `Target.getBrowserContexts` commands still unanswered.
+    listing: Mutex<Vec<u64>>,
+    /// Replies the front gives itself, for the browser-to-client half to send.
+    answers: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+impl Seen<'_> {
+    /// A command from the client: whether to forward it.
+    fn from_client(&self, frame: &str) -> Result<(), End> {
+        self.sessions
+            .lock()
+            .expect("sessions poisoned")
+            .from_client(frame, self.usage);
+        match usage::Command::of(frame) {
+            usage::Command::Forward => {}
+            usage::Command::CloseBrowser(id) => return Err(End::ClientClosedBrowser(id)),
+            usage::Command::CreateContext(id) => match self.usage.take_ready(&self.endpoint) {
+                // A context made again from the checkpoint, its state in place: answered here.
+                Some(context) => {
+                    let _ = self.answers.send(usage::context_reply(id, &context));
+                    return Err(End::Answered);
+                }
+                None => self.creating.lock().expect("creating poisoned").push(id),
+            },
+            usage::Command::ListContexts(id) => {
+                self.listing.lock().expect("listing poisoned").push(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// A message from the browser, as the client is to see it (`None`: as it is).
+    fn from_browser(&self, frame: &str) -> Option<String> {
+        self.sessions
+            .lock()
+            .expect("sessions poisoned")
+            .from_browser(frame);
+        let mut creating = self.creating.lock().expect("creating poisoned");
+        let made = creating
+            .iter()
+            .enumerate()
+            .find_map(|(i, &id)| usage::context_created(frame, id).map(|c| (i, c)));
+        if let Some((i, context)) = made {
+            creating.remove(i);
+            self.usage.context_made(&context);
+        }
+        drop(creating);
+        let mut listing = self.listing.lock().expect("listing poisoned");
+        if listing.is_empty() || !frame.contains("browserContextIds") {
+            return None;
+        }
+        let waiting = self.usage.waiting(&self.endpoint);
+        let (i, reply) = listing
+            .iter()
+            .enumerate()
+            .find_map(|(i, &id)| usage::without_contexts(frame, id, &waiting).map(|r| (i, r)))?;
+        listing.remove(i);
+        Some(reply)
+    }
+}
+
+/// Forwards the client's text and binary messages to the browser until one side goes; a
+/// `Browser.close` ends the connection instead (the client is done, the browser lives on).
 async fn client_to_browser<S>(
     client_rx: &mut WebSocketReceiver<S>,
     up_tx: &mut WebSocketSender<ConnectStream>,
+    seen: &Seen<'_>,
 ) -> End
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
@@ -495,6 +595,13 @@ where
     while let Some(m) = client_rx.next().await {
         match m {
             Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
+                if let Message::Text(t) = &m {
+                    match seen.from_client(t.as_str()) {
+                        Ok(()) => {}
+                        Err(End::Answered) => continue,
+                        Err(end) => return end,
+                    }
+                }
                 if up_tx.send(m).await.is_err() {
                     return End::BrowserGone;
                 }
@@ -506,28 +613,40 @@ where
     End::ClientGone
 }
 
-/// Forwards the browser's messages to the client, those `filter` holds back excepted, until
-/// one side goes.
+/// Forwards the browser's messages to the client, those `filter` holds back excepted, and the
+/// front's own replies (`answered`), until one side goes.
 async fn browser_to_client<S>(
     up_rx: &mut WebSocketReceiver<ConnectStream>,
     client_tx: &mut WebSocketSender<S>,
     filter: &mut WorldFilter,
+    seen: &Seen<'_>,
+    answered: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> End
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
 {
-    while let Some(m) = up_rx.next().await {
-        let pass = match &m {
-            Ok(Message::Text(t)) => filter.passes(t.as_str()),
-            Ok(Message::Binary(_)) => true,
-            Ok(Message::Close(_)) | Err(_) => return End::BrowserGone,
-            Ok(_) => false,
+    loop {
+        let m = tokio::select! {
+            m = up_rx.next() => m,
+            Some(answer) = answered.recv() => Some(Ok(Message::text(answer))),
         };
-        if pass && client_tx.send(m.expect("checked")).await.is_err() {
+        let Some(m) = m else {
+            return End::BrowserGone;
+        };
+        let m = match m {
+            Ok(Message::Text(t)) => match seen.from_browser(t.as_str()) {
+                Some(changed) => Message::text(changed),
+                None if filter.passes(t.as_str()) => Message::Text(t),
+                None => continue,
+            },
+            Ok(m @ Message::Binary(_)) => m,
+            Ok(Message::Close(_)) | Err(_) => return End::BrowserGone,
+            Ok(_) => continue,
+        };
+        if client_tx.send(m).await.is_err() {
             return End::ClientGone;
         }
     }
-    End::BrowserGone
 }
 
 /// A websocket to the browser, `TCP_NODELAY` set (see `accept`).

@@ -18,6 +18,7 @@
 mod child;
 mod filter;
 mod front;
+mod usage;
 
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -29,6 +30,7 @@ use chromiumoxide::Page;
 use tokio::sync::watch;
 
 pub use front::MAX_PROGRESS_BYTES;
+pub(crate) use usage::Usage;
 
 use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, RunError};
@@ -210,7 +212,7 @@ where
     P: Provider + ?Sized,
 {
     let options = options.for_a_client();
-    let front = Front::start(options.navigation_timeout)
+    let front = Front::start(options.navigation_timeout, options.client_usage())
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;
     let endpoints = Endpoints::of(&front);
@@ -250,7 +252,7 @@ where
     P: Provider + ?Sized,
 {
     let options = options.for_a_client();
-    let front = Front::start(options.navigation_timeout)
+    let front = Front::start(options.navigation_timeout, options.client_usage())
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;
     ready(&Endpoints::of(&front));

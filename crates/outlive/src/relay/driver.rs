@@ -342,8 +342,8 @@ impl Driver {
                 self.calls.insert(id, (session, reply));
                 self.send_own(id, message);
             }
-            Control::Frames(reply) => {
-                let _ = reply.send(self.dog.frames());
+            Control::Frames(page, reply) => {
+                let _ = reply.send((self.dog.frames(&page), self.dog.frame_sessions()));
             }
             Control::ArmFrames(scripts) => {
                 self.frame_scripts = scripts;

@@ -171,10 +171,11 @@ enum Control {
         params: serde_json::Value,
         reply: oneshot::Sender<String>,
     },
-    /// The out-of-process frames (cross-site iframes) of the watched page.
-    Frames(oneshot::Sender<Vec<FrameSession>>),
+    /// The out-of-process frames (cross-site iframes) of the page with this session, and the
+    /// sessions of every frame known.
+    Frames(String, oneshot::Sender<(Vec<FrameSession>, Vec<String>)>),
     /// From now on, register these scripts (`Page.addScriptToEvaluateOnNewDocument`) on every
-    /// out-of-process frame attached under the watched page, as it attaches.
+    /// out-of-process frame, as it attaches.
     ArmFrames(Vec<String>),
 }
 
@@ -601,16 +602,20 @@ impl Calls {
         !self.control.is_closed()
     }
 
-    /// The watched page's out-of-process frames (cross-site iframes). The unanswered calls of
-    /// frames no longer there are forgotten.
-    pub async fn frame_sessions(&self) -> Vec<FrameSession> {
+    /// The out-of-process frames (cross-site iframes) of the page whose session is `page`.
+    /// The unanswered calls of frames no longer there are forgotten.
+    pub async fn frame_sessions(&self, page: &str) -> Vec<FrameSession> {
         let (tx, rx) = oneshot::channel();
-        if self.control.send(Control::Frames(tx)).is_err() {
+        if self
+            .control
+            .send(Control::Frames(page.to_owned(), tx))
+            .is_err()
+        {
             return Vec::new();
         }
-        let frames = rx.await.unwrap_or_default();
+        let (frames, known) = rx.await.unwrap_or_default();
         self.unanswered()
-            .retain(|session, _| frames.iter().any(|f| f.session == *session));
+            .retain(|session, _| known.iter().any(|s| s == session));
         frames
     }
 

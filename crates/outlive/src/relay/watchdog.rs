@@ -388,19 +388,21 @@ impl Watchdog {
         Some((self.next_id(), session))
     }
 
-    /// The watched page's out-of-process frames.
-    pub fn frames(&self) -> Vec<super::FrameSession> {
+    /// The out-of-process frames of the page whose session is `page`.
+    pub fn frames(&self, page: &str) -> Vec<super::FrameSession> {
         self.page
-            .frames
-            .iter()
-            .map(|(session, frame_id)| super::FrameSession {
-                session: session.clone(),
-                frame_id: frame_id.clone(),
-            })
+            .frames_of(page)
+            .into_iter()
+            .map(|(session, frame_id)| super::FrameSession { session, frame_id })
             .collect()
     }
 
-    /// The out-of-process frames attached under the watched page since the last call.
+    /// The sessions of every out-of-process frame attached.
+    pub fn frame_sessions(&self) -> Vec<String> {
+        self.page.frames.keys().cloned().collect()
+    }
+
+    /// The out-of-process frames attached since the last call.
     pub fn take_attached_frames(&mut self) -> Vec<String> {
         std::mem::take(&mut self.page.attached)
     }

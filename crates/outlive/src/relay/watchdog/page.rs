@@ -40,9 +40,9 @@ pub(super) struct PageState {
     responded: Option<Instant>,
     /// The generation of the last page that failed (0: none).
     pub failed_generation: u64,
-    /// The watched page's out-of-process frames, attached by chromiumoxide: their sessions,
-    /// and their target ids (each is the id of its frame).
-    pub frames: BTreeMap<String, String>,
+    /// The out-of-process frames chromiumoxide attached, under any page: by session, their
+    /// target id (the id of its frame) and the session they were attached under.
+    pub frames: BTreeMap<String, AttachedFrame>,
     /// Frames attached since the driver last took them (see `Watchdog::take_attached_frames`).
     pub attached: Vec<String>,
     /// A JavaScript dialog is open on the watched page: its scripts wait for an answer, which
@@ -50,6 +50,13 @@ pub(super) struct PageState {
     dialog_open: bool,
     /// A page being opened, not watched yet.
     opening: Option<Opening>,
+}
+
+/// An out-of-process frame: its target id, and the session it was attached under (its page's,
+/// or its parent frame's).
+pub(super) struct AttachedFrame {
+    pub target_id: String,
+    pub parent: String,
 }
 
 /// A page being opened: its generation, and its target once it was created.
@@ -68,8 +75,6 @@ impl PageState {
         self.navigations.clear();
         self.navigating = false;
         self.responded = None;
-        self.frames.clear();
-        self.attached.clear();
         self.dialog_open = false;
         self.opening = None;
         self.watched = Some(page);
@@ -279,39 +284,54 @@ impl PageState {
         }
     }
 
-    /// Follows the out-of-process frames (cross-site iframes) attached under the watched page.
+    /// Follows the out-of-process frames (cross-site iframes) attached under any page: the
+    /// checkpoint reads every tab's frames. A detached session takes its frames with it.
     pub fn track_frames(&mut self, event: &PageEvent) {
-        let Some(watched) = self.watched.as_ref() else {
-            return;
-        };
-        if event.session_id.as_deref() != Some(watched.session_id.as_str()) {
-            return;
-        }
         let Some(session) = event.params.session_id.clone() else {
             return;
         };
         match event.method.as_str() {
-            "Target.attachedToTarget"
-                if event
-                    .params
-                    .target_info
-                    .as_ref()
-                    .is_some_and(|t| t.kind == "iframe") =>
-            {
-                let target = event
-                    .params
-                    .target_info
-                    .as_ref()
-                    .and_then(|t| t.target_id.clone());
+            "Target.attachedToTarget" => {
+                let Some(target) = event.params.target_info.as_ref() else {
+                    return;
+                };
+                let Some(parent) = event.session_id.clone() else {
+                    return;
+                };
+                if target.kind != "iframe" {
+                    return;
+                }
+                let target_id = target.target_id.clone().unwrap_or_default();
                 self.frames
-                    .insert(session.clone(), target.unwrap_or_default());
+                    .insert(session.clone(), AttachedFrame { target_id, parent });
                 self.attached.push(session);
             }
             "Target.detachedFromTarget" => {
-                self.frames.remove(&session);
+                let mut gone = vec![session];
+                while let Some(session) = gone.pop() {
+                    self.frames.remove(&session);
+                    let children = self.frames.iter().filter(|(_, f)| f.parent == session);
+                    gone.extend(children.map(|(s, _)| s.clone()));
+                }
             }
             _ => {}
         }
+    }
+
+    /// The out-of-process frames under the page of session `page`, nested ones included.
+    pub fn frames_of(&self, page: &str) -> Vec<(String, String)> {
+        let under_page = |frame: &AttachedFrame| {
+            let mut parent = frame.parent.as_str();
+            while let Some(up) = self.frames.get(parent) {
+                parent = up.parent.as_str();
+            }
+            parent == page
+        };
+        self.frames
+            .iter()
+            .filter(|(_, f)| under_page(f))
+            .map(|(s, f)| (s.clone(), f.target_id.clone()))
+            .collect()
     }
 
     /// Whether `event` reports the watched page's failure, and how.

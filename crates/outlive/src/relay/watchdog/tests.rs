@@ -494,21 +494,29 @@ fn page_events_fail_the_page_once_and_hand_back_its_commands() {
 }
 
 #[test]
-fn out_of_process_frames_are_followed() {
+fn out_of_process_frames_are_followed_under_every_page() {
     let mut sim = Sim::new(None).watching();
     sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"F1","targetInfo":{"type":"iframe","targetId":"X"}},"sessionId":"S"}"#);
     sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"W1","targetInfo":{"type":"worker","targetId":"Y"}},"sessionId":"S"}"#);
-    assert_eq!(
-        sim.dog.frames(),
-        [crate::relay::FrameSession {
-            session: "F1".into(),
-            frame_id: "X".into(),
-        }]
-    );
+    // Another tab's frame, and a frame nested in it.
+    sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"F2","targetInfo":{"type":"iframe","targetId":"Z"}},"sessionId":"T"}"#);
+    sim.hear(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"F3","targetInfo":{"type":"iframe","targetId":"Q"}},"sessionId":"F2"}"#);
+    let frame = |s: &str, id: &str| crate::relay::FrameSession {
+        session: s.into(),
+        frame_id: id.into(),
+    };
+    assert_eq!(sim.dog.frames("S"), [frame("F1", "X")]);
+    assert_eq!(sim.dog.frames("T"), [frame("F2", "Z"), frame("F3", "Q")]);
     sim.hear(
         r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"F1"},"sessionId":"S"}"#,
     );
-    assert!(sim.dog.frames().is_empty());
+    assert!(sim.dog.frames("S").is_empty());
+    // A tab's page session going takes its frames, nested ones too.
+    sim.hear(
+        r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"F2"},"sessionId":"T"}"#,
+    );
+    assert!(sim.dog.frames("T").is_empty());
+    assert!(sim.dog.frame_sessions().is_empty());
 }
 
 #[test]

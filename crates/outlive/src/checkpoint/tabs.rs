@@ -1,0 +1,232 @@
+//! A checkpoint of the whole browser a foreign client uses: every tab of the default context
+//! and of the contexts it made, read on outlive's own connection. Each tab is captured as a
+//! page; a context's tabs are merged into its storage. The tab the client used last gives the
+//! URL to resume at and the sessionStorage (which belongs to one tab).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
+use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
+use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+use chromiumoxide::{Browser, Page};
+
+use super::capture::{CaptureOptions, WarmUp, capture_page};
+use super::{Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie};
+use crate::command::Usage;
+use crate::error::Error;
+use crate::relay::Calls;
+
+/// The per-session state of the client's tabs: IndexedDB tracking and the warm-up belong to a
+/// page session, so each tab keeps its own between captures.
+#[derive(Default)]
+pub(crate) struct Tabs(Mutex<HashMap<String, Tab>>);
+
+#[derive(Clone)]
+struct Tab {
+    idb: Arc<IdbWatch>,
+    warm: Arc<WarmUp>,
+}
+
+impl Tabs {
+    /// The state of `page`'s session, made beside `own` (one stale wake-up for all) if new.
+    fn of(&self, page: &Page, own: &IdbWatch) -> Tab {
+        let mut tabs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let session = page.session_id().as_ref().to_owned();
+        tabs.entry(session)
+            .or_insert_with(|| Tab {
+                idb: Arc::new(own.beside()),
+                warm: Arc::default(),
+            })
+            .clone()
+    }
+
+    /// Forgets the sessions of tabs no longer there.
+    fn keep(&self, pages: &[Page]) {
+        let mut tabs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        tabs.retain(|session, _| pages.iter().any(|p| p.session_id().as_ref() == session));
+    }
+}
+
+/// What a capture of the whole browser reads through.
+pub(crate) struct Browsing<'a> {
+    pub(crate) browser: &'a Browser,
+    /// The task's own page: its capture failing fails the checkpoint, as for a Rust task.
+    pub(crate) own: &'a Page,
+    pub(crate) own_idb: &'a IdbWatch,
+    pub(crate) tabs: &'a Tabs,
+    pub(crate) calls: &'a Calls,
+    pub(crate) cache: &'a PartCache,
+    pub(crate) usage: &'a Usage,
+}
+
+/// One tab's capture, with its target and context.
+struct Read {
+    target: String,
+    context: Option<String>,
+    checkpoint: Checkpoint,
+}
+
+/// Captures every tab of the browser (see the module doc). A tab other than the task's page
+/// that does not answer within the frame timeout is counted unread; what it held before stays
+/// through the run's merge with the older checkpoint.
+pub(crate) async fn capture_tabs(
+    at: Browsing<'_>,
+    options: CaptureOptions,
+) -> Result<Checkpoint, Error> {
+    let made = at.usage.contexts();
+    let (pages, targets, own, cookies) = futures::join!(
+        at.browser.pages(),
+        at.browser.execute(GetTargetsParams::default()),
+        capture_page(at.own, at.calls, at.cache, at.own_idb, options),
+        futures::future::join_all(made.iter().map(|id| context_cookies(at.browser, id))),
+    );
+    let own = own?;
+    let pages: Vec<Page> = pages
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.target_id() != at.own.target_id())
+        .collect();
+    at.tabs.keep(&pages);
+    let reads = futures::future::join_all(pages.iter().map(|p| read_tab(&at, p, options))).await;
+    let contexts: HashMap<String, Option<String>> = targets
+        .map(|t| t.result.target_infos)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            (
+                t.target_id.as_ref().to_owned(),
+                t.browser_context_id.map(|c| c.as_ref().to_owned()),
+            )
+        })
+        .collect();
+    let context_of = |target: &str| contexts.get(target).cloned().flatten();
+    let mut tabs = vec![Read {
+        target: at.own.target_id().as_ref().to_owned(),
+        context: context_of(at.own.target_id().as_ref()),
+        checkpoint: own,
+    }];
+    let mut unread = 0;
+    for (page, read) in pages.iter().zip(reads) {
+        match read {
+            Some(checkpoint) => tabs.push(Read {
+                target: page.target_id().as_ref().to_owned(),
+                context: context_of(page.target_id().as_ref()),
+                checkpoint,
+            }),
+            None => unread += 1,
+        }
+    }
+    let mut checkpoint = assemble(tabs, at.usage.last_tab(), &made, cookies);
+    checkpoint.frames_unread += unread;
+    at.cache.remember(&checkpoint);
+    Ok(checkpoint)
+}
+
+/// One of the client's tabs, within the frame timeout; `None` if it could not be read.
+async fn read_tab(at: &Browsing<'_>, page: &Page, options: CaptureOptions) -> Option<Checkpoint> {
+    let tab = at.tabs.of(page, at.own_idb);
+    let read = async {
+        let (checkpoint, ()) = futures::join!(
+            capture_page(page, at.calls, at.cache, &tab.idb, options),
+            tab.warm.arm(page, at.calls),
+        );
+        checkpoint
+    };
+    match tokio::time::timeout(options.frame_timeout, read).await {
+        Ok(Ok(checkpoint)) => Some(checkpoint),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "a tab could not be read; counted unread");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("a tab did not answer in time; counted unread");
+            None
+        }
+    }
+}
+
+/// The cookies of a context the client made (`Storage.getCookies` on a page session answers
+/// the default context's).
+async fn context_cookies(browser: &Browser, id: &str) -> Vec<StoredCookie> {
+    let params = GetCookiesParams {
+        browser_context_id: Some(BrowserContextId::new(id)),
+    };
+    match browser.execute(params).await {
+        Ok(r) => r
+            .result
+            .cookies
+            .into_iter()
+            .map(StoredCookie::from)
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading a context's cookies failed");
+            Vec::new()
+        }
+    }
+}
+
+/// Merges the tabs' reads (the task's page first) into one checkpoint: the default context's
+/// storage from every tab in it, each made context's from its own, sessionStorage and the URL
+/// from the tab the client used last (else the task's page).
+fn assemble(
+    mut tabs: Vec<Read>,
+    last_tab: Option<String>,
+    made: &[String],
+    made_cookies: Vec<Vec<StoredCookie>>,
+) -> Checkpoint {
+    let focus = last_tab
+        .and_then(|t| tabs.iter().position(|r| r.target == t))
+        .unwrap_or(0);
+    let default = tabs[0].context.clone();
+    let url = tabs[focus].checkpoint.url.clone();
+    let frames_unread = tabs.iter().map(|r| r.checkpoint.frames_unread).sum();
+    // The focused tab first: its read of a key wins, sessionStorage included.
+    let focused = tabs.remove(focus);
+    let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
+    let mut storage = BTreeMap::new();
+    let mut contexts: Vec<ContextState> = made_cookies
+        .into_iter()
+        .map(|cookies| ContextState {
+            cookies,
+            storage: BTreeMap::new(),
+        })
+        .collect();
+    for (is_focus, read) in order {
+        let into = match &read.context {
+            c if *c == default => &mut storage,
+            Some(c) => match made.iter().position(|m| m == c) {
+                Some(i) => &mut contexts[i].storage,
+                None => continue, // a context the client did not make (another client's)
+            },
+            None => continue,
+        };
+        add(into, &read.checkpoint.storage, is_focus);
+    }
+    let mut checkpoint = if focus == 0 {
+        focused.checkpoint
+    } else {
+        tabs.swap_remove(0).checkpoint
+    };
+    // The task's page read the default context's cookies (and the capture's times).
+    checkpoint.url = url;
+    checkpoint.frames_unread = frames_unread;
+    checkpoint.storage = storage;
+    checkpoint.contexts = contexts;
+    checkpoint
+}
+
+/// Adds a tab's storage to a context's: keys already there stay; sessionStorage only from the
+/// focused tab.
+fn add(
+    into: &mut BTreeMap<StorageKey, FrameState>,
+    from: &BTreeMap<StorageKey, FrameState>,
+    focus: bool,
+) {
+    for (key, state) in from {
+        into.entry(key.clone()).or_insert_with(|| FrameState {
+            session: if focus { state.session.clone() } else { None },
+            ..state.clone()
+        });
+    }
+}
