@@ -28,6 +28,10 @@ INPUT = json.loads(env.get("OUTLIVE_INPUT") or "{}")
 POLLS = int(INPUT.get("polls", env.get("POLLS", "6")))
 POLL_MS = int(INPUT.get("poll_ms", env.get("POLL_MS", "500")))
 ATTEMPT = int(env["OUTLIVE_ATTEMPT"])
+# Where the script works: `first` (contexts[0].pages[0], the default), `context_new_page`
+# (contexts[0].new_page()), `new_context` (browser.new_context().new_page()) or
+# `browser_new_page` (browser.new_page(), a context of its own).
+SHAPE = env.get("PAGE_SHAPE", "first")
 RESULT_DIR = Path(env["RESULT_DIR"])
 TRANSFER_CENTS = 1234
 
@@ -84,7 +88,16 @@ def checkpoint() -> None:
 with sync_playwright() as p:
     started = time.monotonic()
     browser = p.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
-    page = browser.contexts[0].pages[0]
+    if SHAPE == "first":
+        page = browser.contexts[0].pages[0]
+    elif SHAPE == "context_new_page":
+        page = browser.contexts[0].new_page()
+    elif SHAPE == "new_context":
+        page = browser.new_context().new_page()
+    elif SHAPE == "browser_new_page":
+        page = browser.new_page()
+    else:
+        raise SystemExit(f"unknown PAGE_SHAPE {SHAPE}")
     seen |= {
         "connectMs": round((time.monotonic() - started) * 1000),
         "contexts": len(browser.contexts),

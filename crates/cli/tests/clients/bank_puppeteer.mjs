@@ -5,7 +5,10 @@
 // each step so that a rerun after a browser death skips what is done.
 //
 // Env: OUTLIVE_* (set by `outlive run`), BANK_URL, BANK_USER, BANK_PASSWORD, BANK_TOTP_SECRET,
-// POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR.
+// POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR, PAGE_SHAPE (optional): `first` (the
+// browser's first page, the default), `new` (`browser.newPage()`, and `browser.close()` at
+// the end, as cloud quickstarts do) or `two_tabs` (a new page for the bank, another for the
+// twosite app).
 
 import { createHmac } from 'node:crypto';
 import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
@@ -21,6 +24,7 @@ const POLL_MS = Number(env.POLL_MS ?? 500);
 const ATTEMPT = Number(env.OUTLIVE_ATTEMPT);
 const RESULT_DIR = env.RESULT_DIR;
 const TRANSFER_CENTS = 1234;
+const SHAPE = env.PAGE_SHAPE ?? 'first';
 
 // RFC 6238: HMAC-SHA1, 30 s step, 6 digits.
 function totp(secretB32) {
@@ -83,15 +87,17 @@ const browser = await puppeteer.connect({
   browserWSEndpoint: env.OUTLIVE_CDP_URL,
   defaultViewport: null, // keep the browser's own window size
 });
-const [page] = await browser.pages();
-seen.connectMs = Math.round(performance.now() - started);
 seen.pages = (await browser.pages()).map((p) => p.url());
+const page = SHAPE === 'first' ? (await browser.pages())[0] : await browser.newPage();
+// The twosite app's tab: its own with `two_tabs`.
+const site = SHAPE === 'two_tabs' ? await browser.newPage() : page;
+seen.connectMs = Math.round(performance.now() - started);
 seen.urlAtStart = page.url();
 record();
 
 if (TWOSITE && progress.seeded) { // what an earlier entry seeded must be back
-  await page.goto(TWOSITE);
-  seen.twositeReport = await page.evaluate(() => twosite.report());
+  await site.goto(TWOSITE);
+  seen.twositeReport = await site.evaluate(() => twosite.report());
   record();
 }
 
@@ -121,8 +127,8 @@ if (!progress.signedIn) {
 }
 
 if (TWOSITE && !progress.seeded) {
-  await page.goto(TWOSITE);
-  await page.evaluate(() => twosite.seed());
+  await site.goto(TWOSITE);
+  await site.evaluate(() => twosite.seed());
   progress.seeded = true;
   await checkpoint();
 }
@@ -185,4 +191,5 @@ writeFileSync(
     1,
   ),
 );
-await browser.disconnect();
+if (SHAPE === 'first') await browser.disconnect();
+else await browser.close();
