@@ -1,5 +1,8 @@
 //! Chromium's IndexedDB change tracking, which lets a capture take a frame's IndexedDB as
-//! unchanged instead of reading it again (see `IdbWatch`).
+//! unchanged instead of reading it again (see `IdbWatch`). A capture uses it through a few
+//! calls: [`IdbWatch::begin`] (what its script may take as unchanged), [`IdbWatch::moved`]
+//! (which frames to read again) and [`IdbWatch::settle`] (what it read), each frame's read
+//! described by an [`IdbAnswer`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -187,7 +190,7 @@ impl Seen {
 
 /// Change events counted: in all, per storage key, and those of no key tracked here.
 #[derive(Clone, Default)]
-pub(super) struct Changes {
+struct Changes {
     all: u64,
     per_key: HashMap<String, u64>,
     unattributed: u64,
@@ -344,24 +347,135 @@ struct IdbRead {
 /// What a capture starts with (see [`IdbWatch::begin`]).
 pub(super) struct Begun {
     /// The change counts.
-    pub changes: Changes,
+    changes: Changes,
     /// What the capture script may take as unchanged: `[{scope, hash, list}]`.
-    pub same: Vec<serde_json::Value>,
+    same: Vec<serde_json::Value>,
     /// The storage keys tracked (a read of one of them counts as unchanged-since).
     tracked: HashSet<String>,
 }
 
+impl Begun {
+    /// What the capture script may take as unchanged: `[{scope, hash, list}]`.
+    pub(super) fn offered(&self) -> &[serde_json::Value] {
+        &self.same
+    }
+}
+
+/// What a capture's read of one frame says of its IndexedDB.
+#[derive(Clone, Copy)]
+pub(super) struct IdbAnswer<'a> {
+    /// The frame's scope, as its script stated it (`None` where unknown).
+    pub(super) scope: Option<&'a str>,
+    /// The IndexedDB part the script sent, if any.
+    pub(super) part: Option<IdbPart<'a>>,
+    /// The frame's origin.
+    pub(super) origin: &'a str,
+    /// An out-of-process frame's id (empty where unknown); `None` for the top frame.
+    pub(super) frame_id: Option<&'a str>,
+}
+
+/// An IndexedDB part as the capture script sent it.
+#[derive(Clone, Copy)]
+pub(super) struct IdbPart<'a> {
+    pub(super) hash: &'a str,
+    /// The databases found (names and versions): sent with a full read only.
+    pub(super) list: Option<&'a str>,
+    /// Whether the content was sent.
+    pub(super) sent: bool,
+}
+
+impl<'a> IdbAnswer<'a> {
+    /// The same answer, of the out-of-process frame `frame_id`.
+    pub(super) fn in_frame(self, frame_id: &'a str) -> Self {
+        IdbAnswer {
+            frame_id: Some(frame_id),
+            ..self
+        }
+    }
+
+    /// Whether the script took IndexedDB as unchanged since the last full read (it sent
+    /// neither the database list nor the data).
+    fn taken_as_unchanged(&self) -> bool {
+        self.part.is_some_and(|p| p.list.is_none() && !p.sent)
+    }
+
+    /// The full read this answer is (it sent the database list), where its storage key can
+    /// be known.
+    fn full_read(&self) -> Option<FullRead> {
+        let origin = self.origin.to_owned();
+        let frame = match self.frame_id {
+            None => Frame::Top { origin },
+            Some(frame_id) => {
+                // A frame with no ancestors would share its scope with a top frame of its
+                // origin.
+                let framed = self.scope.is_some_and(|s| s.contains(' '));
+                if frame_id.is_empty() || !framed {
+                    return None;
+                }
+                let frame_id = frame_id.to_owned();
+                Frame::Remote { frame_id, origin }
+            }
+        };
+        let part = self.part?;
+        Some(FullRead {
+            scope: self.scope?.to_owned(),
+            frame,
+            hash: part.hash.to_owned(),
+            list: part.list?.to_owned(),
+        })
+    }
+}
+
+/// The scopes whose storage key may have changed since a capture began (see
+/// [`IdbWatch::moved`]).
+pub(super) struct Moved(HashSet<String>);
+
+impl Moved {
+    /// Whether the frame that gave `answer` is to be read again: it took its last full read as
+    /// standing, and its scope moved (or is unknown).
+    pub(super) fn to_read_again(&self, answer: &IdbAnswer) -> bool {
+        answer.taken_as_unchanged() && answer.scope.is_none_or(|s| self.0.contains(s))
+    }
+}
+
+/// What a capture's frames said of their IndexedDB, kept for [`IdbWatch::settle`].
+pub(super) struct IdbAnswers {
+    /// The frames read in full.
+    full: Vec<FullRead>,
+    /// The scopes of the frames that took their last full read as standing.
+    standing: Vec<String>,
+}
+
+impl IdbAnswers {
+    /// Keeps what `answers` (the top frame's first) say.
+    pub(super) fn of<'a>(answers: impl IntoIterator<Item = IdbAnswer<'a>>) -> Self {
+        let mut kept = IdbAnswers {
+            full: Vec::new(),
+            standing: Vec::new(),
+        };
+        for answer in answers {
+            if answer.taken_as_unchanged()
+                && let Some(scope) = answer.scope
+            {
+                kept.standing.push(scope.to_owned());
+            }
+            kept.full.extend(answer.full_read());
+        }
+        kept
+    }
+}
+
 /// A frame whose IndexedDB a capture read in full.
-pub(super) struct FullRead {
+struct FullRead {
     /// What the script said the frame's scope is.
-    pub scope: String,
-    pub frame: Frame,
-    pub hash: String,
-    pub list: String,
+    scope: String,
+    frame: Frame,
+    hash: String,
+    list: String,
 }
 
 /// Where a frame read in full is, for its storage key.
-pub(super) enum Frame {
+enum Frame {
     /// The top frame: its origin's (first-party) storage key.
     Top { origin: String },
     /// An out-of-process frame of `origin`: its storage key asked of the browser by its frame
@@ -391,11 +505,29 @@ impl IdbWatch {
         self.stale.notified().await;
     }
 
+    /// At the end of a capture, begun as `begun`, whose frames said `answers`: notes each full
+    /// read (see [`IdbWatch::read_in_full`]), then watches the reads taken as standing (see
+    /// [`IdbWatch::watch_standing`]).
+    pub(super) async fn settle(
+        &self,
+        page: &Page,
+        calls: &Calls,
+        begun: &Begun,
+        answers: IdbAnswers,
+    ) {
+        let IdbAnswers { full, standing } = answers;
+        let tracking = full
+            .into_iter()
+            .map(|read| self.read_in_full(page, calls, read, begun));
+        futures::future::join_all(tracking).await;
+        self.watch_standing(&standing, begun);
+    }
+
     /// At the end of a capture, begun as `begun`, whose frames of `scopes` took their last full
     /// read as standing: from now on (until the next capture ends), a change event for one of
     /// their storage keys wakes [`IdbWatch::stale`] — as does one that came since the capture
     /// began, after its last look. (A capture that fails leaves the one before watched.)
-    pub(super) fn settle(&self, scopes: &[String], begun: &Begun) {
+    fn watch_standing(&self, scopes: &[String], begun: &Begun) {
         // A wake-up stored for the checkpoint before is this one's to give now (this capture
         // looked at every key since it began).
         let _ = futures::FutureExt::now_or_never(self.stale.notified());
@@ -421,9 +553,24 @@ impl IdbWatch {
         }
     }
 
+    /// After a capture's first reads (`answers`): if a frame took its last full read as standing
+    /// and a change came since `begun` (a commit the page may have acted on in what was read),
+    /// the scopes whose storage key may have changed.
+    pub(super) fn moved<'a>(
+        &self,
+        begun: &Begun,
+        answers: impl IntoIterator<Item = IdbAnswer<'a>>,
+    ) -> Option<Moved> {
+        let offered = !begun.same.is_empty();
+        if !(offered && answers.into_iter().any(|a| a.taken_as_unchanged())) {
+            return None;
+        }
+        self.moved_since(&begun.changes).map(Moved)
+    }
+
     /// If a change came (or the tracking ended) since `begin` answered `changes`: the scopes
     /// whose storage key may have changed (every scope read, once the tracking ended).
-    pub(super) fn moved_since(&self, changes: &Changes) -> Option<HashSet<String>> {
+    fn moved_since(&self, changes: &Changes) -> Option<HashSet<String>> {
         let state = self.state();
         state.count_delivered();
         let seen = lock(&state.seen);
@@ -443,8 +590,18 @@ impl IdbWatch {
     /// At a capture's start: the change counts, what the capture script may take as
     /// unchanged (a scope read in full while its key was tracked, with no change to that key
     /// since), and which storage keys are tracked. Reads too old to be offered are forgotten
-    /// (with their scope's key; the keys' change counts stay, a few bytes each).
-    pub(super) fn begin(&self, cache: &PartCache) -> Begun {
+    /// (with their scope's key; the keys' change counts stay, a few bytes each). `in_full`:
+    /// nothing may be taken as unchanged.
+    pub(super) fn begin(&self, cache: &PartCache, in_full: bool) -> Begun {
+        let mut begun = self.offer(cache);
+        if in_full {
+            begun.same.clear();
+        }
+        begun
+    }
+
+    /// [`IdbWatch::begin`], offering what may be taken as unchanged.
+    fn offer(&self, cache: &PartCache) -> Begun {
         let mut state = self.state();
         let state = &mut *state;
         state.count_delivered();
@@ -478,13 +635,7 @@ impl IdbWatch {
     /// before or after the read, has the next capture read it again). Starts tracking the
     /// frame's storage key if it is not tracked yet: that read does not count as
     /// unchanged-since, the next one will.
-    pub(super) async fn read_in_full(
-        &self,
-        page: &Page,
-        calls: &Calls,
-        read: FullRead,
-        begun: &Begun,
-    ) {
+    async fn read_in_full(&self, page: &Page, calls: &Calls, read: FullRead, begun: &Begun) {
         let FullRead {
             scope,
             frame,
@@ -822,14 +973,14 @@ mod tests {
         let first = capture().await.unwrap();
         assert!(idb_of(&first).contains("first"));
         assert!(
-            watch.begin(&cache).same.is_empty(),
+            watch.begin(&cache, false).same.is_empty(),
             "read before tracking began"
         );
         until_tracked(&watch, 1).await;
         let second = capture().await.unwrap();
         assert_eq!(idb_of(&second), idb_of(&first));
         assert!(
-            !watch.begin(&cache).same.is_empty(),
+            !watch.begin(&cache, false).same.is_empty(),
             "read while tracked and unchanged: the next capture may skip it"
         );
         let full_reads = || watch.state().full_reads;
@@ -932,7 +1083,7 @@ mod tests {
         until_tracked(&watch, 1).await;
         capture().await.unwrap();
         assert!(
-            !watch.begin(&cache).same.is_empty(),
+            !watch.begin(&cache, false).same.is_empty(),
             "the next capture may take it as standing"
         );
         // The capture script lists the databases first: the page writes, once, as it does,
@@ -1136,7 +1287,7 @@ mod tests {
         }
         // The events sent are delivered by now as a rule (a commit's report comes before its
         // completion but for a rare late one): counted, they show the tracking stopped early.
-        watch.begin(&cache);
+        watch.begin(&cache, false);
         let events = lock(&watch.state().seen).changes.all;
         assert!(events < 1_000, "{events} events for 2 000 commits");
         let after = capture().await.unwrap();

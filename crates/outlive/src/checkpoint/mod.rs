@@ -18,10 +18,11 @@
 //! handle are theirs and are not zeroed.
 //!
 //! This module holds the data model: a [`Checkpoint`], its cookies, storage keys and parts,
-//! and what zeroes them. The rest, one concern a file: `capture` (reading a page and its
-//! frames), `cache` (the parts outlive holds by hash), `idb` (Chromium's IndexedDB change
-//! tracking, which lets a capture skip an unchanged IndexedDB), `restore` (writing a checkpoint
-//! into a fresh page), `persist` (a checkpoint as bytes) and `script` (running the page
+//! and what zeroes them. The rest, one concern each: `capture` (reading a page and its frames:
+//! `frames`, `expressions` for the script's calls, `warm` for installing it ahead), `cache`
+//! (the parts outlive holds by hash), `idb` (Chromium's IndexedDB change tracking, which lets a
+//! capture skip an unchanged IndexedDB), `restore` (writing a checkpoint into a fresh page:
+//! `plan`, `serve`, `write`), `persist` (a checkpoint as bytes) and `script` (running the page
 //! scripts, and the value codec both of them embed).
 
 use std::collections::BTreeMap;

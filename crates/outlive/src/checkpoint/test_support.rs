@@ -8,7 +8,7 @@ use chromiumoxide::Page;
 use futures::StreamExt;
 
 use super::script::evaluate_params;
-use super::{FrameState, Part, StorageKey};
+use super::{Checkpoint, FrameState, Part, StorageKey};
 use tokio_util::task::AbortOnDropHandle;
 
 /// A part holding `json`, its hash made from its length (give parts of the same length
@@ -173,4 +173,80 @@ pub(super) async fn the_frame(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the page did not get one new out-of-process frame within 10 s");
+}
+
+/// A local site (127.0.0.1) whose every path is a new document; `/csp/…` ones forbid
+/// WebAssembly (and every script but DevTools'), as a strict site's CSP does.
+pub(super) async fn site() -> (String, AbortOnDropHandle<()>) {
+    use axum::response::IntoResponse;
+    let app = axum::Router::new().fallback(|uri: axum::http::Uri| async move {
+        let page = axum::response::Html(format!("<title>{}</title>", uri.path()));
+        if uri.path().starts_with("/csp/") {
+            ([("content-security-policy", "script-src 'none'")], page).into_response()
+        } else {
+            page.into_response()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, AbortOnDropHandle::new(server))
+}
+
+/// The state of the first storage key `cp` holds.
+pub(super) fn first(cp: &Checkpoint) -> &FrameState {
+    cp.storage.values().next().expect("a storage key")
+}
+
+/// A script that fills the page's storage afresh: four 64 KiB items (each ending in
+/// `lone`) in localStorage, four in sessionStorage, one 4 KiB IndexedDB record.
+/// `lone`) in localStorage, four in sessionStorage, one 4 KiB IndexedDB record.
+pub(super) fn seed(lone: &str) -> String {
+    format!(
+        "(async () => {{
+          localStorage.clear(); sessionStorage.clear();
+          for (let i = 0; i < 4; i++) {{
+            localStorage.setItem('l' + i, 'a'.repeat(65536) + '{lone}');
+            sessionStorage.setItem('s' + i, 'b'.repeat(65536));
+          }}
+          await new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
+            r.onupgradeneeded = () => r.result.createObjectStore('s');
+            r.onerror = () => reject(r.error);
+            r.onsuccess = () => {{ const tx = r.result.transaction('s', 'readwrite');
+              tx.objectStore('s').put('c'.repeat(4096), 'k');
+              tx.onabort = () => reject(tx.error);
+              tx.oncomplete = () => {{ r.result.close(); resolve(); }}; }}; }});
+          return 1;
+        }})()"
+    )
+}
+
+/// One change to each kind of storage [`seed`] fills (localStorage, sessionStorage,
+/// IndexedDB), a single character each, marked `az`, `bz`, `cz`; `{lone}` as in the seed.
+pub(super) const CHANGES: [&str; 3] = [
+    "(localStorage.setItem('l2', 'a'.repeat(65535) + 'z' + '{lone}'), 1)",
+    "(sessionStorage.setItem('s3', 'b'.repeat(65535) + 'z'), 1)",
+    "new Promise((resolve, reject) => { const r = indexedDB.open('db', 1);
+      r.onerror = () => reject(r.error);
+      r.onsuccess = () => { const tx = r.result.transaction('s', 'readwrite');
+        tx.objectStore('s').put('c'.repeat(4095) + 'z', 'k');
+        tx.onabort = () => reject(tx.error);
+        tx.oncomplete = () => { r.result.close(); resolve(1); }; }; })",
+];
+
+/// Whether `now` reused the part `before` held (it crossed the wire as a hash), for
+/// localStorage, sessionStorage and IndexedDB in turn.
+pub(super) fn reused(before: &Checkpoint, now: &Checkpoint) -> [bool; 3] {
+    let (a, b) = (first(before), first(now));
+    let same = |x: &Option<Arc<Part>>, y: &Option<Arc<Part>>| match (x, y) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    };
+    [
+        same(&a.local, &b.local),
+        same(&a.session, &b.session),
+        same(&a.idb, &b.idb),
+    ]
 }
