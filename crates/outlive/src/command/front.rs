@@ -451,7 +451,7 @@ where
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
     let end = {
-        let to_browser = client_to_browser(&mut client_rx, &mut up_tx);
+        let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &current.ctx);
         let to_client = browser_to_client(&mut up_rx, &mut client_tx, &mut filter);
         let over = async {
             let generation = current.generation;
@@ -484,10 +484,12 @@ where
     }
 }
 
-/// Forwards the client's text and binary messages to the browser until one side goes.
+/// Forwards the client's text and binary messages to the browser until one side goes; each
+/// is noted as the client's use of the entry's browser.
 async fn client_to_browser<S>(
     client_rx: &mut WebSocketReceiver<S>,
     up_tx: &mut WebSocketSender<ConnectStream>,
+    ctx: &Ctx,
 ) -> End
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
@@ -498,6 +500,7 @@ where
                 if up_tx.send(m).await.is_err() {
                     return End::BrowserGone;
                 }
+                ctx.note_client_used();
             }
             Ok(Message::Close(_)) | Err(_) => return End::ClientGone,
             Ok(_) => {}
