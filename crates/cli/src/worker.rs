@@ -27,6 +27,8 @@ pub struct WorkerSettings {
     pub bank_url: Option<String>,
     /// Sessions at most across every worker on the database.
     pub max_sessions: Option<u32>,
+    /// Sessions one run may use in this worker (`Options::max_sessions`).
+    pub max_sessions_per_run: u32,
     /// How the worker shares the queue.
     pub config: WorkerConfig,
     /// Interval of the automatic checkpoint.
@@ -86,7 +88,8 @@ pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     };
     let options = Options::new()
         .checkpoint_every(args.checkpoint_every)
-        .max_relaunches(100);
+        .max_relaunches(100)
+        .max_sessions(args.max_sessions_per_run);
     tasks = crate::bank::tasks(bank);
     for declaration in &args.tasks {
         tasks = tasks.declare(declaration)?;

@@ -340,3 +340,84 @@ async fn sigterm_ends_the_command_and_the_browser() {
     );
     assert_nothing_left(tmp.path());
 }
+
+/// Posts the same progress to the control URL on every entry, notes each attempt whose
+/// checkpoint was written in `sys.argv[1]/saved`, then sleeps until its browser dies. A
+/// program started early gets 503 until its browser is served: it asks again.
+const SAME_PROGRESS: &str = r#"
+import json, os, sys, time, urllib.error, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+request = urllib.request.Request(
+    os.environ["OUTLIVE_CONTROL_URL"] + "/checkpoint",
+    data=json.dumps({"step": "signed in"}).encode(),
+    headers={"Content-Type": "application/json"},
+    method="POST",
+)
+while True:
+    try:
+        reply = json.load(opener.open(request, timeout=30))
+        break
+    except urllib.error.HTTPError as e:
+        if e.code != 503:
+            raise
+        time.sleep(0.1)
+if reply.get("checkpointed"):
+    with open(os.path.join(sys.argv[1], "saved"), "a") as f:
+        f.write(os.environ["OUTLIVE_ATTEMPT"] + "\n")
+time.sleep(600)
+"#;
+
+#[tokio::test]
+async fn the_same_progress_on_every_entry_gives_up_after_max_relaunches() {
+    // Sessions die 8 s after creation: time to launch, post, and sleep in each.
+    let gw = gateway::spawn(
+        gateway::Config::new()
+            .lifetime(Duration::from_secs(8))
+            .jitter(Duration::ZERO)
+            .max_sessions(3),
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let event = tmp.path().join("event.json");
+    let mut cmd = outlive(tmp.path());
+    cmd.arg("run")
+        .args(["--solari-url", gw.base_url()])
+        .env("SOLARI_API_KEY", gw.api_key())
+        .arg("--event-file")
+        .arg(&event)
+        .args([
+            "--max-relaunches",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            SAME_PROGRESS,
+        ])
+        .arg(tmp.path());
+    let started = Instant::now();
+    let (code, stderr) = status(cmd).await;
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        stderr.contains(
+            "gave up after 3 browser failures in a row without progress (max_relaunches is 2)"
+        ),
+        "{stderr}"
+    );
+    // Three deaths in a row: the first entry's save was new, the later ones the same again.
+    let e: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
+    assert_eq!(
+        (e["outcome"].as_str(), e["attempts"].as_u64()),
+        (Some("gave_up"), Some(3))
+    );
+    let saved = std::fs::read_to_string(tmp.path().join("saved")).unwrap_or_default();
+    assert!(
+        saved.lines().any(|a| a != "1"),
+        "a later entry saved the same progress: {saved:?}\n{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    support::assert_gateway_clean(&gw).await;
+    let status = gw.shutdown().await.unwrap();
+    assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+    assert_nothing_left(tmp.path());
+}

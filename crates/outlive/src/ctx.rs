@@ -189,6 +189,12 @@ struct Inner {
     restored_progress: Option<Progress>,
     /// The newest progress the task gave: every capture from now on carries it.
     progress: Mutex<Option<Progress>>,
+    /// A checkpoint was kept with progress other than `restored_progress`.
+    advanced: AtomicBool,
+    /// The client the browser is served to sent it a command in this entry.
+    client_used: AtomicBool,
+    /// Whether a client's use counts as progress (`outlive serve`).
+    client_use_counts: bool,
 }
 
 /// The task's handle on its entry: which attempt this is, what was restored, and
@@ -239,6 +245,9 @@ impl Ctx {
                 durable: options.durable.clone(),
                 progress: Mutex::new(restored_progress.clone()),
                 restored_progress,
+                advanced: AtomicBool::new(false),
+                client_used: AtomicBool::new(false),
+                client_use_counts: options.client_use_is_progress,
             }),
         }
     }
@@ -326,12 +335,30 @@ impl Ctx {
     }
 
     /// Whether the task wrote a checkpoint of its own in this entry.
-    pub(crate) fn made_progress(&self) -> bool {
+    pub(crate) fn made_own_checkpoint(&self) -> bool {
         self.inner
             .last_own
             .lock()
             .expect("last_own poisoned")
             .is_some()
+    }
+
+    /// Whether this entry moved the run on, which starts the budget's counts in a row again
+    /// (see `Options::max_relaunches`): a checkpoint kept with progress other than the one
+    /// the entry was handed; in a run with no progress saved yet, a checkpoint of the task's
+    /// own; under `serve`, a client that used the browser.
+    pub(crate) fn made_progress(&self) -> bool {
+        let inner = &self.inner;
+        inner.advanced.load(Ordering::SeqCst)
+            || (inner.restored_progress.is_none() && self.made_own_checkpoint())
+            || (inner.client_use_counts && inner.client_used.load(Ordering::SeqCst))
+    }
+
+    /// The client the browser is served to sent it a command.
+    pub(crate) fn note_client_used(&self) {
+        if !self.inner.client_used.load(Ordering::Relaxed) {
+            self.inner.client_used.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Like [`Ctx::checkpoint`], with the task's own progress saved in the same checkpoint:
@@ -495,6 +522,9 @@ impl Ctx {
         };
         match captured {
             Ok(Ok(mut cp)) if !self.is_retired() => {
+                // Compared as JSON text: the same value sent twice is sent alike.
+                let advances = progress.as_ref().map(|p| p.as_str())
+                    != self.inner.restored_progress.as_ref().map(|p| p.as_str());
                 cp.progress = progress;
                 let bytes = cp.bytes();
                 #[cfg(feature = "durable")]
@@ -508,6 +538,9 @@ impl Ctx {
                     }
                     (kept, ..) => kept,
                 };
+                if kept && advances {
+                    self.inner.advanced.store(true, Ordering::SeqCst);
+                }
                 if let (true, Some(f)) = (kept, &self.inner.on_milestone) {
                     f(&crate::report::Milestone::Checkpointed {
                         took: started.elapsed(),

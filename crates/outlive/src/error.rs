@@ -11,8 +11,8 @@ pub enum ErrorKind {
     InvalidOption,
     /// The run stopped trying: the browser died (or a launch failed) more than
     /// `max_relaunches` times in a row, or its page failed more than `max_page_recoveries`
-    /// times in a row in a browser that lived on ("in a row": without a checkpoint of the
-    /// task's own between).
+    /// times in a row in a browser that lived on ("in a row": without progress between), or
+    /// the run would need more than `max_sessions` sessions.
     GaveUp,
     /// A provider could not launch a browser session.
     Launch,

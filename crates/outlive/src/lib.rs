@@ -59,9 +59,15 @@
 //!   unchanged, never retried.
 //! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the browser died (or failed to
 //!   launch) more than `max_relaunches` times in a row, or the page failed more than
-//!   `max_page_recoveries` times in a row — "in a row" meaning without a checkpoint of the
-//!   task's own between; with [`ErrorKind::InvalidOption`]: an option was out of
-//!   range, reported before anything was launched.
+//!   `max_page_recoveries` times in a row, or a replacement would need more than
+//!   `max_sessions` sessions in all (default 100). "In a row" means without progress: an
+//!   entry makes progress when it saves progress ([`Ctx::checkpoint_with`]) other than what
+//!   it was handed, so saving the same again is none. Until the task saves progress at all,
+//!   a checkpoint of its own ([`Ctx::checkpoint`]) counts, since outlive cannot tell its step
+//!   from a repeat; `max_sessions` bounds what that costs. Under [`serve`], a client's
+//!   command to the browser is progress too. The error names the limit hit and what the
+//!   entries did. With [`ErrorKind::InvalidOption`]: an option was out of range, reported
+//!   before anything was launched.
 //! * A panic in the task closes every browser, emits the event, and resumes unwinding.
 //!   Dropping the `outlive` future closes every browser too.
 //!

@@ -38,9 +38,10 @@ pub struct Viewport {
 /// last one is lost either way), or from the last checkpoint interval before leaving when the
 /// task has gone two of its cadences without one (it keeps its progress elsewhere); an own
 /// checkpoint that is only late is waited for. For a task that has not checkpointed by itself
-/// yet, only once one of its entries has ended without doing so. A rotation that ends an entry in which the task made no checkpoint of its
-/// own counts toward `max_relaunches`, like a death, and the next browser is not left at an
-/// automatic checkpoint. So rotation uses at most one session more than reacting (the task's
+/// yet, only once one of its entries has ended without doing so. A rotation that ends an
+/// entry without progress (see [`Options::max_relaunches`]) counts toward `max_relaunches`,
+/// like a death; after one that ends an entry without a checkpoint of the task's own, the
+/// next browser is not left at an automatic checkpoint. So rotation uses at most one session more than reacting (the task's
 /// last checkpoint before it returns may be a safe point), and the wide event's `redoneMs`
 /// says what it cost.
 ///
@@ -95,6 +96,9 @@ pub struct Options {
     pub(crate) checkpoint_every: Duration,
     pub(crate) max_relaunches: u32,
     pub(crate) max_page_recoveries: u32,
+    pub(crate) max_sessions: u32,
+    /// A client's use of the browser counts as progress (`serve`).
+    pub(crate) client_use_is_progress: bool,
     pub(crate) relaunch_backoff: Duration,
     pub(crate) viewport: Viewport,
     pub(crate) start_url: Option<String>,
@@ -131,6 +135,7 @@ impl fmt::Debug for Options {
             .field("checkpoint_every", &self.checkpoint_every)
             .field("max_relaunches", &self.max_relaunches)
             .field("max_page_recoveries", &self.max_page_recoveries)
+            .field("max_sessions", &self.max_sessions)
             .field("relaunch_backoff", &self.relaunch_backoff)
             .field("viewport", &self.viewport)
             .field(
@@ -162,6 +167,8 @@ impl Options {
             checkpoint_every: Duration::from_secs(30),
             max_relaunches: 5,
             max_page_recoveries: 10,
+            max_sessions: 100,
+            client_use_is_progress: false,
             relaunch_backoff: Duration::from_secs(2),
             viewport: Viewport {
                 width: 1280,
@@ -199,6 +206,14 @@ impl Options {
     /// What the front records of a foreign client's use (see [`Options::for_a_client`]).
     pub(crate) fn client_usage(&self) -> Arc<crate::command::Usage> {
         self.client.clone().unwrap_or_default()
+    }
+
+    /// The options of [`serve`](crate::serve): a client's and, since an agent that serves
+    /// itself never calls the control URL, an entry whose client sent the browser a command
+    /// made progress.
+    pub(crate) fn for_a_served_client(mut self) -> Self {
+        self.client_use_is_progress = true;
+        self.for_a_client()
     }
 
     /// What happens to a JavaScript dialog the task's page opens; see [`Dialogs`].
@@ -279,15 +294,19 @@ impl Options {
 
         /// How many times in a row the browser may die (or fail to launch, or a rotation end an
         /// entry without progress) before the run gives up. "In a row" means without progress
-        /// between: an entry in which the task saved a checkpoint of its own
-        /// ([`Ctx::checkpoint`](crate::Ctx::checkpoint), [`Ctx::checkpoint_with`](crate::Ctx::checkpoint_with),
-        /// or a foreign client's `POST …/checkpoint`) starts the count again, so a long task
-        /// that keeps moving outlives any number of browsers, while one whose browsers die
-        /// before it gets anywhere (steps longer than a session's life, a launch that keeps
-        /// failing) stops. Checkpoint after a step, not before it: a checkpoint every entry
-        /// makes before doing anything counts as progress too. A task that never checkpoints
-        /// on its own counts every failure. `0` means the first death ends the run with
-        /// `GaveUp`.
+        /// between, so a long task that keeps moving outlives any number of browsers, while one
+        /// whose browsers die before it gets anywhere stops.
+        ///
+        /// An entry makes progress when a checkpoint it leaves holds progress
+        /// ([`Ctx::checkpoint_with`](crate::Ctx::checkpoint_with), or a foreign client's
+        /// `POST …/checkpoint` with a body) other than what the entry was handed: saving the
+        /// same progress again, as a task that signs in on every entry and dies before its
+        /// first step does, is no progress. A task that saves no progress (plain
+        /// [`Ctx::checkpoint`](crate::Ctx::checkpoint)) cannot show a step from a repeat, so
+        /// until progress is saved in the run, a checkpoint of the task's own counts as
+        /// progress; [`Options::max_sessions`] bounds what that can cost. Under
+        /// [`serve`](crate::serve), an entry whose client sent the browser a command made
+        /// progress too. `0` means the first death ends the run with `GaveUp`.
         ///
         /// # Default
         ///
@@ -298,13 +317,24 @@ impl Options {
         /// lives on before the run gives up. Each such failure is recovered on a fresh page in the
         /// same browser, without a relaunch; this budget is separate from `max_relaunches`. A page
         /// that fails again and again (a site that exhausts the renderer's memory) ends the run
-        /// with `GaveUp` instead of looping. Counted like `max_relaunches`: in a row, without a
-        /// checkpoint of the task's own between. `0` means the first page failure gives up.
+        /// with `GaveUp` instead of looping. Counted like `max_relaunches`: in a row, without
+        /// progress between. `0` means the first page failure gives up.
         ///
         /// # Default
         ///
         /// 10.
         fn max_page_recoveries(n: u32);
+
+        /// How many browser sessions the whole run may use (launches started: replacements,
+        /// successors and standbys). When a replacement would need one more, the run gives up
+        /// with `GaveUp` naming `max_sessions`. A backstop for what progress cannot see: a
+        /// task that seems to move on but never finishes would otherwise pay for sessions
+        /// forever. At least 1.
+        ///
+        /// # Default
+        ///
+        /// 100: about 16 hours of 10-minute sessions. Raise it for runs longer than that.
+        fn max_sessions(n: u32);
 
         /// Wait after a launch that failed. A death relaunches at once.
         ///
@@ -452,6 +482,12 @@ impl Options {
         positive("release_timeout", self.release_timeout)?;
         self.viewport.validate()?;
         within("max_relaunches", self.max_relaunches as usize, 0..=1_000)?;
+        if self.max_sessions == 0 {
+            return Err(Error::invalid_option(
+                "max_sessions",
+                "option `max_sessions` must be at least 1",
+            ));
+        }
         within(
             "max_page_recoveries",
             self.max_page_recoveries as usize,
@@ -568,6 +604,7 @@ mod tests {
             (Options::new().start_url("not a url"), "start_url"),
             (Options::new().start_url("/relative"), "start_url"),
             (Options::new().max_relaunches(5000), "max_relaunches"),
+            (Options::new().max_sessions(0), "max_sessions"),
             (
                 Options::new().rotation(Rotation::Expected(Duration::from_millis(10))),
                 "rotation",

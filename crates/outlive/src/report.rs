@@ -12,8 +12,8 @@ pub enum Outcome {
     /// the caller dropped the run.
     Failed,
     /// The browser died (or failed to launch) more than `max_relaunches` times in a row (or
-    /// the page failed more than `max_page_recoveries` times in a row), without a checkpoint
-    /// of the task's own between.
+    /// the page failed more than `max_page_recoveries` times in a row) without progress
+    /// between, or the run would need more than `max_sessions` sessions.
     GaveUp,
 }
 

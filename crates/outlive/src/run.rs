@@ -11,7 +11,7 @@
 //!
 //! Its parts: an entry entered and watched, a select arm a step ([`entry`]); when the
 //! entry's clocks are due, synchronously ([`schedule`]); the grace and the accounting after a
-//! failure ([`failure`]).
+//! failure ([`failure`]); what the run may spend before it gives up ([`budget`]).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -33,9 +33,12 @@ use crate::redact::redact;
 use crate::relay::Death;
 use crate::report::{Milestone, Outcome, WideEvent};
 
+mod budget;
 mod entry;
 mod failure;
 mod schedule;
+
+use budget::Budget;
 
 /// Where browsers come from, for the run loop.
 pub(crate) trait Backend: Sync {
@@ -92,17 +95,11 @@ pub(crate) trait LiveBrowser: Send {
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-/// Counters of one run; become the wide event.
+/// Counters of one run; become the wide event (with the budget's sessions).
 #[derive(Debug, Default)]
 struct Tally {
     relaunches: u32,
     attempts: u32,
-    /// Browser deaths, failed launches and restores and rotations without progress since the
-    /// task last saved a checkpoint of its own: what `max_relaunches` limits.
-    failures: u32,
-    /// Page failures since the task last saved a checkpoint of its own: what
-    /// `max_page_recoveries` limits.
-    page_failures: u32,
     /// Fresh pages that took over in a browser that lived on.
     page_recoveries: u32,
     lost_work: Duration,
@@ -115,19 +112,8 @@ struct Tally {
     restore_writes_failed: u64,
     /// Switches to a successor at a safe point.
     rotations: u32,
-    /// Launches started (every session the run asked for).
-    sessions: u32,
     /// Time successors and standbys were up beside the task's browser.
     standby: Duration,
-}
-
-impl Tally {
-    /// An entry that ended had saved a checkpoint of its own: the budgets count failures in a
-    /// row without progress, so they start again.
-    fn progressed(&mut self) {
-        self.failures = 0;
-        self.page_failures = 0;
-    }
 }
 
 /// Builds and emits the wide event exactly once; if the run future is dropped first, its
@@ -138,6 +124,7 @@ struct Reporter<'o> {
     options: &'o Options,
     store: Arc<Store>,
     tally: Tally,
+    budget: Budget,
     emitted: bool,
 }
 
@@ -166,7 +153,7 @@ impl Reporter<'_> {
             page_recoveries: self.tally.page_recoveries,
             state_left_out: self.store.max_left_out() + self.tally.restore_writes_failed,
             rotations: self.tally.rotations,
-            sessions: self.tally.sessions,
+            sessions: self.budget.sessions(),
             standby_ms: self.tally.standby.as_millis() as u64,
             error_name,
             error_code,
@@ -302,6 +289,7 @@ where
         options,
         store: store.clone(),
         tally: Tally::default(),
+        budget: Budget::new(options),
         emitted: false,
     };
     let mut run = Run {
@@ -455,9 +443,24 @@ struct EntryEnd {
     /// The task's own last checkpoint in the entry, or its start: what the next entry redoes
     /// counts from here.
     redo_from: Instant,
-    /// The task saved a checkpoint of its own in the entry: the failures counted so far are
+    /// The entry made progress (see `Ctx::made_progress`): the failures counted in a row are
     /// behind it.
     progressed: bool,
+    /// The task saved a checkpoint of its own in the entry (new progress or not).
+    checkpointed: bool,
+}
+
+impl EntryEnd {
+    /// The entry of `ctx`, started at `started`, cut now.
+    fn of(ctx: &Ctx, started: Instant) -> EntryEnd {
+        EntryEnd {
+            attempt: ctx.attempt(),
+            started,
+            redo_from: ctx.own_since(),
+            progressed: ctx.made_progress(),
+            checkpointed: ctx.made_own_checkpoint(),
+        }
+    }
 }
 
 /// How an entry ended.
@@ -478,9 +481,8 @@ enum Ended<T, E, Br> {
         successor: Br,
         born: Instant,
         restored: Option<Arc<Checkpoint>>,
-        /// The entry made no progress of its own (it ended at an automatic checkpoint
-        /// without an own one before): the rotation counts toward `max_relaunches`.
-        fruitless: bool,
+        /// The entry the rotation cut.
+        entry: EntryEnd,
     },
 }
 
@@ -523,30 +525,14 @@ where
                     successor,
                     born,
                     restored,
-                    fruitless,
+                    entry,
                 } => {
                     old.cut();
                     self.release_later(old);
                     self.born = born;
                     self.prior = restored;
                     self.last_failure = Some(Instant::now());
-                    self.periodic_safe = !fruitless;
-                    self.blind |= fruitless;
-                    if !fruitless {
-                        self.reporter.tally.progressed();
-                    }
-                    if fruitless {
-                        // As costly as a death: the task starts over on the successor.
-                        self.reporter.tally.failures += 1;
-                        if self.reporter.tally.failures > self.options.max_relaunches {
-                            self.release_later(successor);
-                        } else {
-                            reuse = Some(successor);
-                        }
-                        self.check_budget("a rotation without progress").await?;
-                    } else {
-                        reuse = Some(successor);
-                    }
+                    reuse = Some(self.after_rotation(successor, entry).await?);
                 }
                 Ended::Failed {
                     browser,
@@ -593,11 +579,6 @@ where
     /// Launches a browser (or takes the spare launched during the last grace). `Ok(None)`: the
     /// launch failed and the backoff has passed; try again.
     async fn next_browser(&mut self) -> Result<Option<B::Browser>, RunError<E>> {
-        // Every launch but the first replaces something.
-        if self.launches > 0 {
-            self.reporter.tally.relaunches += 1;
-        }
-        self.launches += 1;
         // `fresh`: launched for this, so its time is a launch's (a standby's is its age).
         let (launch_started, launch, fresh) = match (self.spare.take(), self.successor.take()) {
             (Some(spare), successor) => {
@@ -611,10 +592,21 @@ where
                         self.reporter.tally.standby += s.born.elapsed();
                         (s.born, s.into_launch(), false)
                     }
-                    None => (Instant::now(), self.launch(), true),
+                    None if self.reporter.budget.may_launch() => {
+                        (Instant::now(), self.launch(), true)
+                    }
+                    None => {
+                        let gave_up = self.reporter.budget.out_of_sessions();
+                        return Err(self.give_up(gave_up.into_error()).await);
+                    }
                 }
             }
         };
+        // Every launch but the first replaces something.
+        if self.launches > 0 {
+            self.reporter.tally.relaunches += 1;
+        }
+        self.launches += 1;
         if fresh {
             self.start_deferred();
         }
@@ -632,19 +624,12 @@ where
             }
             Err(e) => {
                 let error = redact(&e.to_string(), self.options.diagnostics);
-                self.reporter.tally.failures += 1;
                 self.options.note(Milestone::LaunchFailed {
                     error: error.clone(),
                 });
-                tracing::warn!(failures = self.reporter.tally.failures, %error, "launch failed");
-                if self.reporter.tally.failures > self.options.max_relaunches {
-                    let msg = format!(
-                        "gave up after {} browser failures in a row without a checkpoint of the task's own (max_relaunches is {}); the last launch failed: {}",
-                        self.reporter.tally.failures, self.options.max_relaunches, e
-                    );
-                    return Err(self
-                        .reporter
-                        .outlive_error(Error::new(ErrorKind::GaveUp, msg).with_source(e)));
+                tracing::warn!(%error, "launch failed");
+                if let Err(gave_up) = self.reporter.budget.launch_failed(&e.to_string()) {
+                    return Err(self.give_up(gave_up.into_error().with_source(e)).await);
                 }
                 sleep(self.options.relaunch_backoff).await;
                 Ok(None)
@@ -723,7 +708,7 @@ where
 
     /// Starts a launch (a session asked for).
     fn launch(&mut self) -> Launch<'r, B::Browser> {
-        self.reporter.tally.sessions += 1;
+        self.reporter.budget.launched();
         let (backend, options) = (self.backend, self.options);
         async move { Ok((backend.launch(options).await?, None)) }.boxed()
     }
@@ -731,7 +716,7 @@ where
     /// Starts a successor: launched, then restored with the newest checkpoint (storage only;
     /// no request reaches a site).
     fn launch_successor(&mut self) -> Successor<'r, B::Browser> {
-        self.reporter.tally.sessions += 1;
+        self.reporter.budget.launched();
         let (backend, options) = (self.backend, self.options);
         let latest = self.store.latest();
         let launch = async move {
@@ -839,23 +824,34 @@ where
         }
     }
 
-    /// Gives up when browser failures exceed `max_relaunches`, releasing any spare; `last`
-    /// names the newest failure.
-    async fn check_budget(&mut self, last: &str) -> Result<(), RunError<E>> {
-        if self.reporter.tally.failures <= self.options.max_relaunches {
-            return Ok(());
+    /// After a rotation to `successor` that cut `entry`: the task goes on there, unless the
+    /// entry made no progress and the budget is spent.
+    async fn after_rotation(
+        &mut self,
+        successor: B::Browser,
+        entry: EntryEnd,
+    ) -> Result<B::Browser, RunError<E>> {
+        // Without a checkpoint of the task's own, the next browser reacts, and a rotation
+        // need not wait for the task's first.
+        self.periodic_safe = entry.checkpointed;
+        self.blind |= !entry.checkpointed;
+        self.reporter.budget.entry_ended(&entry);
+        if entry.progressed {
+            return Ok(successor);
         }
-        self.settle_background().await;
-        let cause = last;
-        Err(self.give_up(format!(
-            "gave up after {} browser failures in a row without a checkpoint of the task's own (max_relaunches is {}); the last was: {}",
-            self.reporter.tally.failures, self.options.max_relaunches, cause
-        )))
+        match self.reporter.budget.fruitless_rotation() {
+            Ok(()) => Ok(successor),
+            Err(gave_up) => {
+                self.release_later(successor);
+                Err(self.give_up(gave_up.into_error()).await)
+            }
+        }
     }
 
-    fn give_up(&mut self, message: String) -> RunError<E> {
-        self.reporter
-            .outlive_error(Error::new(ErrorKind::GaveUp, message))
+    /// The run gives up with `e` (of kind `GaveUp`): everything released, then reported.
+    async fn give_up(&mut self, e: Error) -> RunError<E> {
+        self.settle_background().await;
+        self.reporter.outlive_error(e)
     }
 
     /// The task returned `Ok`: release, report, return.

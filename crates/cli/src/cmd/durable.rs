@@ -31,6 +31,10 @@ pub struct WorkerArgs {
     /// Live browser sessions at most, across every worker on this database.
     #[arg(long)]
     pub max_sessions: Option<u32>,
+    /// Browser sessions one run may use in this worker before it gives up, progress or not
+    /// (the library's `max_sessions`).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sessions_per_run: u32,
     /// Runs at once in this worker.
     #[arg(long, default_value_t = 2)]
     pub concurrency: usize,
@@ -106,6 +110,7 @@ impl WorkerArgs {
             solari: self.solari_url.zip(self.api_key),
             bank_url: self.bank_url,
             max_sessions: self.max_sessions,
+            max_sessions_per_run: self.max_sessions_per_run,
             config: outlive_jobs::WorkerConfig {
                 heartbeat: self.heartbeat,
                 missed_heartbeats: self.missed_heartbeats,

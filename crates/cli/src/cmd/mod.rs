@@ -70,13 +70,17 @@ pub struct RunOptionArgs {
     /// Interval of the automatic checkpoint.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub checkpoint_every: Duration,
-    /// Browser deaths (and failed launches) in a row, without a checkpoint of the task's own
-    /// between, before the run gives up.
+    /// Browser deaths (and failed launches) in a row without progress before the run gives
+    /// up: new progress posted to the control URL (under `serve`, a client's command) starts
+    /// the count again.
     #[arg(long, default_value_t = 5)]
     pub max_relaunches: u32,
-    /// Page failures in a live browser before the run gives up.
+    /// Page failures in a live browser, in a row without progress, before the run gives up.
     #[arg(long, default_value_t = 10)]
     pub max_page_recoveries: u32,
+    /// Browser sessions the whole run may use before it gives up, progress or not.
+    #[arg(long, default_value_t = 100)]
+    pub max_sessions: u32,
     /// The page's first URL (before any checkpoint).
     #[arg(long)]
     pub start_url: Option<String>,
@@ -130,6 +134,7 @@ impl RunOptionArgs {
             .checkpoint_every(self.checkpoint_every)
             .max_relaunches(self.max_relaunches)
             .max_page_recoveries(self.max_page_recoveries)
+            .max_sessions(self.max_sessions)
             .navigation_timeout(self.navigation_timeout)
             .standby(self.standby)
             .rotation(self.rotate.unwrap_or(Rotation::Off));

@@ -469,7 +469,7 @@ where
         answers,
     };
     let end = {
-        let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen);
+        let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen, &current.ctx);
         let to_client = browser_to_client(
             &mut up_rx,
             &mut client_tx,
@@ -588,6 +588,7 @@ async fn client_to_browser<S>(
     client_rx: &mut WebSocketReceiver<S>,
     up_tx: &mut WebSocketSender<ConnectStream>,
     seen: &Seen<'_>,
+    ctx: &Ctx,
 ) -> End
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
@@ -605,6 +606,7 @@ where
                 if up_tx.send(m).await.is_err() {
                     return End::BrowserGone;
                 }
+                ctx.note_client_used();
             }
             Ok(Message::Close(_)) | Err(_) => return End::ClientGone,
             Ok(_) => {}

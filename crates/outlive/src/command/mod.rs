@@ -239,6 +239,10 @@ where
 /// connections are closed, the browser replaced and restored, and served again at the same
 /// URLs. `ready` is called once with the URLs, before the first browser is launched.
 ///
+/// A browser a client sent a command to counts as progress for the budget (agents that
+/// reconnect by themselves never call the control URL), so `max_relaunches` counts deaths
+/// in a row with no client at work; `max_sessions` caps the whole run.
+///
 /// # Errors
 ///
 /// [`RunError::Outlive`] when the run gave up or an option was invalid.
@@ -251,7 +255,7 @@ pub async fn serve<P>(
 where
     P: Provider + ?Sized,
 {
-    let options = options.for_a_client();
+    let options = options.for_a_served_client();
     let front = Front::start(options.navigation_timeout, options.client_usage())
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;

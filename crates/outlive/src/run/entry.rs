@@ -34,7 +34,6 @@ type TaskResult<T, E> = std::thread::Result<Result<T, E>>;
 /// An entry of the task: what is fixed while it is watched, and its future.
 struct Entry<Fut> {
     ctx: Ctx,
-    attempt: u32,
     started: Instant,
     /// The rotation's plan, if the lifetime is known.
     plan: Option<Plan>,
@@ -178,7 +177,6 @@ where
         .catch_unwind();
         Entry {
             ctx,
-            attempt,
             started,
             // Rotation: when to launch a successor, and when to move to it.
             plan: self.lifetime.plan(options.checkpoint_every),
@@ -360,13 +358,8 @@ where
         entry.ctx.disarm_switch();
         self.successor = w.succ.take();
         self.stale = w.stale.take();
-        let cut = EntryEnd {
-            attempt: entry.attempt,
-            started: entry.started,
-            redo_from: entry.ctx.own_since(),
-            progressed: entry.ctx.made_progress(),
-        };
-        self.blind |= !entry.ctx.made_progress();
+        let cut = EntryEnd::of(&entry.ctx, entry.started);
+        self.blind |= !cut.checkpointed;
         cut
     }
 
@@ -459,12 +452,7 @@ where
             .store
             .latest_taken()
             .map_or(Duration::ZERO, |t| ended_at.saturating_duration_since(t));
-        let cut = EntryEnd {
-            attempt,
-            started: entry_started,
-            redo_from: ctx.own_since(),
-            progressed: ctx.made_progress(),
-        };
+        let cut = EntryEnd::of(ctx, entry_started);
         let redone = self.reporter.record_redone(&cut, ended_at);
         let age = ended_at.saturating_duration_since(self.born);
         self.options.note(Milestone::Rotated {
@@ -485,7 +473,7 @@ where
             successor,
             born: s.born,
             restored,
-            fruitless: !ctx.made_progress(),
+            entry: cut,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::FutureExt;
+use futures::future::OptionFuture;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::{Backend, Ended, EntryEnd, LiveBrowser, Run, discard};
@@ -61,33 +62,50 @@ where
 
         browser.cut();
         // The replacement launches now (or is the successor already up), while the dead entry
-        // has its grace; it is entered only after that entry is gone.
-        let (spare_started, mut launching, fresh) = match self.take_standby() {
+        // has its grace; it is entered only after that entry is gone. None when no session
+        // is left: the next browser gives up.
+        let replacement = match self.take_standby() {
             Some(s) => {
                 self.reporter.tally.standby += s.born.elapsed();
-                (s.born, s.into_update(self.store.latest()), false)
+                Some((s.born, s.into_update(self.store.latest()), false))
             }
-            None => (Instant::now(), self.launch(), true),
+            None if self.reporter.budget.may_launch() => {
+                Some((Instant::now(), self.launch(), true))
+            }
+            None => None,
         };
-        let (finished, launched) = grace(&mut entry, &mut launching, options.grace).await;
+        let (spare_started, mut launching, fresh) = match replacement {
+            Some((started, launching, fresh)) => (started, Some(launching), fresh),
+            None => (Instant::now(), None, false),
+        };
+        let (finished, launched) = grace(
+            &mut entry,
+            &mut OptionFuture::from(launching.as_mut()),
+            options.grace,
+        )
+        .await;
         let spare = match launched {
-            Some(r) => futures::future::ready(r).boxed(),
-            None => launching,
+            Some(Some(r)) => Some(futures::future::ready(r).boxed()),
+            _ => launching,
         };
         match finished {
             Some(Ok(Ok(value))) => {
                 tracing::info!("the task finished within the grace period");
-                discard(spare, &mut self.reporter).await;
+                if let Some(spare) = spare {
+                    discard(spare, &mut self.reporter).await;
+                }
                 return Ended::Over(self.complete(browser, value).await);
             }
             Some(Err(panic)) => {
-                discard(spare, &mut self.reporter).await;
+                if let Some(spare) = spare {
+                    discard(spare, &mut self.reporter).await;
+                }
                 self.panicked(browser, panic).await
             }
             Some(Ok(Err(_))) | None => {}
         }
         drop(entry);
-        self.spare = Some((spare_started, spare, fresh));
+        self.spare = spare.map(|spare| (spare_started, spare, fresh));
         Ended::Failed {
             browser,
             death,
@@ -208,8 +226,9 @@ where
     ) -> Result<Option<B::Browser>, RunError<E>> {
         browser.cut();
         self.reporter.release(browser).await;
-        self.reporter.tally.failures += 1;
-        self.check_budget("a failed restore").await?;
+        if let Err(gave_up) = self.reporter.budget.browser_failed("a failed restore") {
+            return Err(self.give_up(gave_up.into_error()).await);
+        }
         sleep(self.options.relaunch_backoff).await;
         Ok(None)
     }
@@ -217,8 +236,8 @@ where
     /// Adds what `death` cost the entry it cut (if any) to the tally.
     fn record_failure(&mut self, death: Death, entry: Option<EntryEnd>) -> Loss {
         let attempt = entry.map_or(0, |e| e.attempt);
-        if entry.is_some_and(|e| e.progressed) {
-            self.reporter.tally.progressed();
+        if let Some(entry) = &entry {
+            self.reporter.budget.entry_ended(entry);
         }
         let lost = self.reporter.record_loss(death, entry.map(|e| e.started));
         let redone = entry.map_or(Duration::ZERO, |e| {
@@ -256,16 +275,9 @@ where
             lost_work: loss.lost,
             redone: loss.redone,
         });
-        self.reporter.tally.page_failures += 1;
-        if self.reporter.tally.page_failures > options.max_page_recoveries {
+        if let Err(gave_up) = self.reporter.budget.page_failed(death.cause.as_str()) {
             self.release_later(browser);
-            self.settle_background().await;
-            return Err(self.give_up(format!(
-                "gave up after {} page failures in a row without a checkpoint of the task's own (max_page_recoveries is {}); the last was: {}",
-                self.reporter.tally.page_failures,
-                options.max_page_recoveries,
-                death.cause.as_str()
-            )));
+            return Err(self.give_up(gave_up.into_error()).await);
         }
         let replaced = match replaced {
             Some(r) => r,
@@ -302,9 +314,10 @@ where
         } else {
             self.reporter.release(browser).await;
         }
-        self.reporter.tally.failures += 1;
-        self.check_budget(death.cause.as_str()).await?;
-        Ok(None)
+        match self.reporter.budget.browser_failed(death.cause.as_str()) {
+            Ok(()) => Ok(None),
+            Err(gave_up) => Err(self.give_up(gave_up.into_error()).await),
+        }
     }
 }
 

@@ -97,6 +97,10 @@ impl<'r, B: Backend, F> Run<'r, B, F> {
             .store
             .latest_taken()
             .is_some_and(|t| t >= entry_started);
+        // No session left: the entry goes on without one, and a death gives up.
+        if !self.reporter.budget.may_launch() {
+            return None;
+        }
         match (succ, self.options.standby, rotate_from) {
             (Some(_), _, _) => None,
             (None, true, _) if checkpointed => Some(retry_at),

@@ -447,11 +447,104 @@ async fn deaths_in_a_row_without_progress_give_up_after_progress_too() {
     let err = result.unwrap_err();
     assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
     assert!(
-        err.to_string().contains("3 browser failures in a row"),
+        err.to_string()
+            .contains("3 browser failures in a row without progress"),
         "{err}"
     );
     // Deaths 1 and 2 after progress; death 2 starts the count at 1; deaths 3 and 4 make it 3.
     assert_eq!((e.attempts, e.relaunches), (4, 3));
+}
+
+/// Each entry does `step` 500 ms in (given its attempt and its ctx), then works until it is
+/// dropped; its browser dies 1 s after launch. Answers the run's error and event.
+async fn dies_after_each_step<S, Fut>(
+    tweak: impl FnOnce(Options) -> Options,
+    step: S,
+) -> (RunError<String>, WideEvent)
+where
+    S: Fn(Ctx) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let fake = Fake::new(&[dies(1_000); 40]);
+    let (result, e) = run_fake(&fake, tweak, move |(), ctx| {
+        let step = step.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            step(ctx).await;
+            std::future::pending::<Result<(), String>>().await
+        }
+    })
+    .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.outlive().unwrap().kind(), ErrorKind::GaveUp);
+    assert_eq!(e.outcome, Outcome::GaveUp);
+    (err, e)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_progress_saved_on_every_entry_is_no_progress() {
+    // Every entry signs in and saves that, then dies before its first step: only the first
+    // entry's save is new, so the deaths after it count in a row.
+    let (err, e) = dies_after_each_step(
+        |o| o.max_relaunches(2),
+        |ctx| async move {
+            assert!(ctx.checkpoint_with("signed in").await);
+        },
+    )
+    .await;
+    assert_eq!(
+        err.to_string(),
+        "gave up after 3 browser failures in a row without progress (max_relaunches is 2); \
+         the last was closed; of 3 entries cut, 1 made progress and 2 more saved a checkpoint \
+         without new progress"
+    );
+    // Deaths in a row from the first on (its entry's progress was behind it): max_relaunches
+    // + 1 deaths in all.
+    assert_eq!((e.attempts, e.relaunches), (3, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_that_advances_goes_on_until_max_sessions() {
+    let (err, e) = dies_after_each_step(
+        |o| o.max_relaunches(1).max_sessions(12),
+        |ctx| async move {
+            let done: u32 = ctx.progress().unwrap().unwrap_or(0);
+            assert_eq!(done + 1, ctx.attempt());
+            assert!(ctx.checkpoint_with(&(done + 1)).await);
+        },
+    )
+    .await;
+    assert_eq!(
+        err.to_string(),
+        "gave up after 12 sessions (max_sessions is 12); of 12 entries cut, 12 made progress \
+         and 0 more saved a checkpoint without new progress"
+    );
+    // No spare is launched past the cap: every session was an entry's.
+    assert_eq!((e.attempts, e.relaunches, e.sessions), (12, 11, 12));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_at_work_is_progress_only_under_serve() {
+    let served = |o: Options| o.for_a_served_client().max_relaunches(1).max_sessions(6);
+    let used = |ctx: Ctx| async move { ctx.note_client_used() };
+    let idle = |_ctx: Ctx| async {};
+    // Served, its client at work in every entry: only the sessions run out.
+    let (err, e) = dies_after_each_step(served, used).await;
+    assert!(
+        err.to_string().starts_with(
+            "gave up after 6 sessions (max_sessions is 6); of 6 entries cut, 6 made progress"
+        ),
+        "{err}"
+    );
+    assert_eq!(e.attempts, 6);
+    // Served, no client: the deaths count in a row.
+    let (err, e) = dies_after_each_step(served, idle).await;
+    assert!(err.to_string().contains("(max_relaunches is 1)"), "{err}");
+    assert_eq!(e.attempts, 2);
+    // A command's client under `run`: its use is not progress.
+    let (err, e) = dies_after_each_step(|o| o.max_relaunches(1), used).await;
+    assert!(err.to_string().contains("(max_relaunches is 1)"), "{err}");
+    assert_eq!(e.attempts, 2);
 }
 
 #[tokio::test(start_paused = true)]
