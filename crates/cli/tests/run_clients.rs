@@ -88,10 +88,13 @@ impl Bed {
             .env("PAGE_SHAPE", shape)
             .kill_on_drop(true)
             .output();
-        let out = tokio::time::timeout(Duration::from_secs(240), out)
-            .await
-            .expect("outlive run ends")
-            .unwrap();
+        let Ok(out) = tokio::time::timeout(Duration::from_secs(240), out).await else {
+            panic!(
+                "outlive run did not end in 240 s; the entries saw:\n{}",
+                records(dir.path())
+            );
+        };
+        let out = out.unwrap();
         Outcome {
             code: out.status.code(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -106,6 +109,28 @@ impl Bed {
         let _ = self.twosite.shutdown().await;
         let _ = self.bank.shutdown().await;
     }
+}
+
+/// The scripts' records in `dir`, for a failure message.
+fn records(dir: &Path) -> String {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: {}",
+                p.display(),
+                std::fs::read_to_string(p).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Outcome {
@@ -157,7 +182,13 @@ async fn assert_survived_in(
     marker: &str,
     may_lack: &[&str],
 ) {
-    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stderr:\n{}\nrecords:\n{}",
+        run.stderr,
+        records(run.dir.path())
+    );
     let event = run.json("event.json");
     eprintln!("{event}");
     assert_eq!(event["outcome"], "completed", "{event}");

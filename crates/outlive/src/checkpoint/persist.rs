@@ -9,7 +9,9 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::{Checkpoint, FrameState, Part, StorageKey, StoredCookie};
+use std::collections::BTreeMap;
+
+use super::{Checkpoint, ContextState, FrameState, Part, StorageKey, StoredCookie};
 use crate::error::{Error, ErrorKind};
 
 /// A checkpoint as bytes (JSON), for a store outside this process; version 1.
@@ -20,10 +22,20 @@ struct Persisted {
     url: String,
     cookies: Vec<StoredCookie>,
     storage: Vec<PersistedFrame>,
+    /// The contexts a client made (absent in bytes stored before they were kept).
+    #[serde(default)]
+    contexts: Vec<PersistedContext>,
     frames_unread: u64,
     /// Wall-clock time of the capture, milliseconds since the Unix epoch.
     at_ms: u64,
     progress: Option<String>,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PersistedContext {
+    cookies: Vec<StoredCookie>,
+    storage: Vec<PersistedFrame>,
 }
 
 #[derive(serde::Serialize, Deserialize)]
@@ -62,25 +74,17 @@ impl Checkpoint {
     /// The checkpoint as bytes, for a store outside this process (seal them first: they are
     /// a credential).
     pub(crate) fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
-        let part = |p: &Option<Arc<Part>>| {
-            p.as_ref().map(|p| PersistedPart {
-                hash: p.hash.clone(),
-                json: p.json.clone(),
-                left_out: p.left_out,
-            })
-        };
         let persisted = Persisted {
             v: 1,
             url: self.url.clone(),
             cookies: self.cookies.clone(),
-            storage: self
-                .storage
+            storage: frames_of(&self.storage),
+            contexts: self
+                .contexts
                 .iter()
-                .map(|(key, state)| PersistedFrame {
-                    key: key.clone(),
-                    local: part(&state.local),
-                    session: part(&state.session),
-                    idb: part(&state.idb),
+                .map(|c| PersistedContext {
+                    cookies: c.cookies.clone(),
+                    storage: frames_of(&c.storage),
                 })
                 .collect(),
             frames_unread: self.frames_unread,
@@ -115,31 +119,16 @@ impl Checkpoint {
                 ),
             ));
         }
-        let part = |p: &Option<PersistedPart>| {
-            p.as_ref().map(|p| {
-                Arc::new(Part {
-                    hash: p.hash.clone(),
-                    json: p.json.clone(),
-                    left_out: p.left_out,
-                })
-            })
-        };
         Ok(Checkpoint {
             url: p.url.clone(),
             cookies: p.cookies.clone(),
-            contexts: Vec::new(),
-            storage: p
-                .storage
+            storage: storage_of(&p.storage),
+            contexts: p
+                .contexts
                 .iter()
-                .map(|f| {
-                    (
-                        f.key.clone(),
-                        FrameState {
-                            local: part(&f.local),
-                            session: part(&f.session),
-                            idb: part(&f.idb),
-                        },
-                    )
+                .map(|c| ContextState {
+                    cookies: c.cookies.clone(),
+                    storage: storage_of(&c.storage),
                 })
                 .collect(),
             frames_unread: p.frames_unread,
@@ -151,6 +140,48 @@ impl Checkpoint {
                 .map(|s| Arc::new(Zeroizing::new(s.clone()))),
         })
     }
+}
+
+fn frames_of(storage: &BTreeMap<StorageKey, FrameState>) -> Vec<PersistedFrame> {
+    let part = |p: &Option<Arc<Part>>| {
+        p.as_ref().map(|p| PersistedPart {
+            hash: p.hash.clone(),
+            json: p.json.clone(),
+            left_out: p.left_out,
+        })
+    };
+    storage
+        .iter()
+        .map(|(key, state)| PersistedFrame {
+            key: key.clone(),
+            local: part(&state.local),
+            session: part(&state.session),
+            idb: part(&state.idb),
+        })
+        .collect()
+}
+
+fn storage_of(frames: &[PersistedFrame]) -> BTreeMap<StorageKey, FrameState> {
+    let part = |p: &Option<PersistedPart>| {
+        p.as_ref().map(|p| {
+            Arc::new(Part {
+                hash: p.hash.clone(),
+                json: p.json.clone(),
+                left_out: p.left_out,
+            })
+        })
+    };
+    frames
+        .iter()
+        .map(|f| {
+            let state = FrameState {
+                local: part(&f.local),
+                session: part(&f.session),
+                idb: part(&f.idb),
+            };
+            (f.key.clone(), state)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -189,8 +220,25 @@ mod tests {
         );
         cp.frames_unread = 1;
         cp.progress = Some(Arc::new(Zeroizing::new(r#"{"pages":7}"#.to_owned())));
+        let mut context = ContextState {
+            cookies: cp.cookies.clone(),
+            ..ContextState::default()
+        };
+        context.storage.insert(
+            key("https://shop.example", "https://shop.example"),
+            FrameState {
+                local: part(r#"[["cart","3"]]"#),
+                session: None,
+                idb: None,
+            },
+        );
+        cp.contexts.push(context);
         let taken = Instant::now();
         let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
+        assert_eq!(back.contexts.len(), 1, "a context the client made");
+        assert!(back.contexts[0].cookies == cp.cookies);
+        let shop = key("https://shop.example", "https://shop.example");
+        assert!(back.contexts[0].storage[&shop].same_as(&cp.contexts[0].storage[&shop]));
         assert_eq!(back.url, cp.url);
         assert!(
             back.cookies == cp.cookies,

@@ -230,3 +230,98 @@ fn add(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::super::test_support::{key, part};
+    use super::*;
+
+    /// A tab at `url` in `context` holding `origin`'s localStorage and sessionStorage.
+    fn tab(target: &str, context: &str, url: &str, origin: &str) -> Read {
+        let mut checkpoint = Checkpoint::at_url(url, Instant::now());
+        let state = FrameState {
+            local: part(&format!(r#"[["l","{target}"]]"#)),
+            session: part(&format!(r#"[["s","{target}"]]"#)),
+            idb: None,
+        };
+        checkpoint.storage.insert(key(origin, origin), state);
+        checkpoint.frames_unread = 1;
+        Read {
+            target: target.into(),
+            context: Some(context.into()),
+            checkpoint,
+        }
+    }
+
+    fn json(p: &Option<Arc<super::super::Part>>) -> Option<&str> {
+        p.as_ref().map(|p| p.json.as_str())
+    }
+
+    #[test]
+    fn the_tab_used_last_gives_the_url_and_the_session_storage() {
+        let tabs = vec![
+            tab("own", "D", "https://a.example/", "https://a.example"),
+            tab("t2", "D", "https://b.example/x", "https://b.example"),
+            tab("t3", "D", "https://a.example/y", "https://a.example"),
+        ];
+        let cp = assemble(tabs, Some("t3".into()), &[], Vec::new());
+        assert_eq!(cp.url, "https://a.example/y");
+        assert_eq!(cp.frames_unread, 3);
+        let a = &cp.storage[&key("https://a.example", "https://a.example")];
+        assert_eq!(
+            json(&a.session),
+            Some(r#"[["s","t3"]]"#),
+            "the focused tab's"
+        );
+        assert_eq!(json(&a.local), Some(r#"[["l","t3"]]"#));
+        let b = &cp.storage[&key("https://b.example", "https://b.example")];
+        assert_eq!(
+            json(&b.local),
+            Some(r#"[["l","t2"]]"#),
+            "every tab's origins"
+        );
+        assert!(b.session.is_none(), "no other tab's sessionStorage");
+    }
+
+    #[test]
+    fn each_context_the_client_made_keeps_its_own_storage() {
+        let tabs = vec![
+            tab("own", "D", "about:blank", "https://a.example"),
+            tab("t2", "C2", "https://c.example/", "https://c.example"),
+            tab("t3", "C1", "https://b.example/", "https://b.example"),
+            tab("t4", "X", "https://x.example/", "https://x.example"),
+        ];
+        let made = ["C1".to_owned(), "C2".to_owned()];
+        let cp = assemble(tabs, Some("t2".into()), &made, vec![Vec::new(), Vec::new()]);
+        assert_eq!(cp.url, "https://c.example/");
+        assert_eq!(
+            cp.storage.len(),
+            1,
+            "the default context: the task's page only"
+        );
+        assert_eq!(cp.contexts.len(), 2);
+        let c1 = &cp.contexts[0].storage;
+        assert!(c1.contains_key(&key("https://b.example", "https://b.example")));
+        let c2 = &cp.contexts[1].storage[&key("https://c.example", "https://c.example")];
+        assert_eq!(json(&c2.session), Some(r#"[["s","t2"]]"#));
+        let all: Vec<_> = cp.contexts.iter().flat_map(|c| c.storage.keys()).collect();
+        assert!(
+            !all.contains(&&key("https://x.example", "https://x.example")),
+            "another client's context"
+        );
+    }
+
+    #[test]
+    fn with_no_tab_used_the_task_page_is_the_focus() {
+        let tabs = vec![
+            tab("own", "D", "https://a.example/", "https://a.example"),
+            tab("t2", "D", "https://b.example/", "https://b.example"),
+        ];
+        let cp = assemble(tabs, Some("gone".into()), &[], Vec::new());
+        assert_eq!(cp.url, "https://a.example/");
+        let a = &cp.storage[&key("https://a.example", "https://a.example")];
+        assert!(a.session.is_some());
+    }
+}
