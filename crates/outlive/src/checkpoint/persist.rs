@@ -22,8 +22,9 @@ struct Persisted {
     url: String,
     cookies: Vec<StoredCookie>,
     storage: Vec<PersistedFrame>,
-    /// The contexts a client made (absent in bytes stored before they were kept).
-    #[serde(default)]
+    /// The contexts a client made: absent where there are none (so bytes without any are as
+    /// format 1 always wrote them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     contexts: Vec<PersistedContext>,
     frames_unread: u64,
     /// Wall-clock time of the capture, milliseconds since the Unix epoch.
