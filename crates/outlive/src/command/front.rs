@@ -529,11 +529,11 @@ struct Seen<'a> {
 
 impl Seen<'_> {
     /// A command from the client: whether to forward it.
-    fn from_client(&self, frame: &str) -> Result<(), End> {
+    fn on_client(&self, frame: &str) -> Result<(), End> {
         self.sessions
             .lock()
             .expect("sessions poisoned")
-            .from_client(frame, self.usage);
+            .on_client(frame, self.usage);
         match usage::Command::of(frame) {
             usage::Command::Forward => {}
             usage::Command::CloseBrowser(id) => return Err(End::ClientClosedBrowser(id)),
@@ -553,11 +553,11 @@ impl Seen<'_> {
     }
 
     /// A message from the browser, as the client is to see it (`None`: as it is).
-    fn from_browser(&self, frame: &str) -> Option<String> {
+    fn on_browser(&self, frame: &str) -> Option<String> {
         self.sessions
             .lock()
             .expect("sessions poisoned")
-            .from_browser(frame);
+            .on_browser(frame);
         let mut creating = self.creating.lock().expect("creating poisoned");
         let made = creating
             .iter()
@@ -597,7 +597,7 @@ where
         match m {
             Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
                 if let Message::Text(t) = &m {
-                    match seen.from_client(t.as_str()) {
+                    match seen.on_client(t.as_str()) {
                         Ok(()) => {}
                         Err(End::Answered) => continue,
                         Err(end) => return end,
@@ -636,7 +636,7 @@ where
             return End::BrowserGone;
         };
         let m = match m {
-            Ok(Message::Text(t)) => match seen.from_browser(t.as_str()) {
+            Ok(Message::Text(t)) => match seen.on_browser(t.as_str()) {
                 Some(changed) => Message::text(changed),
                 None if filter.passes(t.as_str()) => Message::Text(t),
                 None => continue,

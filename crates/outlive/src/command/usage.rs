@@ -137,7 +137,7 @@ struct TargetInfo<'a> {
 impl Sessions {
     /// A message from the browser: learns page sessions as they attach and forgets them as
     /// they detach. Only attach and detach events are parsed.
-    pub(crate) fn from_browser(&mut self, frame: &str) {
+    pub(crate) fn on_browser(&mut self, frame: &str) {
         if !frame.contains("\"Target.attachedToTarget\"")
             && !frame.contains("\"Target.detachedFromTarget\"")
         {
@@ -166,7 +166,7 @@ impl Sessions {
     }
 
     /// A command from the client: a command on a page's session marks that tab used.
-    pub(crate) fn from_client(&self, frame: &str, usage: &Usage) {
+    pub(crate) fn on_client(&self, frame: &str, usage: &Usage) {
         if !frame.contains("\"sessionId\"") {
             return;
         }
@@ -265,29 +265,28 @@ mod tests {
     fn the_tab_used_last_is_the_one_a_page_command_went_to() {
         let usage = Usage::default();
         let mut sessions = Sessions::default();
-        sessions.from_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"A","targetInfo":{"targetId":"T1","type":"page"}}}"#);
-        sessions.from_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"B","targetInfo":{"targetId":"T2","type":"page"}}}"#);
-        sessions.from_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"W","targetInfo":{"targetId":"T3","type":"worker"}}}"#);
+        sessions.on_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"A","targetInfo":{"targetId":"T1","type":"page"}}}"#);
+        sessions.on_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"B","targetInfo":{"targetId":"T2","type":"page"}}}"#);
+        sessions.on_browser(r#"{"method":"Target.attachedToTarget","params":{"sessionId":"W","targetInfo":{"targetId":"T3","type":"worker"}}}"#);
         assert_eq!(usage.last_tab(), None);
-        sessions.from_client(
+        sessions.on_client(
             r#"{"id":1,"method":"Page.navigate","sessionId":"B"}"#,
             &usage,
         );
         assert_eq!(usage.last_tab().as_deref(), Some("T2"));
-        sessions.from_client(
+        sessions.on_client(
             r#"{"id":2,"method":"Runtime.evaluate","sessionId":"W"}"#,
             &usage,
         );
-        sessions.from_client(r#"{"id":3,"method":"Target.getTargets"}"#, &usage);
+        sessions.on_client(r#"{"id":3,"method":"Target.getTargets"}"#, &usage);
         assert_eq!(usage.last_tab().as_deref(), Some("T2"));
-        sessions.from_client(
+        sessions.on_client(
             r#"{"id":4,"method":"Page.navigate","sessionId":"A"}"#,
             &usage,
         );
         assert_eq!(usage.last_tab().as_deref(), Some("T1"));
-        sessions
-            .from_browser(r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"A"}}"#);
-        sessions.from_client(
+        sessions.on_browser(r#"{"method":"Target.detachedFromTarget","params":{"sessionId":"A"}}"#);
+        sessions.on_client(
             r#"{"id":5,"method":"Page.navigate","sessionId":"A"}"#,
             &usage,
         );
