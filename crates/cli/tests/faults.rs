@@ -295,7 +295,7 @@ async fn dead_on_arrival_beyond_the_budget_gives_up_cleanly() {
     // A dead-on-arrival browser shows either as a close right after the websocket opened or
     // as a refused websocket, depending on which side of the upgrade the close lands.
     assert!(
-        error.contains("the last launch failed:")
+        error.contains("the last was a failed launch")
             && (error.contains("died while it was being connected")
                 || error.contains("could not open the CDP websocket")),
         "last cause in the event: {error}"

@@ -459,15 +459,7 @@ where
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
-    let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
-    let seen = Seen {
-        usage: &state.usage,
-        endpoint: current.endpoint.expose().to_owned(),
-        sessions: Mutex::default(),
-        creating: Mutex::default(),
-        listing: Mutex::default(),
-        answers,
-    };
+    let (seen, mut answered) = Seen::new(&state.usage, &current.endpoint);
     let end = {
         let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen, &current.ctx);
         let to_client = browser_to_client(
@@ -527,7 +519,24 @@ struct Seen<'a> {
     answers: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
-impl Seen<'_> {
+impl<'a> Seen<'a> {
+    /// A connection's view, and where the front's own replies to it arrive.
+    fn new(
+        usage: &'a Usage,
+        endpoint: &CdpEndpoint,
+    ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
+        let seen = Seen {
+            usage,
+            endpoint: endpoint.expose().to_owned(),
+            sessions: Mutex::default(),
+            creating: Mutex::default(),
+            listing: Mutex::default(),
+            answers,
+        };
+        (seen, answered)
+    }
+
     /// A command from the client: whether to forward it.
     fn on_client(&self, frame: &str) -> Result<(), End> {
         self.sessions

@@ -162,9 +162,13 @@ impl Budget {
             progressed,
             checkpointed_only,
         } = self.entries;
-        GaveUp(format!(
-            "{head}{last}; of {ended} entries cut, {progressed} made progress and {checkpointed_only} more saved a checkpoint without new progress"
-        ))
+        let entries = match ended {
+            0 => "; no entry ran".to_owned(),
+            _ => format!(
+                "; of {ended} entries cut, {progressed} made progress and {checkpointed_only} more saved a checkpoint without new progress"
+            ),
+        };
+        GaveUp(format!("{head}{last}{entries}"))
     }
 }
 
