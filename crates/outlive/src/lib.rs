@@ -80,9 +80,9 @@
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
 //! * `checkpoint` — capturing cookies, Web Storage, IndexedDB and the URL from every frame,
 //!   and restoring them (page script in `js/`).
-//! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
-//!   entry (and beside it the successor or standby), after a failure (a fresh page or a
-//!   relaunch), a rotation at a safe point; the accounting.
+//! * `run` — the loop, a struct with named steps. Next browser, prepare (restore), watch the
+//!   entry (and beside it the successor or standby). After a failure, a fresh page or a
+//!   relaunch; a rotation at a safe point; the accounting.
 //! * `lifetime` — the declared and learned session lifetime, and when to launch a successor.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
@@ -130,9 +130,9 @@ mod seal;
 mod setters;
 
 pub mod wire {
-    //! Reading a CDP frame the way outlive's relay does: on bytes, never slicing text at a
-    //! guessed index, only as far as the keys it needs, and with the answer serde would give
-    //! (property-tested and fuzzed against it); and mending the one thing Chromium writes
+    //! Reading a CDP frame the way outlive's relay does. It reads on bytes, never slicing text
+    //! at a guessed index, and only as far as the keys it needs. Its answer is serde's
+    //! (property-tested and fuzzed against it). It also mends the one thing Chromium writes
     //! that serde refuses, an escaped lone UTF-16 surrogate ([`mend_lone_surrogates`]).
     //!
     //! ```
