@@ -79,10 +79,6 @@ pub(crate) async fn capture_tabs(
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
     let made = at.usage.contexts();
-    let order = at
-        .endpoint
-        .map(|e| at.usage.tab_order(e))
-        .unwrap_or_default();
     let pages: Vec<Page> = at
         .browser
         .pages()
@@ -92,6 +88,12 @@ pub(crate) async fn capture_tabs(
         .filter(|p| p.target_id() != at.own.target_id())
         .collect();
     at.tabs.keep(&pages);
+    if let Some(endpoint) = at.endpoint {
+        let alive: Vec<&str> = pages.iter().map(|p| p.target_id().as_ref()).collect();
+        let own = at.own.target_id().as_ref();
+        at.usage
+            .tabs_alive(endpoint, &[alive.as_slice(), &[own]].concat());
+    }
     let (targets, own, reads, cookies) = futures::join!(
         at.browser.execute(GetTargetsParams::default()),
         capture_page(at.own, at.calls, at.cache, at.own_idb, options),
@@ -99,6 +101,10 @@ pub(crate) async fn capture_tabs(
         futures::future::join_all(made.iter().map(|id| context_cookies(at.browser, id))),
     );
     let own = own?;
+    let order = at
+        .endpoint
+        .map(|e| at.usage.tab_order(e))
+        .unwrap_or_default();
     let contexts: HashMap<String, Option<String>> = targets
         .map(|t| t.result.target_infos)
         .unwrap_or_default()

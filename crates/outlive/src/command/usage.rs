@@ -96,6 +96,13 @@ impl Usage {
         }
     }
 
+    /// Forgets the tabs of the browser at `endpoint` that are not in `alive` any more.
+    pub(crate) fn tabs_alive(&self, endpoint: &str, alive: &[&str]) {
+        if let Some(b) = self.browsers().get_mut(endpoint) {
+            b.tabs.retain(|t| alive.contains(&t.as_str()));
+        }
+    }
+
     /// The tabs of the browser at `endpoint`, in the client's order (those outlive knows of).
     pub(crate) fn tab_order(&self, endpoint: &str) -> Vec<String> {
         self.browsers()
@@ -490,6 +497,8 @@ mod tests {
         );
         usage.tab_opened("ws://a", "T3");
         usage.tab_replaced("ws://a", "T1", "T0");
+        assert_eq!(usage.tab_order("ws://a"), ["T0", "T2", "T3"]);
+        usage.tabs_alive("ws://a", &["T3", "T0", "T2", "T9"]);
         assert_eq!(usage.tab_order("ws://a"), ["T0", "T2", "T3"]);
 
         let mut order = AttachOrder::default();
