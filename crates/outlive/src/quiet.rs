@@ -1,9 +1,9 @@
 //! Keeping wire traffic out of the logs, whatever subscriber the application installed.
 //!
 //! chromiumoxide and tungstenite log every CDP and websocket message, credentials included.
-//! So every future and task outlive runs is polled under [`Quiet`], a dispatcher that forwards
-//! everything to the subscriber in place except those libraries' wire-level events (`log`
-//! records too). outlive's own `outlive::wire` TRACE line keeps each frame's direction, size,
+//! So every future and task outlive runs is polled under [`Quiet`]. It forwards everything to
+//! the subscriber in place except those libraries' wire-level events, `log` records too.
+//! outlive's own `outlive::wire` TRACE line keeps each frame's direction, size,
 //! CDP method and id, never a payload. The task is polled under the caller's own dispatcher,
 //! whole ([`as_caller`]): a wrapper cannot forward `downcast_raw`. Nothing is lost by it: the
 //! wire is logged only in futures outlive polls under [`Quiet`]. Why and how:
