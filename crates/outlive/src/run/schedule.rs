@@ -142,7 +142,7 @@ fn arming<'r, Br: LiveBrowser + 'r>(
 ) -> Option<Arm> {
     // A ready successor is armed once the rotation is due (the safe points then decide
     // the moment). A standby that would be older than a quarter of the lifetime at the
-    // expected switch is no successor: it is replaced as soon as the successor is due
+    // expected switch is no successor. It is replaced as soon as the successor is due
     // to launch, so the fresh one has the whole lead to get ready. (Judged once, here,
     // for both.)
     match (succ, rotate_from, expected, plan) {
