@@ -148,8 +148,8 @@ fn arming<'r, Br: LiveBrowser + 'r>(
     match (succ, rotate_from, expected, plan) {
         (Some(s), Some(at), Some(switch), Some(p)) if s.is_ready() && !ctx.is_switch_armed() => {
             // A fresh one would be a lead old at the switch anyway: no older than that
-            // is not too old (under load, launches slow enough to make a lead longer
-            // than a quarter of the lifetime had every fresh standby replaced again).
+            // is not too old. Under load, launches slow enough to make a lead longer
+            // than a quarter of the lifetime had every fresh standby replaced again.
             let too_old = s.standby
                 && switch.saturating_duration_since(s.born) > (p.dies_at / 4).max(p.lead * 2);
             Some(Arm {
