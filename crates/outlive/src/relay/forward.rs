@@ -1,17 +1,17 @@
 //! The forwarding halves: one writer per direction, fed through a bounded queue, so that no
 //! socket write is ever awaited where the relay decides anything.
 //!
-//! The driver puts each message into the direction's [`Outbox`] without waiting: when the
+//! The driver puts each message into the direction's [`Outbox`] without waiting. When the
 //! queue is full the message is held, and the driver stops reading the side that feeds that
-//! direction until [`Outbox::make_room`] has moved it on — a side that stops reading pushes
+//! direction until [`Outbox::make_room`] has moved it on. A side that stops reading pushes
 //! back on the other instead of filling memory (the shape of the gateway's `forward`). The
 //! writer ([`write()`]) takes from the queue and writes, for as long as the socket needs; the
 //! browser's writer takes the relay's own messages (probes, calls) first, from a queue of
 //! their own.
 //!
 //! Under the upstream socket, [`Draining`] keeps its [`Flow`]: when a write that had waited
-//! for room in the kernel's buffer last got it, and how long it had waited — what tells the
-//! watchdog a slow link (the socket keeps draining) from a half-open one (it stops); and the
+//! for room in the kernel's buffer last got it, and how long it had waited. That tells the
+//! watchdog a slow link (the socket keeps draining) from a half-open one (it stops). The
 //! browser's writer reports each of the relay's own messages once written ([`Written`]), when
 //! a probe's clock starts.
 

@@ -5,25 +5,15 @@
 //! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_flow`]
 //! for how the upstream socket's writes go, and the handle's requests ([`Watchdog::watch`],
 //! [`Watchdog::fail_watched`], …). Outputs: what to do with a message ([`Verdict`],
-//! [`Outbound`]), and at [`Watchdog::next_deadline`] the driver calls
+//! [`Outbound`]). At [`Watchdog::next_deadline`] the driver calls
 //! [`Watchdog::on_deadline`], which answers the [`Action`] due then: a probe to send, a
 //! silent death, a page failure. Nothing here reads a clock or a socket, so every timing rule
 //! is unit-tested with made-up instants (`watchdog/tests.rs`).
 //!
-//! **Probes queued behind a big write.** A probe queued behind a multi-MB command cannot be
-//! answered before that command has crossed, so its clock starts only when it was written
-//! ([`Watchdog::on_written`]); and even then the kernel's send buffer may still hold what
-//! was written before it. Linux wakes a writer that waits for room once a third of the send
-//! buffer is acknowledged, so a *stall* (a write waiting for room, ended by a *drain*) lasts
-//! about the time a third of the buffer takes to cross; a probe written after a drain
-//! starts its clock three stalls later (at most the heartbeat timeout later). A probe not
-//! yet written is judged only once the socket has not drained for the heartbeat timeout
-//! since it was queued. So on a slow but live link, where the socket keeps draining, no
-//! silence is declared, and on a half-open one, where it stops, the silence comes within
-//! heartbeat interval + timeout of the last message heard: the heartbeat goes out an
-//! interval after it, and is judged a timeout later whether it was written or stuck behind
-//! the command. Writes that never had to wait say nothing (the kernel takes them whether the
-//! peer reads or not), so they hold nothing off.
+//! A probe queued behind a big write starts its clock only once written
+//! ([`Watchdog::on_written`]), and is judged by the socket's drains ([`Watchdog::on_flow`]).
+//! So a slow but live link is not declared silent. The rule and its figures: `docs/deaths.md`,
+//! "Inside the relay".
 
 mod page;
 mod silence;

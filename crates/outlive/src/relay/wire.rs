@@ -2,9 +2,9 @@
 //! `sessionId`), never what it carries; and the messages the relay writes itself.
 //!
 //! The sniffer walks the top level of the JSON object and skips every other value
-//! structurally (strings, with their escapes, and nested brackets), so it costs nothing but a
-//! scan of the bytes up to the keys it wants, never allocates for an unescaped key or value,
-//! and never slices text at a guessed index: it slices only at the ASCII quotes it found.
+//! structurally (strings, with their escapes, and nested brackets). So it costs nothing but a
+//! scan of the bytes up to the keys it wants, and never allocates for an unescaped key or
+//! value. It never slices text at a guessed index, only at the ASCII quotes it found.
 //! Escaped keys and values (`"\u0069d"`) are decoded with serde, so the answer is the one
 //! serde gives (the property tests in `wire/tests.rs` check it on any valid frame, in any key
 //! order, with any escaping).
