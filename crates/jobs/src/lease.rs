@@ -6,8 +6,8 @@
 //!   lease is waited for, whatever apalis thinks of that worker.
 //! * The holder renews the lease every heartbeat. When it has not renewed for the *self-stop*
 //!   deadline (`heartbeat × (missed − 1)`), or a renewal finds the run taken over or
-//!   cancelled, it stops the task, with at most `heartbeat / 2` more to end the command and
-//!   release the browser; so the task is gone a half heartbeat before the lease it last
+//!   cancelled, it stops the task. It has at most `heartbeat / 2` more to end the command and
+//!   release the browser. So the task is gone a half heartbeat before the lease it last
 //!   renewed lapses (`heartbeat × missed`), and only then may another worker claim it.
 //! * Every write of the holder — checkpoints ([`FencedStore`]), the run's end — names its
 //!   pickup in the same statement: a worker that no longer holds the run writes nothing.
