@@ -17,7 +17,7 @@
 //!   PostgreSQL advisory locks (a dead worker's locks go with its connections).
 //!
 //! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`).
-//! outlive adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
+//! This crate adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
 //! or error, the last wide event), `outlive_tasks` (every task name a worker declared: what
 //! [`submit`] accepts besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
 
