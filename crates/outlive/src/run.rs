@@ -2,14 +2,11 @@
 //!
 //! A browser death and a page failure both end the entry after the grace period. The task is
 //! re-entered with `attempt` + 1 on a fresh page of the same browser if it still answers,
-//! else on a new browser. The loop has named steps ([`Run::next_browser`], [`Run::prepare`],
-//! [`Run::watch_entry`], [`Run::after_failure`]). It is generic over a [`Backend`], so its
-//! timing (grace, backoff, lost work, budgets) is tested with a paused clock against a fake;
-//! the real backend is [`crate::browser::CdpBackend`].
-//!
-//! Its parts: an entry entered and watched, a select arm a step ([`entry`]); when the
-//! entry's clocks are due, synchronously ([`schedule`]); the grace and the accounting after a
-//! failure ([`failure`]); what the run may spend before it gives up ([`budget`]).
+//! else on a new browser. The loop's steps: [`Run::next_browser`], [`Run::prepare`],
+//! [`Run::watch_entry`], [`Run::after_failure`]. Generic over a [`Backend`], its timing is
+//! tested with a paused clock against a fake; the real one is [`crate::browser::CdpBackend`].
+//! Parts: the entry watched, a select arm a step ([`entry`]); when its clocks are due
+//! ([`schedule`]); after a failure ([`failure`]); what the run may spend ([`budget`]).
 
 use std::fmt::Display;
 use std::future::Future;
