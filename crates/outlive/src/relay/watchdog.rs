@@ -1,19 +1,12 @@
 //! The relay's judgement, without I/O: heartbeats, silence while commands wait, the page's
 //! stalls, navigations and failures, kept as state that the driver feeds and asks.
 //!
-//! Inputs (each with the time it happened): [`Watchdog::on_message`] for every message from
-//! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_flow`]
-//! for how the upstream socket's writes go, and the handle's requests ([`Watchdog::watch`],
-//! [`Watchdog::fail_watched`], …). Outputs: what to do with a message ([`Verdict`],
-//! [`Outbound`]). At [`Watchdog::next_deadline`] the driver calls
-//! [`Watchdog::on_deadline`], which answers the [`Action`] due then: a probe to send, a
-//! silent death, a page failure. Nothing here reads a clock or a socket, so every timing rule
-//! is unit-tested with made-up instants (`watchdog/tests.rs`).
-//!
-//! A probe queued behind a big write starts its clock only once written
-//! ([`Watchdog::on_written`]), and is judged by the socket's drains ([`Watchdog::on_flow`]).
-//! So a slow but live link is not declared silent. The rule and its figures: `docs/deaths.md`,
-//! "Inside the relay".
+//! In, each with its time: the browser's messages ([`Watchdog::on_message`]), the client's
+//! commands ([`Watchdog::on_command`]), the upstream writes ([`Watchdog::on_flow`],
+//! [`Watchdog::on_written`]), the handle's requests ([`Watchdog::watch`], …). Out: a
+//! [`Verdict`] or [`Outbound`] per message; at [`Watchdog::next_deadline`], the [`Action`] due
+//! ([`Watchdog::on_deadline`]). No clock or socket here: every timing rule is unit-tested with
+//! made-up instants (`watchdog/tests.rs`). Probes behind a big write: `docs/deaths.md`.
 
 mod page;
 mod silence;
