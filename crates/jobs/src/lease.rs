@@ -4,7 +4,7 @@
 //! * A worker claims a run only if it is queued or its lease has lapsed.
 //! * The holder renews the lease every heartbeat. It stops the task at the *self-stop*
 //!   deadline (`heartbeat × (missed − 1)`) without a renewal, or when a renewal finds the run
-//!   taken over or cancelled. That is half a heartbeat before the lease lapses.
+//!   taken over or cancelled. With `heartbeat / 2` more to end, it is gone before the lapse.
 //! * Every write of the holder (checkpoints through [`FencedStore`], the run's end) names its
 //!   pickup in the same statement: a worker that no longer holds the run writes nothing.
 //! * The rules and their measurements: `docs/durable.md`, "Exactly one worker per run".
