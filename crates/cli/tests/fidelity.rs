@@ -1,4 +1,4 @@
-//! Fidelity end to end: the two-site app (`aurora::twosite`) keeps a cross-site iframe's
+//! Fidelity end to end. The two-site app (`aurora::twosite`) keeps a cross-site iframe's
 //! partitioned localStorage, a CHIPS partitioned cookie, the tab's sessionStorage and an
 //! IndexedDB database (two stores, an index, a Date, a Uint8Array, a Map, a Set, an
 //! ArrayBuffer and a Blob). A run seeds it all, checkpoints, and its browser dies — twice, in
