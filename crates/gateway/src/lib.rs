@@ -89,8 +89,8 @@
 //! A session's pages can die while its browser, and the client's relay connection, live on:
 //! every page target crashes or is closed, as [`PageFault`] says. A crash is CDP `Page.crash`
 //! (clients see `Target.targetCrashed`, or `Inspector.targetCrashed` on an attached session).
-//! A close is `Target.closeTarget` (clients see `Target.targetDestroyed`). This tests a task's handling
-//! of a dead tab rather than a dead browser.
+//! A close is `Target.closeTarget` (clients see `Target.targetDestroyed`). This tests a task's
+//! handling of a dead tab rather than a dead browser.
 //!
 //! * On a schedule: [`Config::page_fault`] faults each session's pages once, a fixed time
 //!   after its create (the session still dies at its own time). One session can choose for

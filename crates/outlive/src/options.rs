@@ -443,8 +443,8 @@ impl Options {
         /// Cap on one checkpoint capture. A cross-site iframe that has not answered within half
         /// of it is left out of that checkpoint: its earlier storage is kept, and it is counted
         /// in the wide event's `stateLeftOut`. So one hung iframe does not cost every
-        /// checkpoint. Until it answers (or three times this cap has passed), later checkpoints leave it out at once
-        /// and send it nothing more.
+        /// checkpoint. Until it answers (or three times this cap has passed), later checkpoints
+        /// leave it out at once and send it nothing more.
         ///
         /// # Default
         ///

@@ -1,7 +1,7 @@
 //! The rotation benchmark: two tasks, each in three arms on a gateway whose sessions die of
 //! old age (lifetime ± jitter), with unplanned deaths mixed in. The arms: reactive (wait for
-//! the death, relaunch), rotation (leave each browser at a safe point before its predicted death) and
-//! rotation + standby (a spare browser ready for the unplanned ones).
+//! the death, relaunch), rotation (leave each browser at a safe point before its predicted
+//! death) and rotation + standby (a spare browser ready for the unplanned ones).
 //!
 //! * The **short-poll** task: the bank task (sign in, then poll the account page every
 //!   lifetime/30 until `polls` polls), saving its poll count with `ctx.checkpoint_with` after
