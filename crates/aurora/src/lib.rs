@@ -45,11 +45,11 @@
 //!
 //! # Twosite: state beyond cookies and `localStorage`
 //!
-//! [`twosite::spawn`] starts a second, separate app: a page on `http://127.0.0.1:P` that
+//! [`twosite::spawn`] starts a second, separate app. It is a page on `http://127.0.0.1:P` that
 //! embeds a cross-site widget iframe from `http://localhost:Q`. Its `twosite.seed()` writes
 //! `sessionStorage`, an IndexedDB database (a keyPath store with an index, an out-of-line
 //! store, values such as `Date`, `Map`, `Set`, typed arrays and a `Blob`), the widget's
-//! partitioned `localStorage` and a CHIPS partitioned cookie; `twosite.report()` reads
+//! partitioned `localStorage` and a CHIPS partitioned cookie. `twosite.report()` reads
 //! them back as a [`twosite::Report`], so a test can tell exactly which piece a restored
 //! browser lacks.
 //!

@@ -106,8 +106,8 @@ pub fn until_killed(rtt: Duration) -> gateway::Config {
 }
 
 /// A provider that remembers the CDP endpoint and the pid (see [`Session::pid`]) of every
-/// session it launched: the lab kills the newest session through the gateway by its id, or
-/// a local one by signal; tests search logs for the endpoints' tokens.
+/// session it launched. The lab kills the newest session through the gateway by its id, or
+/// a local one by signal. Tests search logs for the endpoints' tokens.
 pub struct Recording<P> {
     inner: P,
     launched: Mutex<Vec<(CdpEndpoint, Option<u32>)>>,

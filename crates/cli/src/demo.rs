@@ -90,8 +90,8 @@ pub enum DemoEvent {
 }
 
 /// `outlive demo`: checks for Chromium, then runs the demo with its intro, live console and
-/// outro on stdout — or, with `json`, only the wide event as JSON (also when the run did
-/// not complete).
+/// outro on stdout. With `json`, it prints only the wide event as JSON, also when the run did
+/// not complete.
 ///
 /// # Errors
 ///

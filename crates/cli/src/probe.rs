@@ -1,7 +1,7 @@
 //! `outlive probe`: how long a provider's browser sessions really live.
 //!
 //! For each session in turn: create it through the Solari control plane, open its CDP
-//! websocket and hold it idle with a `Browser.getVersion` heartbeat, and time its death — a
+//! websocket and hold it idle with a `Browser.getVersion` heartbeat. Then time its death: a
 //! close frame, a read error or reset, or a heartbeat left unanswered. Then ask the control
 //! plane what it thinks of the session (Solari keeps answering `active` for a dead one) and
 //! release it, on every path.
@@ -295,7 +295,7 @@ struct Beat {
 /// Holds the websocket idle, heartbeating, until the session dies or `until` passes. The
 /// websocket is dropped on return.
 ///
-/// Each heartbeat must be answered before the next is due — except the first, which is part
+/// Each heartbeat must be answered before the next is due, except the first. That one is part
 /// of opening the session: a browser just launched (and the provider's relay reaching it) may
 /// take longer than one interval to answer anything, and that is not a death.
 async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until: Instant) -> Held {
@@ -353,7 +353,7 @@ fn read_error_cause(e: &WsError) -> Cause {
 }
 
 /// A handshake error fit for a log line. tungstenite's `Display` shows only the status of an
-/// HTTP refusal (not the response, which can echo the request); a URL in the text (an
+/// HTTP refusal (not the response, which can echo the request). A URL in the text (an
 /// unreachable endpoint, token and all) is cut to scheme and host.
 fn handshake_error(e: &WsError) -> String {
     redact(&e.to_string(), Diagnostics::Safe)
@@ -462,7 +462,7 @@ impl fmt::Debug for Target {
 }
 
 /// `outlive probe`: probes `target`'s sessions with the [`ProbeConfig`] settings given,
-/// printing each sample as it comes and then the [`summary`]; an embedded gateway is shut
+/// printing each sample as it comes and then the [`summary`]. An embedded gateway is shut
 /// down at the end.
 ///
 /// # Errors

@@ -1,7 +1,7 @@
 //! `outlive worker`: a [`jobs::Worker`] for the tasks declared with `--task NAME='CMD ARGS…'`
-//! and the command's own ([`bank::tasks`](crate::bank::tasks)), on a Solari-compatible provider or, without one, on
-//! an embedded Aurora Bank and gateway whose sessions die (so the durable flow can be tried
-//! with nothing else running but PostgreSQL).
+//! and the command's own ([`bank::tasks`](crate::bank::tasks)). It runs on a Solari-compatible
+//! provider or, without one, on an embedded Aurora Bank and gateway whose sessions die. So the
+//! durable flow can be tried with nothing else running but PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,8 +52,8 @@ pub struct Prepared {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Jobs`] for a declaration that does not parse, whose program is not found,
-/// or whose name is taken (before anything is connected or started), and for the database;
+/// [`ErrorKind::Jobs`] for the database, and for a bad declaration. A bad one does not parse,
+/// names a program not found, or takes a name already taken; nothing is connected or started.
 /// [`ErrorKind::Client`] for a bad provider URL;
 /// [`ErrorKind::Bank`] / [`ErrorKind::Gateway`] if the embedded bed does not start;
 /// [`ErrorKind::InvalidOption`] for `max_sessions` 0.

@@ -1,5 +1,5 @@
 //! `RUST_LOG=trace outlive demo` prints no secret: no session token, no session cookie, not
-//! the password the task types, not the localStorage value it restores — only their shapes
+//! the password the task types, not the localStorage value it restores. Only their shapes
 //! could tell, so the output is searched for the values' shapes and the known values.
 
 use std::process::Command;

@@ -1,8 +1,8 @@
 //! Durable runs on a real PostgreSQL (`OUTLIVE_TEST_DATABASE_URL`, which `scripts/test` sets
-//! up with `scripts/postgres`): the Aurora task's checkpoints go to the database sealed — the
-//! raw rows hold neither the session cookie nor the localStorage value — and a second run
-//! takes the first one over from the row, signed in without a second TOTP; a tampered row
-//! and a wrong key are refused before any browser is launched. Each test creates and drops
+//! up with `scripts/postgres`). The Aurora task's checkpoints go to the database sealed: the
+//! raw rows hold neither the session cookie nor the localStorage value. A second run takes
+//! the first one over from the row, signed in without a second TOTP. A tampered row and a
+//! wrong key are refused before any browser is launched. Each test creates and drops
 //! its own database.
 
 mod support;

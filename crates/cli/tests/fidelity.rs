@@ -1,10 +1,10 @@
-//! Fidelity end to end: the two-site app (`aurora::twosite`) keeps a cross-site iframe's
+//! Fidelity end to end. The two-site app (`aurora::twosite`) keeps a cross-site iframe's
 //! partitioned localStorage, a CHIPS partitioned cookie, the tab's sessionStorage and an
 //! IndexedDB database (two stores, an index, a Date, a Uint8Array, a Map, a Set, an
 //! ArrayBuffer and a Blob). A run seeds it all, checkpoints, and its browser dies — twice, in
 //! each death mode, on the Solari provider (the gateway) and on the local provider. After
 //! every relaunch the app's own `report()`, read from the page as the app would, must see
-//! every piece; no restore request may reach the app's servers; and a value the codec cannot
+//! every piece. No restore request may reach the app's servers. A value the codec cannot
 //! carry is counted, not dropped silently.
 
 mod support;

@@ -1,9 +1,9 @@
 //! Exactly one worker per run. A worker running a Python Playwright task (the Aurora Bank
 //! script: sign in, poll, one transfer half-way) is cut off from PostgreSQL mid-run by a TCP
-//! proxy that stops forwarding: it stops the task — its script ended, its browser released —
-//! within its self-stop deadline, before its lease lapses; another worker claims the run only
+//! proxy that stops forwarding. It stops the task (its script ended, its browser released)
+//! within its self-stop deadline, before its lease lapses. Another worker claims the run only
 //! after the lease it last renewed has lapsed, and finishes it. Aurora's transfer log and
-//! sign-ins show no step done twice, the gateway never held two sessions at once, and once
+//! sign-ins show no step done twice, and the gateway never held two sessions at once. Once
 //! the partition heals the cut-off worker's late writes are refused by their fencing token.
 
 mod support;

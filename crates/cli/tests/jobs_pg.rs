@@ -1,8 +1,8 @@
 //! Durable runs as jobs, end to end: real `outlive worker` processes taking runs from a real
 //! PostgreSQL queue (apalis), browsers from the gateway through the Solari provider, the
 //! Aurora Bank task. A worker killed with SIGKILL mid-run loses its run to another worker,
-//! which resumes it from the sealed checkpoint without a second sign-in; two workers share
-//! twelve runs under a cluster-wide limit of three sessions; a run taken too often (its workers
+//! which resumes it from the sealed checkpoint without a second sign-in. Two workers share
+//! twelve runs under a cluster-wide limit of three sessions. A run taken too often (its workers
 //! died under it) is failed without a browser.
 
 mod support;

@@ -1,7 +1,7 @@
-//! PostgreSQL restarted under a worker in the middle of its runs: checkpoints that fall in the
-//! outage are not counted, the runs go on (or, stopped when their leases could not be renewed,
-//! are claimed again) and complete — each signed in once, no poll lost —
-//! and the worker takes new runs afterwards. Its own test binary: it restarts the cluster
+//! PostgreSQL restarted under a worker in the middle of its runs. Checkpoints that fall in the
+//! outage are not counted. The runs go on (or, stopped when their leases could not be renewed,
+//! are claimed again) and complete, each signed in once, no poll lost.
+//! The worker takes new runs afterwards. Its own test binary: it restarts the cluster
 //! behind `OUTLIVE_TEST_DATABASE_URL` (a local one, as `scripts/postgres` makes), which other
 //! tests must not see.
 
@@ -85,7 +85,7 @@ async fn runs_go_on_through_a_postgres_restart() {
     for run in &runs {
         assert_eq!(run.result.as_ref().unwrap()["polls"], 50, "{run:#?}");
         // A restart longer than the self-stop deadline (heartbeat 1 s × (3 − 1)), or a machine
-        // too loaded to renew within it, stops the runs; the worker claims them again once
+        // too loaded to renew within it, stops the runs. The worker claims them again once
         // the database answers, and they resume from their checkpoints.
         println!("{}: {} pickups", run.run_id, run.pickups);
     }

@@ -1,6 +1,6 @@
-//! A killed owner leaves no browser: `SIGKILL` of a process that launched local Chromium — an
-//! `outlive run`, an `outlive worker` with its embedded gateway — ends every Chromium it
-//! started within moments, through the browser's lifeline pipe, though no `Drop` runs; the
+//! A killed owner leaves no browser. `SIGKILL` of a process that launched local Chromium (an
+//! `outlive run`, an `outlive worker` with its embedded gateway) ends every Chromium it
+//! started within moments, through the browser's lifeline pipe, though no `Drop` runs. The
 //! next start under the same temp directory removes the profile the dead owner left. A command
 //! `outlive run` starts holds none of the lifeline's descriptors, and ends with its owner: its
 //! guard (a small `sh` reading a pipe only the owner holds) ends the command's process group.

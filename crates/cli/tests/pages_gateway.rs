@@ -1,5 +1,5 @@
-//! The page layer through the Solari provider and the gateway: the gateway crashes or closes
-//! the page of a live session mid-task (its page chaos), and the Aurora task completes on a
+//! The page layer through the Solari provider and the gateway. The gateway crashes or closes
+//! the page of a live session mid-task (its page chaos). The Aurora task completes on a
 //! fresh page of the same session — signed in once, no relaunch, nothing left behind.
 
 mod support;
@@ -43,7 +43,7 @@ async fn page_fails_mid_task(fault: PageFault) {
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
             // Not a test of detection: a browser slow to answer its probe on a loaded machine
-            // must not end the session (a local CI run at 9471e72 found the session ended
+            // must not end the session. (A local CI run at 9471e72 found the session ended
             // before the fault, after the relay had cut its client; cause not proven).
             .heartbeat_timeout(Duration::from_secs(6))
             .on_milestone(move |m| {

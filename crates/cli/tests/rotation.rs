@@ -1,7 +1,7 @@
 //! Rotation and standby end to end: real Chromium behind the gateway, the Aurora task through
-//! the Solari provider. Sessions die of old age at a fixed lifetime; with the lifetime
+//! the Solari provider. Sessions die of old age at a fixed lifetime. With the lifetime
 //! declared, the task moves to a successor at a safe point before each death (no death, no
-//! lost work, signed in once); with a standby, an unplanned death is replaced by the browser
+//! lost work, signed in once). With a standby, an unplanned death is replaced by the browser
 //! already up.
 
 mod support;
@@ -15,12 +15,12 @@ use outlive_cli::bed::{TestBed, dying};
 use support::Tracked;
 
 /// Runs the bank task (`polls` polls, 100 ms apart, each saved with a checkpoint of the task's
-/// own, as the README tells tasks to keep their steps) on `bed` with `options`, showing each
-/// milestone to `hook` as it comes; answers the result, the event and every milestone in order.
+/// own, as the README tells tasks to keep their steps) on `bed` with `options`. It shows each
+/// milestone to `hook` as it comes, and answers the result, the event and every milestone in order.
 ///
-/// Without its own checkpoints the task's polls would be progress outlive cannot see: a
+/// Without its own checkpoints the task's polls would be progress outlive cannot see. A
 /// rotation at an automatic checkpoint would count as fruitless, and the browser after it would
-/// wait for its death instead of rotating (the issue-20 rule) — whether a death then reached the
+/// wait for its death instead of rotating (the issue-20 rule). Whether a death then reached the
 /// task would depend on how fast the machine ran the polls.
 async fn bank_run(
     bed: &TestBed,

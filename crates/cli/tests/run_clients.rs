@@ -1,9 +1,9 @@
-//! `outlive run -- CMD` with real foreign clients: a Python Playwright script and a Node
+//! `outlive run -- CMD` with real foreign clients. A Python Playwright script and a Node
 //! Puppeteer script sign in to Aurora Bank once, checkpoint their progress through the control
-//! URL, seed every kind of client-side state (the twosite app), and survive browser deaths
-//! (through the gateway, over the Solari provider) and page crashes: one transfer, a sign-in
-//! done again only when a death cut it before its checkpoint, every piece of state back,
-//! `OUTLIVE_ATTEMPT` counting, nothing left behind.
+//! URL, and seed every kind of client-side state (the twosite app). They survive browser deaths
+//! (through the gateway, over the Solari provider) and page crashes. The checks: one transfer,
+//! a sign-in done again only when a death cut it before its checkpoint, every piece of state
+//! back, `OUTLIVE_ATTEMPT` counting, nothing left behind.
 //!
 //! The clients come from `scripts/clients` (run by `scripts/test`): Playwright from PyPI in a
 //! virtualenv, puppeteer-core from npm, under `target/clients/`.
@@ -165,7 +165,7 @@ fn dying(death: gateway::DeathMode, lifetime: Duration) -> gateway::Config {
 }
 
 /// What every client run must show: completed, through at least `deaths` browser deaths and
-/// one page crash, one transfer and no needless sign-in in all, every entry after the first
+/// one page crash. One transfer and no needless sign-in in all. Every entry after the first
 /// resumed with its progress and its state, and no process of the script left.
 async fn assert_survived(bed: &Bed, run: &Outcome, polls: u32, deaths: u32, marker: &str) {
     assert_survived_in(bed, run, polls, deaths, marker, &[]).await;
@@ -210,9 +210,9 @@ async fn assert_survived_in(
 
     // Which entry signs in depends on where the deaths fall (on a loaded machine the first
     // entry may not reach the TOTP before its page crashes). What must hold: an entry resumed
-    // signed in never signs in again, and a sign-in is done again only after one was cut
+    // signed in never signs in again. A sign-in is done again only after one was cut
     // between its TOTP and the checkpoint after it (the session the bank granted died with
-    // the browser before outlive saw it) — never by an entry that had a checkpoint to use.
+    // the browser before outlive saw it). Never by an entry that had a checkpoint to use.
     let mut cut_sign_ins = 0;
     for attempt in 1..=attempts {
         let name = format!("attempt-{attempt}.json");

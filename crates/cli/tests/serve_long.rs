@@ -1,6 +1,6 @@
 //! `outlive serve` with its default budget over sessions that die every few seconds (by close,
-//! reset and silence in turn): under an agent that reconnects and works, it is still serving
-//! after 50 deaths; with no client at all, it gives up after `max_relaunches` + 1 deaths and
+//! reset and silence in turn). Under an agent that reconnects and works, it is still serving
+//! after 50 deaths. With no client at all, it gives up after `max_relaunches` + 1 deaths and
 //! says which limit it hit.
 
 mod support;

@@ -1,5 +1,5 @@
 //! A silent death while the task waits on a command is noticed within about a second, not at
-//! the idle heartbeat's pace: the relay asks the browser as soon as nothing at all has come
+//! the idle heartbeat's pace. The relay asks the browser as soon as nothing at all has come
 //! from it for a few round trips while a command is in flight.
 //!
 //! The heartbeat is set to 30 s + 30 s here, so the idle path alone would take a minute; the

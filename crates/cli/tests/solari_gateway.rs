@@ -50,7 +50,7 @@ async fn run_outlive<P: Provider>(
 }
 
 /// The survival runs go one at a time: each keeps a gateway busy relaunching Chromium every
-/// few seconds, and four at once on a 2-core machine made launches take most of a lifetime
+/// few seconds. Four at once on a 2-core machine made launches take most of a lifetime
 /// (the dead-on-arrival run then gave up now and then).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

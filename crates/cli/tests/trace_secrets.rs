@@ -3,8 +3,8 @@
 //!
 //! The test installs the global subscriber exactly as an application does
 //! (`tracing_subscriber::fmt().with_env_filter("trace").init()`, which also bridges the `log`
-//! records tungstenite writes), runs the Aurora task through the `Solari` provider against the
-//! gateway with at least two relaunches and a restore, and searches everything written for the
+//! records tungstenite writes). It runs the Aurora task through the `Solari` provider against
+//! the gateway with at least two relaunches and a restore. It searches everything written for the
 //! session tokens, the session cookie, the planted localStorage value and the planted password.
 //! It lives in its own test binary because a global subscriber can be installed only once.
 

@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind};
 /// What a faulted `DELETE /sessions/:id` answers.
 ///
 /// Either way the session's browser is killed when the fault is taken (the *answer* is the
-/// fault, not the cleanup), so no Chromium leaks; the session stays unreleased, and dead,
+/// fault, not the cleanup), so no Chromium leaks. The session stays unreleased, and dead,
 /// until a delete that is not faulted (or shutdown) releases it.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

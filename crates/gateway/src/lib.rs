@@ -2,8 +2,8 @@
 //!
 //! The gateway speaks Solari's REST contract, so the official `solari-browser` client (and the
 //! Python and TypeScript SDKs) drive it unmodified. Each session is a real headless Chromium
-//! (launched by [`outlive::LocalChromium`]) behind a websocket relay; at its death time the
-//! browser is killed and the client sees a close frame, a TCP reset, or silence — while
+//! (launched by [`outlive::LocalChromium`]) behind a websocket relay. At its death time the
+//! browser is killed and the client sees a close frame, a TCP reset, or silence. Meanwhile
 //! `GET /sessions/:id` keeps saying `"active"`, as Solari's control plane does. It is the test
 //! bed for outlive's death detection and recovery.
 //!
@@ -52,24 +52,24 @@
 //! passes through): `"chaos.death"`: `close` | `reset` | `silence` | `mixed` | `doa`, and
 //! `"chaos.lifetimeMs"`: its exact lifetime. To kill on demand:
 //!
-//! - `POST /__chaos/sessions/:id/kill[?mode=close|reset|silence|mixed]` → `200 {id, death}`
+//! * `POST /__chaos/sessions/:id/kill[?mode=close|reset|silence|mixed]` → `200 {id, death}`
 //!   once Chromium is gone; without `mode` the session dies the death it was created with
 //!   (`404 InvalidSessionId`; `409 SessionEnded` if already dead). In process:
 //!   [`Gateway::kill`];
-//! - `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses, peakSessions}` (`peakSessions`: the most sessions held at once since the start).
+//! * `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses, peakSessions}` (`peakSessions`: the most sessions held at once since the start).
 //!
 //! ## Control-plane faults
 //!
 //! The next creates or deletes can fail on purpose ([`Gateway::fail_creates`],
 //! [`Gateway::fail_deletes`], [`Gateway::clear_faults`], or over REST):
 //!
-//! - `POST /__chaos/faults` with a JSON object of optional members, applied in this order
+//! * `POST /__chaos/faults` with a JSON object of optional members, applied in this order
 //!   once all are valid (else `400 InvalidJson` / `ValidationError` and nothing changes):
-//!   - `"clear": true` drops every queued fault;
-//!   - `"creates": {"count": N, "status": S}`: the next `N` creates answer `S` (400–599) with
+//!   * `"clear": true` drops every queued fault;
+//!   * `"creates": {"count": N, "status": S}`: the next `N` creates answer `S` (400–599) with
 //!     the body a real refusal carries (`503 BrowserUnhealthy`, `429
 //!     ConcurrencyLimitExceeded`, `500 InternalError`, …); no browser starts. `N = 0` clears;
-//!   - `"deletes": {"count": N, "status": S}` or `"deletes": {"count": N, "hang": true}`: the
+//!   * `"deletes": {"count": N, "status": S}` or `"deletes": {"count": N, "hang": true}`: the
 //!     next `N` deletes (no `count`: every one, until cleared) answer `S`, or never answer.
 //!     Either way the session's Chromium is killed first and the session stays unreleased
 //!     (dead, in `deadSessions`) until a delete that is not faulted releases it.
@@ -87,32 +87,32 @@
 //! ## Page faults
 //!
 //! A session's pages can die while its browser, and the client's relay connection, live on:
-//! every page target crashes (CDP `Page.crash`; clients see `Target.targetCrashed`, or
-//! `Inspector.targetCrashed` on an attached session) or is closed (`Target.closeTarget`;
-//! clients see `Target.targetDestroyed`), as [`PageFault`] says. This tests a task's handling
-//! of a dead tab rather than a dead browser.
+//! every page target crashes or is closed, as [`PageFault`] says. A crash is CDP `Page.crash`
+//! (clients see `Target.targetCrashed`, or `Inspector.targetCrashed` on an attached session).
+//! A close is `Target.closeTarget` (clients see `Target.targetDestroyed`). This tests a task's
+//! handling of a dead tab rather than a dead browser.
 //!
-//! - On a schedule: [`Config::page_fault`] faults each session's pages once, a fixed time
+//! * On a schedule: [`Config::page_fault`] faults each session's pages once, a fixed time
 //!   after its create (the session still dies at its own time). One session can choose for
 //!   itself through `userMetadata`: `"chaos.pageFault"`: `crash` | `close`, and
 //!   `"chaos.pageFaultAfterMs"`: when; either alone takes the other from the config, which
 //!   must then have one (else `400 ValidationError` naming the key).
-//! - On demand: [`Gateway::fail_page`], which answers once each page is seen crashed or gone.
+//! * On demand: [`Gateway::fail_page`], which answers once each page is seen crashed or gone.
 //!
 //! # Layout
 //!
-//! - [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
-//! - `server`: the accept loop ([`serve`]) and the in-process handle ([`spawn`], [`Gateway`]).
-//! - `api`: the REST routes, auth, and JSON errors.
-//! - `session`: the session registry, one keeper task per browser, and orderly shutdown.
-//! - `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
-//! - `chaos`: when and how each session dies, and when its pages do.
-//! - `page`: page faults, over a CDP connection of the gateway's own to the browser.
-//! - `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
+//! * [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
+//! * `server`: the accept loop ([`serve`]) and the in-process handle ([`spawn`], [`Gateway`]).
+//! * `api`: the REST routes, auth, and JSON errors.
+//! * `session`: the session registry, one keeper task per browser, and orderly shutdown.
+//! * `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
+//! * `chaos`: when and how each session dies, and when its pages do.
+//! * `page`: page faults, over a CDP connection of the gateway's own to the browser.
+//! * `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
 //!   next creates and deletes.
-//! - `chromium`: the browser per session, and the process-group accounting behind
+//! * `chromium`: the browser per session, and the process-group accounting behind
 //!   [`Status::chromium_processes`].
-//! - [`error`]: the one error type.
+//! * [`error`]: the one error type.
 #![forbid(unsafe_code)]
 
 mod api;

@@ -2,7 +2,7 @@
 //! client's relay connection to it, live on.
 //!
 //! The gateway opens a CDP connection of its own to the browser for each fault (Chromium takes
-//! several clients on its browser endpoint), so the client's connection carries nothing it did
+//! several clients on its browser endpoint). So the client's connection carries nothing it did
 //! not ask for but the events of the fault itself. A fault is done once each page is seen
 //! crashed or gone, so a caller that gets an answer can rely on what its clients will see.
 

@@ -2,7 +2,7 @@
 //! frame to the session's Chromium, and killed the way the session's fate says.
 //!
 //! The upgrade is done by hand (not with axum's `WebSocketUpgrade`) so that the relay gets the
-//! raw [`TcpStream`] back from hyper: a [`Death::Reset`] needs it to set `SO_LINGER` to zero
+//! raw [`TcpStream`] back from hyper. A [`Death::Reset`] needs it to set `SO_LINGER` to zero
 //! before dropping the socket, which makes the kernel answer with a TCP RST instead of a FIN.
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Tasks that are commands: `outlive worker --task NAME='CMD ARGS…'`. The queue carries only
 //! the task's name and its input, never a command line, so writing to the database is not
-//! running code on the workers; each worker runs what it was started with, exactly as
+//! running code on the workers. Each worker runs what it was started with, exactly as
 //! `outlive run -- CMD` does ([`outlive::run_command`]), with the input in `OUTLIVE_INPUT`.
 
 use std::sync::{Arc, Mutex};

@@ -1,19 +1,13 @@
 //! Exactly one worker per run: a run is held under a lease in `outlive_runs`, and the pickup
 //! number is its fencing token.
 //!
-//! * A worker claims a run by raising `pickups` and setting `lease_until = now() + takeover`,
-//!   only if the run is queued or its lease has lapsed: a run still under another worker's
-//!   lease is waited for, whatever apalis thinks of that worker.
-//! * The holder renews the lease every heartbeat. When it has not renewed for the *self-stop*
-//!   deadline (`heartbeat × (missed − 1)`), or a renewal finds the run taken over or
-//!   cancelled, it stops the task, with at most `heartbeat / 2` more to end the command and
-//!   release the browser; so the task is gone a half heartbeat before the lease it last
-//!   renewed lapses (`heartbeat × missed`), and only then may another worker claim it.
-//! * Every write of the holder — checkpoints ([`FencedStore`]), the run's end — names its
+//! * A worker claims a run only if it is queued or its lease has lapsed.
+//! * The holder renews the lease every heartbeat. It stops the task at the *self-stop*
+//!   deadline (`heartbeat × (missed − 1)`) without a renewal, or when a renewal finds the run
+//!   taken over or cancelled. With `heartbeat / 2` more to end, it is gone before the lapse.
+//! * Every write of the holder (checkpoints through [`FencedStore`], the run's end) names its
 //!   pickup in the same statement: a worker that no longer holds the run writes nothing.
-//!
-//! Deadlines are measured from when the renewal was *sent*, and the lease from when the
-//! server ran it (later), so a slow network only makes the holder stop earlier.
+//! * The rules and their measurements: `docs/durable.md`, "Exactly one worker per run".
 
 use std::time::Duration;
 

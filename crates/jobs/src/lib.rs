@@ -1,7 +1,7 @@
-//! Durable runs as jobs on [apalis](https://docs.rs/apalis) with its PostgreSQL storage: any
-//! number of workers, on one machine or many, take runs from one queue; a run whose worker
-//! dies (kill -9, a lost machine) is taken by another once the dead worker's heartbeats lapse,
-//! and resumes from its newest checkpoint, sealed in [`PgStore`].
+//! Durable runs as jobs on [apalis](https://docs.rs/apalis) with its PostgreSQL storage. Any
+//! number of workers, on one machine or many, take runs from one queue. A run whose worker
+//! dies (kill -9, a lost machine) is taken by another once the dead worker's heartbeats lapse.
+//! It resumes from its newest checkpoint, sealed in [`PgStore`].
 //!
 //! # Layout
 //!
@@ -16,8 +16,8 @@
 //! * [`SessionLimit`] — at most N browser sessions at once across every worker, through
 //!   PostgreSQL advisory locks (a dead worker's locks go with its connections).
 //!
-//! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`);
-//! outlive adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
+//! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`).
+//! This crate adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
 //! or error, the last wide event), `outlive_tasks` (every task name a worker declared: what
 //! [`submit`] accepts besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
 
@@ -174,8 +174,8 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// Tasks by name. A Rust task takes a serde input (checked when a run is submitted, and again
-/// when a worker takes it) and runs through outlive with the page and [`Ctx`] of each entry;
-/// a command task takes any JSON input and runs as `outlive run -- CMD` runs it. A durable
+/// when a worker takes it). It runs through outlive with the page and [`Ctx`] of each entry.
+/// A command task takes any JSON input and runs as `outlive run -- CMD` runs it. A durable
 /// task keeps its progress in its checkpoints ([`Ctx::checkpoint_with`], or `POST
 /// $OUTLIVE_CONTROL_URL/checkpoint` from a command), never in memory outside the task: the
 /// next entry may run in another process.
@@ -336,9 +336,9 @@ fn check_size(task: &str, input: &serde_json::Value) -> Result<(), Error> {
 /// Enqueues a run of `task` with `input` and answers its run id. The run shows in [`runs`]
 /// as `queued` until a worker takes it.
 ///
-/// `task` must be one of `tasks` (its input is then checked against it) or a name a worker
-/// declared on this database (`outlive_tasks`: a worker records its task names when it
-/// starts; such a run's input may be any JSON up to [`MAX_INPUT_BYTES`]).
+/// `task` must be one of `tasks` (its input is then checked against it). Or it is a name a
+/// worker declared on this database: in `outlive_tasks`, where a worker records its task names
+/// when it starts. Such a run's input may be any JSON up to [`MAX_INPUT_BYTES`].
 ///
 /// # Errors
 ///
@@ -783,13 +783,13 @@ impl Worker {
         &self.name
     }
 
-    /// Takes runs until `shutdown` resolves, then lets the runs in hand finish (up to 30 s;
-    /// a run cut off there is taken by another worker after the heartbeats lapse).
+    /// Takes runs until `shutdown` resolves, then lets the runs in hand finish, up to 30 s. A
+    /// run cut off there is taken by another worker after the heartbeats lapse.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidOption`] for a [`WorkerConfig`] with a zero field (nothing is
-    /// started), [`ErrorKind::Database`] when the queue cannot be used.
+    /// started). [`ErrorKind::Database`] when the queue cannot be used.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -853,8 +853,8 @@ struct Shared {
 }
 
 /// Every heartbeat, gives back to the queue the job of every run `running` under a lease that
-/// lapsed a whole takeover delay ago: no worker holds it (a holder renews; one that lost its
-/// hold claims it again within that time), yet apalis may never give it back — its worker's
+/// lapsed a whole takeover delay ago. No worker holds it: a holder renews, and one that lost
+/// its hold claims it again within that time. Yet apalis may never give it back: its worker's
 /// heartbeats go on when only the run was dropped (apalis restarting that worker).
 async fn requeue_lapsed(store: PgStore, timing: lease::Timing) {
     loop {
@@ -899,9 +899,9 @@ async fn declare(store: &PgStore, tasks: &Tasks) -> Result<(), Error> {
 }
 
 /// One run, taken from the queue: claimed, run while held. A hold lost because the lease
-/// could not be renewed (the database was unreachable) is claimed again once it can be —
-/// by this worker, or by another that took the run meanwhile — so that a database outage
-/// never leaves a run `running` with no worker: apalis would not give it back (this worker's
+/// could not be renewed (the database was unreachable) is claimed again once it can be. This
+/// worker claims it, or another that took the run meanwhile. So a database outage never
+/// leaves a run `running` with no worker: apalis would not give it back (this worker's
 /// heartbeats resume).
 async fn take(
     job: RunJob,

@@ -4,9 +4,9 @@
 //! A launch takes one of `max` session-level advisory locks on a connection of its own and
 //! keeps that connection (and so the lock) until its session is released; a worker that dies
 //! loses its connections and with them its locks. A launch that finds every slot taken waits
-//! on the same connection — no new connection per try — for a `NOTIFY` from a release (one
-//! `LISTEN`ing connection per [`SessionLimit`]) or, as a fallback for slots freed by a dead
-//! worker's lost connections, for a backoff of at most 2 s.
+//! on the same connection, with no new connection per try. It waits for a `NOTIFY` from a
+//! release (one `LISTEN`ing connection per [`SessionLimit`]). As a fallback for slots freed by
+//! a dead worker's lost connections, it waits for a backoff of at most 2 s.
 
 use std::str::FromStr;
 use std::sync::Arc;

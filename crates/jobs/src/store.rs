@@ -46,8 +46,8 @@ impl PgStore {
     }
 
     /// [`PgStore::connect`] with a pool of up to `max_connections` (at least 1). A worker
-    /// needs a few per run it holds: each run's lease renewals and checkpoint saves must not
-    /// wait behind the others' (an unrenewed lease stops the run).
+    /// needs a few per run it holds. Each run's lease renewals and checkpoint saves must not
+    /// wait behind the others': an unrenewed lease stops the run.
     ///
     /// # Errors
     ///

@@ -4,7 +4,7 @@
 //! Local Chromium does not die of old age, so the example declares an 8 s lifetime: every
 //! browser is left at about 5 s of age. The task visits 24 pages on 127.0.0.1, one every
 //! 500 ms, checkpointing after each with the list of pages visited as its progress
-//! (`Ctx::checkpoint_with`), which a re-entered task reads back (`Ctx::progress`); it prints
+//! (`Ctx::checkpoint_with`). A re-entered task reads it back (`Ctx::progress`). It prints
 //! each entry and, at the end, the wide event (`rotations`, `sessions`,
 //! `lostWorkMs`). Run with:
 //!

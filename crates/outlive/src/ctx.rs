@@ -128,8 +128,8 @@ impl Store {
     }
 }
 
-/// One capture in flight at a time. A call that arrives while a capture runs waits for it and
-/// is answered by the next capture, which every caller that arrived meanwhile shares: a capture
+/// One capture in flight at a time. A call that arrives while a capture runs waits for it. It
+/// is answered by the next capture, which every caller that arrived meanwhile shares. A capture
 /// that started before the call may have missed the state the caller wants kept.
 #[derive(Default)]
 struct Flight {
@@ -274,9 +274,9 @@ impl Ctx {
     /// to a successor browser: the entry then ends inside this call, which never returns.
     ///
     /// One capture runs at a time. A call made while one is running (a periodic checkpoint,
-    /// or another `checkpoint()` of the task) waits for it, then is answered by one follow-up
-    /// capture shared by every call that arrived meanwhile — never by the capture that was
-    /// already running, which may have missed the state the call wants kept.
+    /// or another `checkpoint()` of the task) waits for it. It is then answered by one
+    /// follow-up capture shared by every call that arrived meanwhile. It is never answered by
+    /// the capture already running, which may have missed the state the call wants kept.
     pub async fn checkpoint(&self) -> bool {
         self.checkpoint_as(CheckpointKind::Own).await
     }
@@ -344,9 +344,9 @@ impl Ctx {
     }
 
     /// Whether this entry moved the run on, which starts the budget's counts in a row again
-    /// (see `Options::max_relaunches`): a checkpoint kept with progress other than the one
-    /// the entry was handed; in a run with no progress saved yet, a checkpoint of the task's
-    /// own; under `serve`, a client that used the browser.
+    /// (see `Options::max_relaunches`). That is a checkpoint kept with progress other than the
+    /// one the entry was handed. In a run with no progress saved yet, a checkpoint of the
+    /// task's own counts. Under `serve`, so does a client that used the browser.
     pub(crate) fn made_progress(&self) -> bool {
         let inner = &self.inner;
         inner.advanced.load(Ordering::SeqCst)
@@ -642,9 +642,9 @@ impl Ctx {
     /// [`Ctx::checkpoint`] itself is not held.
     ///
     /// A hold also holds a planned rotation ([`Options::rotation`](crate::Options::rotation)),
-    /// which switches browsers at the task's last own checkpoint before the predicted death: a
-    /// hold that runs into the death meets it instead (and its step is redone on the
-    /// successor, already up).
+    /// which switches browsers at the task's last own checkpoint before the predicted death. A
+    /// hold that runs into the death meets it instead. Its step is then redone on the
+    /// successor, already up.
     ///
     /// ```no_run
     /// # async fn demo(ctx: outlive::Ctx) {

@@ -1,10 +1,10 @@
-//! Durable runs: the newest checkpoint kept outside this process, sealed, so that another
-//! process can take the run over after this one is gone (a deploy, an OOM kill, a lost
-//! machine) — it opens the checkpoint, restores it into a new browser and re-enters the task
-//! with `attempt` continuing and `resumed_from` set.
+//! Durable runs: the newest checkpoint kept outside this process, sealed. Another process can
+//! then take the run over after this one is gone (a deploy, an OOM kill, a lost machine). It
+//! opens the checkpoint, restores it into a new browser and re-enters the task with `attempt`
+//! continuing and `resumed_from` set.
 //!
-//! outlive seals and opens; where the sealed bytes live is the [`CheckpointStore`]'s business
-//! (a database row keyed by the run id, a file, an object store).
+//! Outlive seals and opens. Where the sealed bytes live is the [`CheckpointStore`]'s business:
+//! a database row keyed by the run id, a file, an object store.
 
 use std::fmt;
 use std::sync::Arc;

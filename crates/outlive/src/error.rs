@@ -9,10 +9,10 @@ use std::fmt;
 pub enum ErrorKind {
     /// An option was out of range; reported before anything was launched.
     InvalidOption,
-    /// The run stopped trying: the browser died (or a launch failed) more than
+    /// The run stopped trying. The browser died (or a launch failed) more than
     /// `max_relaunches` times in a row, or its page failed more than `max_page_recoveries`
-    /// times in a row in a browser that lived on ("in a row": without progress between), or
-    /// the run would need more than `max_sessions` sessions.
+    /// times in a row in a browser that lived on. Or the run would need more than
+    /// `max_sessions` sessions. In a row means without progress between.
     GaveUp,
     /// A provider could not launch a browser session.
     Launch,

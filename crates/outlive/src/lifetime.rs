@@ -5,10 +5,9 @@
 //! checkpoints are safe points ([`SafePoints`]).
 //!
 //! A rotation re-enters the task from the top on the successor: everything since the task's
-//! own last checkpoint is redone. So it ends the entry at a checkpoint the task asked for —
-//! the last one before the browser is to be left — and at an automatic one only when the task's
-//! next own checkpoint is not likely to come in time, as the last resort before the reactive
-//! path.
+//! own last checkpoint is redone. So it ends the entry at the task's own last checkpoint
+//! before the browser is to be left. It ends it at an automatic one only as the last resort
+//! before the reactive path, when the task's next own checkpoint is not likely to come in time.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -53,12 +52,12 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// When the task is expected to reach the switch on a browser born at `born`, from its
-    /// newest own checkpoint (or the entry's start), `since`, and its cadence: the last own
-    /// checkpoint due by `leave_by`; if none is, the next one when it is due before the death,
-    /// else at once (an automatic checkpoint). While the cadence is unknown: `switch_at` when
-    /// an automatic checkpoint may be the safe point (`blind`), else none is expected — a
-    /// successor launched then would only wait, ageing, for the death.
+    /// When the task is expected to reach the switch on a browser born at `born`. It works
+    /// from the task's newest own checkpoint (or the entry's start), `since`, and its cadence.
+    /// That is the last own checkpoint due by `leave_by`; if none is, the next one when it is
+    /// due before the death, else at once (an automatic checkpoint). While the cadence is
+    /// unknown: `switch_at` when an automatic checkpoint may be the safe point (`blind`).
+    /// Else none is expected: a successor launched then would only wait, ageing, for the death.
     pub(crate) fn switch_expected(
         &self,
         born: Instant,
@@ -82,9 +81,9 @@ impl Plan {
         })
     }
 
-    /// When to launch the successor so it is ready, and young, at `switch`: a lead before it,
-    /// never before half the time to leave (a lead as long as the lifetime would otherwise
-    /// have every browser left as soon as it is entered).
+    /// When to launch the successor so it is ready, and young, at `switch`: a lead before it.
+    /// Never before half the time to leave: a lead as long as the lifetime would otherwise
+    /// have every browser left as soon as it is entered.
     pub(crate) fn launch_for(&self, born: Instant, switch: Instant) -> Instant {
         switch
             .checked_sub(self.lead)
@@ -148,14 +147,15 @@ impl SafePoints {
     ///
     /// * Own: when the next own checkpoint is likely to come after `leave_by` — the last one
     ///   in time.
-    /// * Automatic: when the next own checkpoint is likely to come only after the death (the
-    ///   work since the last one is lost either way, and a cut now redoes least and starts the
-    ///   successor's life sooner); or, from `fallback_at` on, when the task has gone two of
-    ///   its cadences without one (it keeps its progress elsewhere: a cut at an automatic
-    ///   checkpoint costs it no more than a death would), or the cadence is unknown and the
-    ///   task [may never make one](SafePoints::blind). An own checkpoint that is only late
-    ///   (less than a cadence) is waited for: a cut would redo the whole step, which waiting
-    ///   for it (or for the death, the successor ready) never does more of.
+    /// * Automatic: when the next own checkpoint is likely to come only after the death. The
+    ///   work since the last one is lost either way; a cut now redoes least and starts the
+    ///   successor's life sooner.
+    /// * Automatic, from `fallback_at` on: when the task has gone two of its cadences without
+    ///   one. It keeps its progress elsewhere, so a cut costs it no more than a death would.
+    ///   Or when the cadence is unknown and the task [may never make one](SafePoints::blind).
+    ///
+    /// An own checkpoint that is only late (less than a cadence) is waited for. A cut would
+    /// redo the whole step; waiting for it (or for the death, the successor ready) never does.
     pub(crate) fn is_safe(
         &self,
         kind: CheckpointKind,

@@ -27,23 +27,13 @@ pub struct Viewport {
 /// The entry ends exactly there and is re-entered on the successor with `resumed_from` set;
 /// the old session is released. Deaths nobody predicted still take the reactive path.
 ///
-/// A re-entered task starts over from what it saved itself, so the safe point is a checkpoint
-/// the task asked for ([`Ctx::checkpoint`](crate::Ctx::checkpoint),
-/// [`checkpoint_with`](crate::Ctx::checkpoint_with)), outside any
-/// [`hold_checkpoints`](crate::Ctx::hold_checkpoints): the last one before the browser is to
-/// be left, judged from the task's own cadence (the longest of its recent gaps between its
-/// checkpoints). The successor is launched just in time for that checkpoint, so the task gets
-/// about a whole life on it. An automatic checkpoint is a safe point only as the last resort:
-/// when the task's next own checkpoint is not expected before the death (the work since its
-/// last one is lost either way), or from the last checkpoint interval before leaving when the
-/// task has gone two of its cadences without one (it keeps its progress elsewhere); an own
-/// checkpoint that is only late is waited for. For a task that has not checkpointed by itself
-/// yet, only once one of its entries has ended without doing so. A rotation that ends an
-/// entry without progress (see [`Options::max_relaunches`]) counts toward `max_relaunches`,
-/// like a death; after one that ends an entry without a checkpoint of the task's own, the
-/// next browser is not left at an automatic checkpoint. So rotation uses at most one session more than reacting (the task's
-/// last checkpoint before it returns may be a safe point), and the wide event's `redoneMs`
-/// says what it cost.
+/// The safe point is the task's own last checkpoint before the browser is to be left
+/// ([`Ctx::checkpoint`](crate::Ctx::checkpoint), [`checkpoint_with`](crate::Ctx::checkpoint_with)),
+/// outside any [`hold_checkpoints`](crate::Ctx::hold_checkpoints): a re-entered task starts over
+/// from what it saved itself. An automatic checkpoint serves only as the last resort. A rotation
+/// without progress counts toward [`Options::max_relaunches`]; a run uses at most one session
+/// more than reacting, and the wide event's `redoneMs` says what it cost. The whole algorithm:
+/// `docs/rotation.md`.
 ///
 /// The predicted death is at *expected lifetime − margin* of a session's age (counted from the
 /// start of its launch). The margin is 10 % of the expected lifetime, or the spread of the
@@ -253,8 +243,8 @@ impl Options {
         /// [`Rotation::Off`].
         fn rotation(rotation: Rotation);
 
-        /// Keeps a warm standby: a second browser, launched and restored ahead of need (and
-        /// brought up to date with the newest checkpoint when used), so an unplanned death is
+        /// Keeps a warm standby: a second browser, launched and restored ahead of need, and
+        /// brought up to date with the newest checkpoint when used. An unplanned death is then
         /// replaced in about the time of the final navigation instead of a whole launch. It
         /// costs a session for the whole run: the wide event reports `sessions` and `standbyMs`
         /// so the price is visible. With [`Rotation`], the standby is also the successor when it
@@ -294,17 +284,17 @@ impl Options {
         /// 30 s.
         fn checkpoint_every(every: Duration);
 
-        /// How many times in a row the browser may die (or fail to launch, or a rotation end an
-        /// entry without progress) before the run gives up. "In a row" means without progress
-        /// between, so a long task that keeps moving outlives any number of browsers, while one
-        /// whose browsers die before it gets anywhere stops.
+        /// How many times in a row the browser may die before the run gives up. A failed launch,
+        /// or a rotation that ends an entry without progress, counts too. In a row means
+        /// without progress between. So a long task that keeps moving outlives any number of
+        /// browsers, while one whose browsers die before it gets anywhere stops.
         ///
         /// An entry makes progress when a checkpoint it leaves holds progress
         /// ([`Ctx::checkpoint_with`](crate::Ctx::checkpoint_with), or a foreign client's
-        /// `POST …/checkpoint` with a body) other than what the entry was handed: saving the
-        /// same progress again, as a task that signs in on every entry and dies before its
-        /// first step does, is no progress. A task that saves no progress (plain
-        /// [`Ctx::checkpoint`](crate::Ctx::checkpoint)) cannot show a step from a repeat, so
+        /// `POST …/checkpoint` with a body) other than what the entry was handed. Saving the
+        /// same progress again is no progress: a task that signs in on every entry and dies
+        /// before its first step does that. A task that saves no progress (plain
+        /// [`Ctx::checkpoint`](crate::Ctx::checkpoint)) cannot show a step from a repeat. So
         /// until progress is saved in the run, a checkpoint of the task's own counts as
         /// progress; [`Options::max_sessions`] bounds what that can cost. Under
         /// [`serve`](crate::serve), an entry whose client sent the browser a command made
@@ -451,10 +441,10 @@ impl Options {
         fn heartbeat_timeout(timeout: Duration);
 
         /// Cap on one checkpoint capture. A cross-site iframe that has not answered within half
-        /// of it is left out of that checkpoint (its earlier storage kept; counted in the wide
-        /// event's `stateLeftOut`), so one hung iframe does not cost every checkpoint; until it
-        /// answers (or three times this cap has passed), later checkpoints leave it out at once
-        /// and send it nothing more.
+        /// of it is left out of that checkpoint: its earlier storage is kept, and it is counted
+        /// in the wide event's `stateLeftOut`. So one hung iframe does not cost every
+        /// checkpoint. Until it answers (or three times this cap has passed), later checkpoints
+        /// leave it out at once and send it nothing more.
         ///
         /// # Default
         ///

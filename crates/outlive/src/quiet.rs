@@ -1,28 +1,13 @@
 //! Keeping wire traffic out of the logs, whatever subscriber the application installed.
 //!
-//! The libraries outlive drives log what passes through them: chromiumoxide every CDP
-//! message at TRACE (`chromiumoxide::conn`: `Storage.setCookies` with cookie values, the
-//! task's `Runtime.evaluate` with a typed password), tungstenite every websocket message and
-//! the client handshake request (a Solari CDP URL with its bearer token) through the `log`
-//! crate, which an application's `tracing_subscriber::fmt().init()` bridges into `tracing`.
-//! A checkpoint and an endpoint are credentials, so outlive does not hope the application
-//! filters them: every future and task outlive runs is polled under [`Quiet`], a dispatcher
-//! that forwards everything to the subscriber that was in place except those libraries'
-//! wire-level events. `log` records count too: the bridge dispatches them to the current
-//! (scoped) dispatcher, which inside outlive is [`Quiet`].
-//!
-//! What is kept for debugging is outlive's own account of the wire (target `outlive::wire`,
-//! TRACE): each frame's direction, size, CDP method and id — never a payload.
-//!
-//! The task itself is the caller's code, and it is polled under the caller's own dispatcher,
-//! whole ([`as_caller`]): `Span::current()`, `tracing-opentelemetry`'s context and anything
-//! else that downcasts the dispatcher work there as they do outside outlive. [`Quiet`] cannot
-//! offer that itself: a `Dispatch` gives no way to ask the subscriber inside it to downcast
-//! to a type known only at run time, so a wrapper cannot forward `downcast_raw`. Nothing is
-//! lost by it: the libraries that log the wire do so only in the futures that drive the
-//! connection (chromiumoxide's handler, the relay, the websocket handshake), which outlive
-//! polls in tasks of its own, under [`Quiet`]; a page call from the task only queues a
-//! command for them.
+//! chromiumoxide and tungstenite log every CDP and websocket message, credentials included.
+//! So every future and task outlive runs is polled under [`Quiet`]. It forwards everything to
+//! the subscriber in place except those libraries' wire-level events, `log` records too.
+//! outlive's own `outlive::wire` TRACE line keeps each frame's direction, size,
+//! CDP method and id, never a payload. The task is polled under the caller's own dispatcher,
+//! whole ([`as_caller`]): a wrapper cannot forward `downcast_raw`. Nothing is lost by it: the
+//! wire is logged only in futures outlive polls under [`Quiet`]. Why and how:
+//! `docs/security.md`, "Logs at every level, TRACE included".
 
 use std::future::Future;
 

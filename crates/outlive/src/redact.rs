@@ -1,9 +1,9 @@
 //! Redaction of text outlive did not write (task errors, provider failures) before it reaches
 //! a log line or the wide event.
 //!
-//! It is a net, not a proof: it knows the common shapes of a secret — URLs with paths and
-//! queries, `name=value` pairs whose name looks like a credential, `Bearer …`/`Basic …`,
-//! JWTs, one-time codes and long opaque tokens — and removes them. It cannot know every
+//! It is a net, not a proof. It knows the common shapes of a secret and removes them: URLs
+//! with paths and queries, `name=value` pairs whose name looks like a credential,
+//! `Bearer …`/`Basic …`, JWTs, one-time codes and long opaque tokens. It cannot know every
 //! shape. `tests/redact_props.rs` plants generated secrets in each shape inside random prose.
 
 use std::sync::LazyLock;

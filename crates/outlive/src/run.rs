@@ -1,17 +1,12 @@
 //! The run loop: launch, restore, enter, watch, and on a failure, grace, drop, replace.
 //!
-//! One mechanism for every layer: a browser death and a page failure both end the entry at a
-//! well-defined point (after the grace period, the entry is dropped), and the task is
-//! re-entered with `attempt` + 1 on a replacement — a fresh page in the same browser when only
-//! the page failed and the browser still answers, a new browser otherwise. The loop is a
-//! struct with named steps ([`Run::next_browser`], [`Run::prepare`], [`Run::watch_entry`],
-//! [`Run::after_failure`]), generic over a [`Backend`] so that its timing logic (grace,
-//! backoff, lost work, budgets) is tested with a paused clock against a scripted fake; the
-//! real backend is [`crate::browser::CdpBackend`].
-//!
-//! Its parts: an entry entered and watched, a select arm a step ([`entry`]); when the
-//! entry's clocks are due, synchronously ([`schedule`]); the grace and the accounting after a
-//! failure ([`failure`]); what the run may spend before it gives up ([`budget`]).
+//! A browser death and a page failure both end the entry after the grace period. The task is
+//! re-entered with `attempt` + 1 on a fresh page of the same browser if it still answers,
+//! else on a new browser. The loop's steps: [`Run::next_browser`], [`Run::prepare`],
+//! [`Run::watch_entry`], [`Run::after_failure`]. Generic over a [`Backend`], its timing is
+//! tested with a paused clock against a fake; the real one is [`crate::browser::CdpBackend`].
+//! Parts: the entry watched, a select arm a step ([`entry`]); when its clocks are due
+//! ([`schedule`]); after a failure ([`failure`]); what the run may spend ([`budget`]).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -346,9 +341,9 @@ struct Run<'r, B: Backend, F> {
     stale: Option<Successor<'r, B::Browser>>,
     /// Releases going on in the background (old browsers left at a rotation, dead successors).
     releasing: FuturesUnordered<Release<'r>>,
-    /// Releases not started yet: those due while the next entry is prepared wait for it to be
-    /// entered (or for a fresh launch), so that a provider tearing a browser down on the same
-    /// machine does not slow the restore and navigation the task is waiting for.
+    /// Releases not started yet. Those due while the next entry is prepared wait for it to be
+    /// entered (or for a fresh launch). A provider tearing a browser down on the same machine
+    /// would otherwise slow the restore and navigation the task is waiting for.
     deferred: Vec<Release<'r>>,
     /// What was restored into the next browser before it was taken (a successor's
     /// checkpoint): its restore writes only what changed since.

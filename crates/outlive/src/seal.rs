@@ -1,10 +1,10 @@
-//! Sealed bytes: what a durable run writes where others can read it (a database row) —
-//! XChaCha20-Poly1305 under a key the user supplies, with the run's id as associated data, so a
+//! Sealed bytes: what a durable run writes where others can read it (a database row). It is
+//! XChaCha20-Poly1305 under a key the user supplies, with the run's id as associated data. So a
 //! row copied to another run, altered, or read with the wrong key is refused, never restored.
 //!
 //! The sealed form is `OLS1` ‖ key id (8 bytes) ‖ nonce (24 bytes) ‖ ciphertext and tag. The
-//! key id is the first 8 bytes of SHA-256 over a fixed label and the key: it names which key
-//! sealed a row (so an old key can still open it after a rotation) and says nothing of the key.
+//! key id is the first 8 bytes of SHA-256 over a fixed label and the key. It names which key
+//! sealed a row, so an old key can still open it after a rotation; it says nothing of the key.
 
 use std::fmt;
 use std::path::Path;
@@ -169,9 +169,9 @@ impl Sealer {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Sealed`], with a message that says which: not a sealed checkpoint at all;
-    /// sealed under a key this sealer does not hold (the key id is named); or refused by the
-    /// authentication tag — altered, or sealed for another run.
+    /// [`ErrorKind::Sealed`], with a message that says which. Not a sealed checkpoint at all.
+    /// Sealed under a key this sealer does not hold (the key id is named). Or refused by the
+    /// authentication tag: altered, or sealed for another run.
     pub fn open(&self, run_id: &str, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
         if sealed.len() < HEADER_LEN + 16 || &sealed[..MAGIC.len()] != MAGIC {
             return Err(Error::new(

@@ -1,7 +1,7 @@
-//! The page as a unit of failure, against real Chromium: a crashed, closed or hung page is
-//! noticed from the connection, every call the task awaits on it fails at once, and the task
-//! is re-entered on a fresh page in the same browser with the checkpoint restored — without a
-//! relaunch — while a browser that died too is relaunched.
+//! The page as a unit of failure, against real Chromium. A crashed, closed or hung page is
+//! noticed from the connection, and every call the task awaits on it fails at once. The task
+//! is re-entered on a fresh page in the same browser with the checkpoint restored, without a
+//! relaunch. A browser that died too is relaunched.
 
 mod support;
 

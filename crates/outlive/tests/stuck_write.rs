@@ -1,9 +1,9 @@
 //! A half-open browser connection while the task sends a multi-MB command, end to end with
-//! Chromium: a proxy in front of the browser stops reading (and forwarding) for good, so the
+//! Chromium. A proxy in front of the browser stops reading (and forwarding) for good, so the
 //! relay's write of the command fills the kernel buffers and never finishes. The relay must
-//! still declare the silence within heartbeat interval + timeout, and the task is re-entered
-//! on a fresh browser — not left waiting on the write (and on chromiumoxide's 60 s request
-//! timeout) as when the relay awaited its writes where it decides.
+//! still declare the silence within heartbeat interval + timeout. The task is re-entered on a
+//! fresh browser. It is not left waiting on the write (and on chromiumoxide's 60 s request
+//! timeout), as when the relay awaited its writes where it decides.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! The caller's tracing context, kept: outlive's background tasks (the relay above all) log
-//! inside the run's span, so two runs in one process can be told apart, and the task runs in
+//! The caller's tracing context, kept. outlive's background tasks (the relay above all) log
+//! inside the run's span, so two runs in one process can be told apart. The task runs in
 //! the caller's span, with the run's spans between, for `Span::current()` and for
 //! `tracing-opentelemetry` alike. Real Chromium.
 

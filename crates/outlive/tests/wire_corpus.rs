@@ -1,5 +1,5 @@
 //! The `wire` fuzz target's seed corpus, replayed through the target's own entry point on
-//! stable, as part of the test suite: every seed (the UTF-8 frame that once panicked the relay
+//! stable, as part of the test suite. Every seed (the UTF-8 frame that once panicked the relay
 //! among them) is read without a panic and as serde reads it. `cargo fuzz run wire` explores
 //! from these seeds (see `fuzz/README.md`).
 

@@ -8,8 +8,8 @@
 //!   frames received;
 //! * **replace** — under `outlive run` on a gateway whose sessions die every 8 s: the death
 //!   detected → the next entry's process started → its client connected (the script's own
-//!   start-up in between), next to library mode's replace time on the same gateway (the bank
-//!   task, death detected → re-entered).
+//!   start-up in between). Next to it, library mode's replace time on the same gateway (the
+//!   bank task, death detected → re-entered).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -20,45 +20,12 @@ use super::{PartCache, is_storable_origin};
 use crate::relay::Calls;
 use tokio_util::task::AbortOnDropHandle;
 
-/// Whether a frame's IndexedDB may have changed since the capture script last read it in full,
-/// from Chromium's own change events (`Storage.trackIndexedDBForStorageKey` for the frame's
-/// storage key, then `indexedDBContentUpdated` / `indexedDBListUpdated` on the page's session —
-/// for an out-of-process frame's partitioned storage key too): while none came for its key,
-/// the capture script is told the last read stands, and only checks that no database came,
-/// went or changed version — so an unchanged IndexedDB costs a checkpoint nothing more, in the
-/// top frame and in cross-site iframes, on every new document, however often another frame's
-/// changes. Reads are kept by the frame's scope (its origin and its ancestors', which the
-/// script states and checks): a scope has one storage key (the script states none where a key
-/// is made with a nonce, and a key the browser gives for another origin is refused), though
-/// two scopes can share one.
-///
-/// The relay hands each event over as it reads it from the socket, before it forwards anything
-/// read after it (see `Calls::indexed_db_changes`): chromiumoxide's listeners are not used, as
-/// it hands a reply to its caller as it reads it but queues an event read just before it for
-/// its listeners' next pass. Chromium, though, does not order the event with the page's own
-/// view of the commit (the protocol promises nothing; the event takes the browser process's
-/// IndexedDB sequences and UI thread, the completion goes to the renderer directly). As a rule
-/// the event comes first — 1 800 of 1 800 commits in a row measured here, with the whole test
-/// suite running beside them — so a change the task has seen has been counted by the time it
-/// asks for a checkpoint (a cross-site frame's change too: the event comes on the page's
-/// session). Not always: on a loaded 2-vCPU machine the event came after a checkpoint taken
-/// right after the commit in about 1 of 40 runs of the test suite, and that checkpoint held the
-/// frame's previous IndexedDB; the next one after the event holds the change. (And Chromium
-/// registers its observer for the first tracking on a session without waiting for it, so a
-/// commit in that moment is never reported: tracking is relied on only from
-/// `OBSERVER_SETTLES` after the session's first.) A change event that comes while a capture runs
-/// has the frames of its storage key that took their read as standing read again in full
-/// (every frame, for an event of a key not tracked here), and a full read is made at least
-/// every `IDB_READ_IN_FULL_EVERY` regardless. With no relay behind the page nothing is
-/// tracked, and every capture reads IndexedDB in full.
-///
-/// So a checkpoint that took a frame's read as standing is watched after it is taken: an event
-/// for that frame's key that comes after the capture's last look (the late report above, or a
-/// change made since) wakes [`IdbWatch::stale`], and the run takes a new checkpoint at once,
-/// which reads that frame in full — unless the task holds the automatic checkpoints (then its
-/// own after the hold, or the next automatic one, does). While a rotation is armed, captures
-/// read every frame in full (`CaptureOptions::indexed_db_in_full`): the task may resume from
-/// that checkpoint in the successor at once.
+/// Whether a frame's IndexedDB may have changed since the capture script last read it in full.
+/// It listens to Chromium's own change events for the frame's storage key. While none came, the
+/// capture takes the last read as standing, so an unchanged IndexedDB costs nothing more.
+/// The events may come after the commit, so a checkpoint that relied on them is watched after
+/// it is taken ([`IdbWatch::stale`]). How and why, with the measurements:
+/// `docs/survives.md`, "How the checkpoint reads IndexedDB".
 /// One watch per page session: tracking belongs to the session.
 #[derive(Default)]
 pub(crate) struct IdbWatch {
@@ -74,8 +41,8 @@ pub(crate) struct IdbWatch {
 const OBSERVER_SETTLES: Duration = Duration::from_secs(1);
 
 /// However quiet Chromium's change events are, a frame's IndexedDB is read in full at least
-/// this often: the events' order (above) is observed, not promised by the protocol, and
-/// a tracking Chromium dropped without closing the session would otherwise go unnoticed.
+/// this often. The events' order is observed, not promised by the protocol. And a tracking
+/// Chromium dropped without closing the session would otherwise go unnoticed.
 const IDB_READ_IN_FULL_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]

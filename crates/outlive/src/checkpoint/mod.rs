@@ -1,29 +1,13 @@
-//! Checkpoints: cookies (CHIPS partition keys included), and per storage key — a frame's
-//! origin under the top-level origin it was seen in — localStorage, sessionStorage and
-//! IndexedDB, plus the URL; captured from a live page and all its frames, restored into a
-//! fresh one.
+//! Checkpoints: cookies (CHIPS partition keys included), the URL, and per storage key (a
+//! frame's origin under its top-level origin) localStorage, sessionStorage and IndexedDB.
+//! Captured from a live page and all its frames by page script (`js/`), restored into a fresh
+//! one through intercepted documents: `docs/survives.md`. A checkpoint is a credential: its
+//! `Debug` shows sizes, its strings are zeroed on drop (`docs/security.md`).
 //!
-//! Reading and writing storage is page script (`js/`): the capture script runs in every frame
-//! of the page (cross-site iframes through their own sessions, which the relay sees), so each
-//! frame reads exactly the storage partition it uses. It hashes what it read and sends only
-//! parts whose hash outlive does not already hold, so unchanged megabytes are never sent
-//! twice. Restore serves documents through `Fetch` interception — no request reaches the real
-//! site — a top-level document of each top origin embedding one iframe per cross-site origin
-//! captured under it, each writing its own part; Chromium files every write under the same
-//! storage key the original frame had.
-//!
-//! A checkpoint is a credential. It lives in memory only, its `Debug` shows sizes and never
-//! values, and its strings are zeroed when it is dropped — so are the copies restore makes
-//! (the restore documents). The copies inside the CDP messages chromiumoxide and serde
-//! handle are theirs and are not zeroed.
-//!
-//! This module holds the data model: a [`Checkpoint`], its cookies, storage keys and parts,
-//! and what zeroes them. The rest, one concern each: `capture` (reading a page and its frames:
-//! `frames`, `expressions` for the script's calls, `warm` for installing it ahead), `cache`
-//! (the parts outlive holds by hash), `idb` (Chromium's IndexedDB change tracking, which lets a
-//! capture skip an unchanged IndexedDB), `restore` (writing a checkpoint into a fresh page:
-//! `plan`, `serve`, `write`), `persist` (a checkpoint as bytes) and `script` (running the page
-//! scripts, and the value codec both of them embed).
+//! This module holds the data model. The rest: `capture` (`frames`, `expressions`, `warm`),
+//! `cache` (parts held by hash), `idb` (IndexedDB change tracking), `restore` (`plan`, `serve`,
+//! `write`), `persist` (a checkpoint as bytes) and `script` (running the page scripts, and the
+//! value codec both of them embed).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,6 +1,6 @@
 //! A checkpoint as bytes, for a store outside this process (durable runs seal them into
-//! PostgreSQL): versioned JSON with field names of its own, independent of the wire between
-//! the page scripts and outlive, so bytes stored by an earlier outlive still read back.
+//! PostgreSQL). It is versioned JSON with field names of its own, independent of the wire
+//! between the page scripts and outlive, so bytes stored by an earlier outlive still read back.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

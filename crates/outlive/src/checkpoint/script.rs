@@ -53,9 +53,9 @@ pub(super) async fn evaluate<T: serde::de::DeserializeOwned>(
         })
 }
 
-/// Runs `expression` in whatever document the top frame holds when the browser gets to it
-/// (`Runtime.evaluate` with no context: not the context chromiumoxide last saw, which can be
-/// the document before a navigation that has just committed) and decodes what it answers.
+/// Runs `expression` in whatever document the top frame holds when the browser gets to it,
+/// and decodes what it answers. It is `Runtime.evaluate` with no context: the context
+/// chromiumoxide last saw can be the document before a navigation that has just committed.
 pub(super) async fn evaluate_now<T: serde::de::DeserializeOwned>(
     page: &Page,
     expression: String,

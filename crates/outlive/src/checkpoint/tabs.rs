@@ -182,9 +182,9 @@ async fn context_cookies(browser: &Browser, id: &str) -> Vec<StoredCookie> {
 }
 
 /// Merges the tabs' reads (the task's page first, the rest in the client's order) into one
-/// checkpoint: the default context's storage from every tab in it, each made context's from its
-/// own, sessionStorage and the URL from the tab the client used last (else the task's page),
-/// the default context's other tabs with their URL and sessionStorage.
+/// checkpoint. The default context's storage comes from every tab in it, each made context's
+/// from its own. sessionStorage and the URL come from the tab the client used last (else the
+/// task's page). The default context's other tabs are kept with their URL and sessionStorage.
 fn assemble(
     mut tabs: Vec<Read>,
     last_tab: Option<String>,

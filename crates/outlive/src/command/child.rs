@@ -1,7 +1,7 @@
-//! The command's process: started in a process group of its own, so that one signal reaches
-//! it and everything it started (Playwright's driver, a shell's children), and ended by its
-//! owner — `SIGTERM`, then `SIGKILL` after the kill delay — however the owner lets go of it,
-//! even when the owner is killed and no `Drop` runs (see [`Guard`]).
+//! The command's process, started in a process group of its own. One signal then reaches it
+//! and everything it started (Playwright's driver, a shell's children). Its owner ends it
+//! (`SIGTERM`, then `SIGKILL` after the kill delay) however it lets go of it. That holds even
+//! when the owner is killed and no `Drop` runs (see [`Guard`]).
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -110,9 +110,9 @@ impl Drop for Child {
 }
 
 /// A small `sh` that ends a command's process group when its owner (this process) is gone,
-/// however it went — `SIGKILL`, the OOM killer — when no `Drop` can run: it reads a pipe whose
-/// only write end this process holds (close-on-exec, so no other child inherits it), and at
-/// end-of-file sends the group `SIGTERM`, then `SIGKILL` if anything of it is left after the
+/// however it went (`SIGKILL`, the OOM killer), when no `Drop` can run. It reads a pipe whose
+/// only write end this process holds (close-on-exec, so no other child inherits it). At
+/// end-of-file it sends the group `SIGTERM`, then `SIGKILL` if anything of it is left after the
 /// kill delay. Dropped (with its [`Child`], whose own ending signals the group), it is told to
 /// stand down first, so the command never gets a second `SIGTERM` (which many runtimes read as
 /// "quit now, skip the clean-up"). It runs in a process group of its own, so a signal to the

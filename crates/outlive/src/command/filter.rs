@@ -2,8 +2,8 @@
 //! connection creates in the pages it shares with the client (the capture's `outlive` world in
 //! other-origin frames, chromiumoxide's utility world in every frame). Chromium tells every
 //! session with `Runtime.enable` on a target about every world in it, whichever connection
-//! made it; a client that picks "the" context of a frame by name or by type could land in
-//! outlive's, and Playwright reports console calls of unknown worlds as the page's.
+//! made it. A client that picks "the" context of a frame by name or by type could land in
+//! outlive's. And Playwright reports console calls of unknown worlds as the page's.
 //!
 //! Everything else outlive does travels on its own connection (replies, events and sessions
 //! are per connection), so this is the one thing to take out of the client's stream.

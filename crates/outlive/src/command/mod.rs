@@ -1,19 +1,13 @@
 //! A command as a task: any program, in any language, driving the browser over CDP.
 //!
-//! [`run_command`] runs the program against a browser outlive owns; when the browser (or its
-//! page) fails, outlive closes the program's CDP connection at once, lets the program exit by
-//! itself within the grace, else ends its process group (`SIGTERM`, then `SIGKILL` after
-//! [`Command::kill_after`]), replaces the browser, restores the checkpoint, and runs the
-//! program again with `OUTLIVE_ATTEMPT` + 1. [`serve`] serves the same endpoint with no
-//! program, for clients that reconnect by themselves.
-//!
-//! The program reaches the browser through the front (see `front`): a loopback endpoint that
-//! stays at one address for the whole run while browsers come and go. Its own CDP connection
-//! is separate from outlive's (Chromium keeps replies, events and sessions per connection), and
-//! the isolated worlds outlive's connection creates are held back from it; so the program sees
-//! nothing of outlive. This needs a provider whose browsers accept a second CDP connection
-//! (local Chromium, Browserless, Browserbase, Steel do; a provider that allows only one
-//! refuses the program's).
+//! [`run_command`] runs the program against a browser outlive owns. When the browser (or its
+//! page) fails, outlive closes the program's CDP connection at once and lets it exit within the
+//! grace, else ends its process group (`SIGTERM`, then `SIGKILL` after [`Command::kill_after`]).
+//! Then it replaces the browser, restores the checkpoint, and runs the program again with
+//! `OUTLIVE_ATTEMPT` + 1. [`serve`] serves the same endpoint with no program, for clients that
+//! reconnect by themselves. The program connects through the front (see `front`), a loopback
+//! endpoint at one address for the whole run, on a CDP connection of its own. The provider's
+//! browsers must accept a second one. How it stays invisible: `docs/run-and-serve.md`.
 
 mod child;
 mod filter;
@@ -422,7 +416,7 @@ async fn entry(
         status = child.wait() => status,
         () = ctx.retired() => {
             // The browser or page failed (or the task moves to a successor): the program's
-            // connection is closed now, so its pending calls fail; it may still exit by
+            // connection is closed now, so its pending calls fail. It may still exit by
             // itself within the grace, after which this entry is dropped and it is ended.
             // The next entry's program starts as soon as this one is gone.
             served.stop();

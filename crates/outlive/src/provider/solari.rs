@@ -54,9 +54,9 @@ impl SolariLaunch {
         /// Extra attempts when creating a session fails transiently or the probe fails, with an
         /// exponential backoff (200 ms doubling, at most 5 s, jittered). Each failed attempt's
         /// session is released first. What is transient follows the official `solari-browser`
-        /// crate's own rule: transport, connect and protocol failures and 5xx answers — but not
-        /// 429 (`ConcurrencyLimitExceeded`: see [`busy_wait`](Self::busy_wait)) and not a
-        /// 502 `PoolResponseUnparseable`, after which the session may exist and a fresh create
+        /// crate's own rule: transport, connect and protocol failures and 5xx answers. Not 429
+        /// (`ConcurrencyLimitExceeded`: see [`busy_wait`](Self::busy_wait)), and not a
+        /// 502 `PoolResponseUnparseable`: after it the session may exist, and a fresh create
         /// would make a second one.
         ///
         /// # Default

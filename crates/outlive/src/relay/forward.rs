@@ -1,19 +1,12 @@
 //! The forwarding halves: one writer per direction, fed through a bounded queue, so that no
 //! socket write is ever awaited where the relay decides anything.
 //!
-//! The driver puts each message into the direction's [`Outbox`] without waiting: when the
-//! queue is full the message is held, and the driver stops reading the side that feeds that
-//! direction until [`Outbox::make_room`] has moved it on — a side that stops reading pushes
-//! back on the other instead of filling memory (the shape of the gateway's `forward`). The
-//! writer ([`write()`]) takes from the queue and writes, for as long as the socket needs; the
-//! browser's writer takes the relay's own messages (probes, calls) first, from a queue of
-//! their own.
-//!
-//! Under the upstream socket, [`Draining`] keeps its [`Flow`]: when a write that had waited
-//! for room in the kernel's buffer last got it, and how long it had waited — what tells the
-//! watchdog a slow link (the socket keeps draining) from a half-open one (it stops); and the
-//! browser's writer reports each of the relay's own messages once written ([`Written`]), when
-//! a probe's clock starts.
+//! The driver puts each message into the direction's [`Outbox`] without waiting. A full queue
+//! holds it, and the driver stops reading the feeding side until [`Outbox::make_room`] moves
+//! it on: back-pressure, not memory. The writer ([`write()`]) writes for as long as the socket
+//! needs, the relay's own messages first. Under the upstream socket, [`Draining`] keeps its
+//! [`Flow`], which tells a slow link from a half-open one. Each own message is reported once
+//! written ([`Written`]), when a probe's clock starts. More: `docs/deaths.md`, "Inside the relay".
 
 use std::collections::VecDeque;
 use std::pin::Pin;

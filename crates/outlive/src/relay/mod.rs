@@ -1,45 +1,13 @@
 //! The loopback relay outlive owns between chromiumoxide and the browser's endpoint.
 //!
-//! chromiumoxide 0.9 does not surface a dead connection reliably (its handler stream never
-//! ends, and page calls hang on a reset or a silent socket), so outlive sits in the middle:
-//! every frame passes through the relay, which therefore sees a close frame, a reset or an
-//! EOF first, and which asks the browser for a sign of life (`Browser.getVersion` under a
-//! private message id) whenever the connection has been quiet for a heartbeat interval.
-//! The first sign of death is published on a `watch` channel *before* the client side is
-//! cut, so anything chromiumoxide sees afterwards is already explained.
-//!
-//! The relay also watches the task's **page** (one target and its flattened CDP session):
-//! a renderer crash (`Inspector.targetCrashed`, `Target.targetCrashed`), the target destroyed
-//! or detached by anyone but outlive, and a hung page — a command on the page outstanding for
-//! half a heartbeat interval makes the relay ask the page (`Runtime.evaluate` of a constant) and the
-//! browser (`Browser.getVersion`) at once; the browser answering and the page not within the
-//! heartbeat timeout is a hung page. A page failure is published on its own channel, then every
-//! command in flight on that page is answered with a CDP error at once, and so is every later
-//! command to it: nothing the task awaits hangs on a dead target (chromiumoxide would wait for
-//! its 30–60 s request timeout). The browser connection stays up for the next page.
-//!
-//! # Parts
-//!
-//! * this module — the handle the rest of outlive holds ([`Relay`], [`Calls`],
-//!   [`DeathSender`]), the deaths it publishes ([`Death`], [`DeathCause`]), the requests
-//!   it passes to the relay's task (`Control`), and where the task hands IndexedDB's change
-//!   events as it reads them ([`IdbFeeds`]);
-//! * `driver` — the relay's task: one loop that reads both sockets and the handle's requests,
-//!   asks the watchdog what each means, and never awaits a socket write. While the client
-//!   does not take what the browser sends, it reads nothing more from the browser and
-//!   judges no silence (the answers may be waiting unread);
-//! * `forward` — the forwarding halves: per direction a bounded queue and a writer, so a
-//!   write stuck on a half-open socket holds up only that writer (and, by back-pressure, the
-//!   reading of the side feeding it), never a deadline; the relay's own messages go first
-//!   and are reported once written; under the upstream socket, its flow (when a write that
-//!   had waited for room got it, and how long it waited): what tells a slow socket from a
-//!   stuck one;
-//! * `watchdog` — the judgement, without I/O: heartbeats, silence while commands wait, the
-//!   page's stalls, navigations and failures, as state with `on_message`, `on_command`,
-//!   `next_deadline` and `on_deadline` (unit-tested with made-up instants);
-//! * `wire` — reading CDP frames on bytes (id, method, session; the page events) and writing
-//!   the relay's own messages;
-//! * `socket` — opening the upstream websocket and accepting the client's.
+//! chromiumoxide 0.9 does not surface a dead connection reliably: its handler stream never
+//! ends, and page calls hang on a reset or a silent socket. So every frame passes through the
+//! relay. It sees a close, a reset or an EOF first, and asks for a sign of life
+//! (`Browser.getVersion`) after a quiet heartbeat interval. It also watches the task's page for
+//! a crash, a close and a hang. Each death is published before the client side is cut.
+//! Parts: this module (the handle: [`Relay`], [`Calls`], [`DeathSender`], [`Death`],
+//! [`DeathCause`], [`IdbFeeds`]), `driver`, `forward`, `watchdog`, `wire`, `socket`. How and
+//! why: `docs/deaths.md`, from "The browser dies" to "Inside the relay".
 
 mod driver;
 mod forward;
@@ -578,8 +546,8 @@ impl Waiting {
     }
 }
 
-/// A session whose call has gone unanswered this many times its timeout gets a new one: a hung
-/// renderer gets at most one call per this span, and a call that will never be answered (a
+/// A session whose call has gone unanswered this many times its timeout gets a new one. A hung
+/// renderer gets at most one call per this span. And a call that will never be answered (a
 /// promise that never settles) does not shut the session out for good.
 const UNANSWERED_RETRY_AFTER: u32 = 6;
 

@@ -144,8 +144,8 @@ async fn handshake(stream: TcpStream, path: &str) -> Option<Client> {
 
 /// The client side of the relay, acknowledging every read at once.
 ///
-/// chromiumoxide's socket has Nagle's algorithm on, so when it writes several commands at
-/// once (a checkpoint's three reads) the second waits for the first one's ACK; a delayed ACK
+/// chromiumoxide's socket has Nagle's algorithm on. So when it writes several commands at
+/// once (a checkpoint's three reads), the second waits for the first one's ACK. A delayed ACK
 /// here would hold it for a whole upstream round trip. Re-arming `TCP_QUICKACK` after each
 /// read keeps a capture at one round trip.
 pub(super) struct QuickAck(TcpStream);

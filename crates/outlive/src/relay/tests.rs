@@ -1,7 +1,7 @@
-//! The relay end to end over loopback sockets, without Chromium: an upstream written here
-//! accepts the relay's websocket, answers a few frames, then stops reading its socket for
-//! good (a half-open browser), or reads it slowly (a slow link); a raw websocket client in
-//! place of chromiumoxide sends a multi-MB command through the relay meanwhile.
+//! The relay end to end over loopback sockets, without Chromium. An upstream written here
+//! accepts the relay's websocket and answers a few frames. Then it stops reading its socket for
+//! good (a half-open browser), or reads it slowly (a slow link). Meanwhile a raw websocket
+//! client in place of chromiumoxide sends a multi-MB command through the relay.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -36,10 +36,10 @@ enum Upstream {
     /// Answers everything; the relay's own commands with a string holding a lone surrogate's
     /// escape, as Chromium writes one.
     LoneSurrogate,
-    /// Answers everything; before each reply to command `id` of the client, in the same
-    /// write, sends an IndexedDB change event for storage key `k{id}` on session `S` and one
-    /// on session `T` (as Chromium sends a commit's event before its completion's reply, as a
-    /// rule), and before the reply to command 150 one on `S` whose storage key is a number.
+    /// Answers everything. Before each reply to command `id` of the client, in the same
+    /// write, it sends an IndexedDB change event for storage key `k{id}` on session `S` and one
+    /// on session `T`. That is as Chromium, as a rule, sends a commit's event before its
+    /// completion's reply. Before the reply to command 150, one on `S` has a number as its key.
     IndexedDbEventFirst,
 }
 
@@ -334,9 +334,9 @@ async fn an_unanswered_call_holds_the_next_back_until_answered_or_old() {
 }
 
 /// The relay hands an IndexedDB change event to the receiver of its session as it reads it,
-/// before it forwards the reply the browser sent after it: by the time the client has that
+/// before it forwards the reply the browser sent after it. By the time the client has that
 /// reply, the event is there to take (chromiumoxide's own listeners could be behind). Another
-/// session's events are not handed over; the channel closes with the relay, and none is given
+/// session's events are not handed over. The channel closes with the relay, and none is given
 /// out after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_indexed_db_change_is_handed_over_before_the_reply_after_it() {

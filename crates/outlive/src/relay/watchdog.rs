@@ -1,29 +1,12 @@
 //! The relay's judgement, without I/O: heartbeats, silence while commands wait, the page's
 //! stalls, navigations and failures, kept as state that the driver feeds and asks.
 //!
-//! Inputs (each with the time it happened): [`Watchdog::on_message`] for every message from
-//! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_flow`]
-//! for how the upstream socket's writes go, and the handle's requests ([`Watchdog::watch`],
-//! [`Watchdog::fail_watched`], …). Outputs: what to do with a message ([`Verdict`],
-//! [`Outbound`]), and at [`Watchdog::next_deadline`] the driver calls
-//! [`Watchdog::on_deadline`], which answers the [`Action`] due then: a probe to send, a
-//! silent death, a page failure. Nothing here reads a clock or a socket, so every timing rule
-//! is unit-tested with made-up instants (`watchdog/tests.rs`).
-//!
-//! **Probes queued behind a big write.** A probe queued behind a multi-MB command cannot be
-//! answered before that command has crossed, so its clock starts only when it was written
-//! ([`Watchdog::on_written`]); and even then the kernel's send buffer may still hold what
-//! was written before it. Linux wakes a writer that waits for room once a third of the send
-//! buffer is acknowledged, so a *stall* (a write waiting for room, ended by a *drain*) lasts
-//! about the time a third of the buffer takes to cross; a probe written after a drain
-//! starts its clock three stalls later (at most the heartbeat timeout later). A probe not
-//! yet written is judged only once the socket has not drained for the heartbeat timeout
-//! since it was queued. So on a slow but live link, where the socket keeps draining, no
-//! silence is declared, and on a half-open one, where it stops, the silence comes within
-//! heartbeat interval + timeout of the last message heard: the heartbeat goes out an
-//! interval after it, and is judged a timeout later whether it was written or stuck behind
-//! the command. Writes that never had to wait say nothing (the kernel takes them whether the
-//! peer reads or not), so they hold nothing off.
+//! In, each with its time: the browser's messages ([`Watchdog::on_message`]), the client's
+//! commands ([`Watchdog::on_command`]), the upstream writes ([`Watchdog::on_flow`],
+//! [`Watchdog::on_written`]), the handle's requests ([`Watchdog::watch`], …). Out: a
+//! [`Verdict`] or [`Outbound`] per message; at [`Watchdog::next_deadline`], the [`Action`] due
+//! ([`Watchdog::on_deadline`]). No clock or socket here: every timing rule is unit-tested with
+//! made-up instants (`watchdog/tests.rs`). Probes behind a big write: `docs/deaths.md`.
 
 mod page;
 mod silence;

@@ -2,24 +2,12 @@
 //! `sessionId`), never what it carries; and the messages the relay writes itself.
 //!
 //! The sniffer walks the top level of the JSON object and skips every other value
-//! structurally (strings, with their escapes, and nested brackets), so it costs nothing but a
-//! scan of the bytes up to the keys it wants, never allocates for an unescaped key or value,
-//! and never slices text at a guessed index: it slices only at the ASCII quotes it found.
-//! Escaped keys and values (`"\u0069d"`) are decoded with serde, so the answer is the one
-//! serde gives (the property tests in `wire/tests.rs` check it on any valid frame, in any key
-//! order, with any escaping).
-//!
-//! Two readings, both stopping as early as they can:
-//!
-//! * [`Head::of`] (the client's commands): all three keys. chromiumoxide writes `id`,
-//!   `method`, `sessionId`, then `params`, so a multi-MB command is read in O(1); a command
-//!   without a session is scanned to its end.
-//! * [`inbound`] (the browser's messages): a frame carrying an `id` is a reply, one carrying a
-//!   `method` an event (CDP never sends both), so the first of the two decides. Chromium
-//!   writes it first: O(1) for every reply, however large its result.
-//!
-//! The few events the relay acts on ([`PAGE_EVENTS`]) are then parsed with serde
-//! ([`page_event`]); they are small.
+//! structurally (strings, with their escapes, and nested brackets). It scans only up to the
+//! keys it wants, never allocates for an unescaped key or value, and slices only at the ASCII
+//! quotes it found. Escaped keys and values (`"\u0069d"`) are decoded with serde, so the answer
+//! is serde's (property-tested in `wire/tests.rs` on any valid frame, key order and escaping).
+//! Two readings stop as early as they can: [`Head::of`] and [`inbound`]. The few events the
+//! relay acts on ([`PAGE_EVENTS`]) are then parsed with serde ([`page_event`]); they are small.
 
 use std::borrow::Cow;
 
@@ -40,7 +28,9 @@ pub(super) struct Head<'a> {
 
 impl<'a> Head<'a> {
     /// The three keys, as serde reads them into this struct (all `None` where serde fails).
-    /// The scan stops once all three have been seen.
+    /// The scan stops once all three have been seen. For the client's commands: chromiumoxide
+    /// writes `id`, `method`, `sessionId`, then `params`, so a multi-MB command is read in
+    /// O(1). A command without a session is scanned to its end.
     pub fn of(bytes: &'a [u8]) -> Head<'a> {
         scan_head(bytes, Until::All).unwrap_or_default()
     }
@@ -72,7 +62,9 @@ impl<'a> Inbound<'a> {
     }
 }
 
-/// Reads a message from the browser: the first of `id` and `method` decides.
+/// Reads a message from the browser: the first of `id` and `method` decides. A frame carrying
+/// an `id` is a reply, one carrying a `method` an event; CDP never sends both. Chromium writes
+/// it first: O(1) for every reply, however large its result.
 pub(super) fn inbound(bytes: &[u8]) -> Inbound<'_> {
     Inbound::of(scan_head(bytes, Until::IdOrMethod).unwrap_or_default())
 }

@@ -2,7 +2,7 @@
 //!
 //! Three limits. Browser failures in a row (`max_relaunches`) and page failures in a row
 //! (`max_page_recoveries`) start again after an entry that made progress (see
-//! `Ctx::made_progress`); sessions (`max_sessions`) count for the whole run, so a task that
+//! `Ctx::made_progress`). Sessions (`max_sessions`) count for the whole run, so a task that
 //! seems to progress but never finishes still stops.
 
 use super::EntryEnd;

@@ -1,6 +1,7 @@
-//! One entry of the task, watched: entered on a browser, then a `biased` select over the
-//! switch, the task, the connection, the successor and the clocks, each arm a named step; then
-//! how the entry ended (a rotation, the task's return, error or panic, a failure's grace).
+//! One entry of the task, watched. It is entered on a browser, then watched by a `biased`
+//! select over the switch, the task, the connection, the successor and the clocks, each arm a
+//! named step. Then comes how the entry ended: a rotation, the task's return, error or panic,
+//! or a failure's grace.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -93,7 +94,7 @@ where
     E: Display,
 {
     /// Enters the task and watches the entry, the connection and the checkpoint clock until
-    /// the entry ends or fails; on a failure, gives the entry its grace while the replacement
+    /// the entry ends or fails. On a failure, gives the entry its grace while the replacement
     /// (a fresh page, or a new browser) gets ready, then drops it.
     pub(super) async fn watch_entry(
         &mut self,

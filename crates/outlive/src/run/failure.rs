@@ -305,8 +305,8 @@ where
         mut browser: B::Browser,
         death: Death,
     ) -> Result<Option<B::Browser>, RunError<E>> {
-        // When a standby takes over, the release goes on in the background (the standby need
-        // not wait for a provider's DELETE); before a launch it is awaited, so the launch does
+        // When a standby takes over, the release goes on in the background: the standby need
+        // not wait for a provider's DELETE. Before a launch it is awaited, so the launch does
         // not meet the provider's concurrency limit with the dead session still counted.
         browser.cut();
         if matches!(self.spare, Some((_, _, false))) {

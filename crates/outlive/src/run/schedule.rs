@@ -142,14 +142,14 @@ fn arming<'r, Br: LiveBrowser + 'r>(
 ) -> Option<Arm> {
     // A ready successor is armed once the rotation is due (the safe points then decide
     // the moment). A standby that would be older than a quarter of the lifetime at the
-    // expected switch is no successor: it is replaced as soon as the successor is due
+    // expected switch is no successor. It is replaced as soon as the successor is due
     // to launch, so the fresh one has the whole lead to get ready. (Judged once, here,
     // for both.)
     match (succ, rotate_from, expected, plan) {
         (Some(s), Some(at), Some(switch), Some(p)) if s.is_ready() && !ctx.is_switch_armed() => {
             // A fresh one would be a lead old at the switch anyway: no older than that
-            // is not too old (under load, launches slow enough to make a lead longer
-            // than a quarter of the lifetime had every fresh standby replaced again).
+            // is not too old. Under load, launches slow enough to make a lead longer
+            // than a quarter of the lifetime had every fresh standby replaced again.
             let too_old = s.standby
                 && switch.saturating_duration_since(s.born) > (p.dies_at / 4).max(p.lead * 2);
             Some(Arm {

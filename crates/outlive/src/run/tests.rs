@@ -957,8 +957,8 @@ async fn a_rotation_switches_at_a_checkpoint_before_the_predicted_death() {
     assert_eq!(e.lost_work_ms, 0, "a rotation is not a death");
     assert_eq!(e.sessions, 2);
     // Leave by 18 s (20 s − 10 %). The task checkpoints every 500 ms: its last checkpoint
-    // due by then is at 18 s (the next would be late), so the successor is launched a lead
-    // (1 s) before, at 17 s, ready after its 100 ms restore, and the task's checkpoint at
+    // due by then is at 18 s (the next would be late). So the successor is launched a lead
+    // (1 s) before, at 17 s, ready after its 100 ms restore. The task's checkpoint at
     // 18 s is the safe point: nothing to redo.
     let (attempt, age, lost, redone) = rotated[0];
     assert_eq!(attempt, 1);
@@ -1200,7 +1200,7 @@ async fn a_standby_too_old_by_the_switch_is_replaced_when_the_successor_is_due()
     // (launched at 4.1 s, so this browser is born then) takes over, and a new standby is
     // launched at ~11.4 s. The successor is due at 15.1 s (age 11 s) and the switch at
     // 21.1 s (age 17 s); the browser dies at 24.1 s. At 15.1 s the standby is 3.7 s old,
-    // but at the switch it would be 9.7 s old (over a quarter of the lifetime): it is
+    // but at the switch it would be 9.7 s old (over a quarter of the lifetime). So it is
     // replaced at 15.1 s, and the fresh one is ready long before the switch. Judged at the
     // switch instead, the fresh one would only be launched at 21.1 s and meet the death.
     let fake = Fake::with_launch_cost(
@@ -1227,7 +1227,7 @@ async fn a_standby_too_old_by_the_switch_is_replaced_when_the_successor_is_due()
 #[tokio::test(start_paused = true)]
 async fn a_standby_that_takes_over_does_not_count_its_age_as_a_launch() {
     // The standby is up from 0 s; the browser dies at 9 s and the standby (9 s old) takes
-    // over. Its age is not a launch time: the lead stays 1 s, so the new browser's
+    // over. Its age is not a launch time: the lead stays 1 s. So the new browser's
     // successor is launched once, at 15 s of age (18 s − 2 s − 1 s), and switched to at
     // 17 s, not again and again.
     let plans = [dies(9_000), Plan::Live];

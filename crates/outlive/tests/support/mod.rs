@@ -1,6 +1,6 @@
-//! Test support: a small two-origin web site, a provider whose browsers the test can kill
-//! (by SIGKILL, or by a websocket close frame from a proxy in front of Chromium), and a
-//! check that nothing of a run is left behind.
+//! Test support: a small two-origin web site, and a check that nothing of a run is left
+//! behind. Also a provider whose browsers the test can kill: by SIGKILL, or by a websocket
+//! close frame from a proxy in front of Chromium.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

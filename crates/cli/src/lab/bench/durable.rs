@@ -1,6 +1,6 @@
-//! What durability costs and how runs scale out: the bank task's checkpoints in memory against
-//! checkpoints sealed and saved in PostgreSQL (capture + seal + save, and the bytes stored),
-//! and runs per minute through the apalis queue with one and with two `outlive worker`
+//! What durability costs and how runs scale out. The bank task's checkpoints in memory are set
+//! against checkpoints sealed and saved in PostgreSQL (capture + seal + save, and the bytes
+//! stored). Then runs per minute through the apalis queue with one and with two `outlive worker`
 //! processes. Everything in a database of its own, dropped at the end.
 
 use std::process::Stdio;

@@ -60,7 +60,7 @@ pub struct MicroConfig {
     pub kills: u32,
 }
 
-/// `outlive bench`: runs what `plan` asks for, printing progress, and writes
+/// `outlive bench`: runs what `plan` asks for, printing progress. It writes
 /// `survival.json` and `timeline.svg`, `micro.json`, and `summary.txt` (or
 /// `micro-summary.txt` without the survival benchmark) under `plan.out`.
 ///

@@ -1,7 +1,7 @@
 //! The rotation benchmark: two tasks, each in three arms on a gateway whose sessions die of
-//! old age (lifetime ± jitter), with unplanned deaths mixed in: reactive (wait for the death,
-//! relaunch), rotation (leave each browser at a safe point before its predicted death) and
-//! rotation + standby (a spare browser ready for the unplanned ones).
+//! old age (lifetime ± jitter), with unplanned deaths mixed in. The arms: reactive (wait for
+//! the death, relaunch), rotation (leave each browser at a safe point before its predicted
+//! death) and rotation + standby (a spare browser ready for the unplanned ones).
 //!
 //! * The **short-poll** task: the bank task (sign in, then poll the account page every
 //!   lifetime/30 until `polls` polls), saving its poll count with `ctx.checkpoint_with` after
@@ -12,16 +12,19 @@
 //!   checkpoints are half a life apart. Its three arms run side by side (it mostly waits), on a
 //!   bed of their own.
 //!
-//! Unplanned deaths, the same in every arm and task ([`UNPLANNED`]): in runs 1 and 2 (mod 3)
+//! Unplanned deaths, the same in every arm and task ([`UNPLANNED`]). In runs 1 and 2 (mod 3)
 //! the first session dies at 319/608 of the lifetime, like the one early Solari death among
-//! seven measured; in runs 1 (mod 3) the second session is dead on arrival too (with a
+//! seven measured. In runs 1 (mod 3) the second session is dead on arrival too (with a
 //! standby, that session is the standby: it never reaches the task). Runs 0 (mod 3) meet
 //! deaths of old age only: their ratio is rotation's own cost.
 //!
 //! The targets (issue "Rotation must never be worse than reacting"), per task, for each
-//! rotation arm against reacting: total time (median over runs) ≤ 1.00 × reacting's; sessions
-//! per run ≤ reacting's + 1; the work redone per rotation (`Milestone::Rotated.redone`),
-//! median, ≤ 50 ms on the short task and ≤ reacting's per death on the long one.
+//! rotation arm against reacting:
+//!
+//! * total time (median over runs) ≤ 1.00 × reacting's;
+//! * sessions per run ≤ reacting's + 1;
+//! * the work redone per rotation (`Milestone::Rotated.redone`), median, ≤ 50 ms on the short
+//!   task and ≤ reacting's per death on the long one.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -639,8 +642,8 @@ async fn run_long(
 }
 
 /// What the long-step task did in one run: steps done (`finished`: what the task returned,
-/// if it did), started and recovered, the transfers it made to `payee…` (distinct ones, too:
-/// a step done twice shows as a repeat), and its log.
+/// if it did), started and recovered. Also the transfers it made to `payee…` (distinct ones,
+/// too: a step done twice shows as a repeat), and its log.
 fn steps_record(
     bed: &TestBed,
     long: &LongStepConfig,

@@ -1,12 +1,12 @@
-//! What client-side state costs a checkpoint and a restore: a checkpoint with 1 MiB of
-//! unchanged localStorage (alone, and beside a 1 000-record IndexedDB store) against a small
-//! one, at several RTTs through the gateway; and the restore of 1 MiB localStorage plus the
-//! 1 000 IndexedDB records after a death, into a fresh local Chromium and into a standby
+//! What client-side state costs a checkpoint and a restore. A checkpoint with 1 MiB of
+//! unchanged localStorage (alone, and beside a 1 000-record IndexedDB store) is set against a
+//! small one, at several RTTs through the gateway. The restore of 1 MiB localStorage plus the
+//! 1 000 IndexedDB records after a death goes into a fresh local Chromium, and into a standby
 //! restored before the death (where only what changed since is written). The realistic case,
 //! [`Seed::TwoSite`], is the same on an app page that also keeps sessionStorage, a second
-//! database and a cross-site iframe with its own (partitioned) storage, checkpointed on each
-//! new document a multi-page task navigates to, and replaced after a death with its launch,
-//! restore and navigation timed apart.
+//! database and a cross-site iframe with its own (partitioned) storage. It is checkpointed on
+//! each new document a multi-page task navigates to. It is replaced after a death with its
+//! launch, restore and navigation timed apart.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -183,7 +183,7 @@ pub enum AfterNavigation {
     /// Right after `goto` answered.
     Immediately,
     /// Half a second after `goto`, the page settled (as a task checkpoints after working on
-    /// it): what the capture itself costs on a new document — its script installed again,
+    /// it). What the capture itself costs on a new document: its script installed again,
     /// storage hashed by a cold script, IndexedDB opened again — without the load's tail.
     Settled,
 }
@@ -430,9 +430,9 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
     Ok(case)
 }
 
-/// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`] (`samples`
-/// unchanged checkpoints each; the realistic [`Seed::TwoSite`] and its variants only after
-/// navigations), and
+/// Measures checkpoint cost at added RTTs of 0 and 20 ms for each [`Seed`]: `samples`
+/// unchanged checkpoints each, the realistic [`Seed::TwoSite`] and its variants only after
+/// navigations. Also
 /// `samples` restores on local Chromium of [`Seed::Local1MiBIdb1000`] (fresh and into a
 /// standby) and of [`Seed::TwoSite`] (fresh).
 ///

@@ -1,13 +1,13 @@
 //! The rotation bench's long-step task: a wizard on Aurora Bank whose steps are a large part
-//! of a browser's life. Sign in once (password + TOTP), then `steps` steps, each: open the
-//! account page, read it for the rest of `step` (about half a session's lifetime), then make
-//! one transfer (`POST /transfer`, not idempotent) and save the count of steps done with
+//! of a browser's life. Sign in once (password + TOTP), then `steps` steps. Each opens the
+//! account page and reads it for the rest of `step` (about half a session's lifetime). Then it
+//! makes one transfer (`POST /transfer`, not idempotent) and save the count of steps done with
 //! `ctx.checkpoint_with`. So the task's own checkpoints are `step` apart, and a cut between
 //! them redoes the step from its start.
 //!
-//! Re-entry safe: it signs in only when the bank says it is signed out, resumes from the
-//! count its checkpoint holds, and on a re-entry also asks the bank which of its transfers it
-//! recorded (each step's payee is its own: `{payee}{step}`), so a step whose transfer went
+//! Re-entry safe: it signs in only when the bank says it is signed out, and resumes from the
+//! count its checkpoint holds. On a re-entry it also asks the bank which of its transfers it
+//! recorded (each step's payee is its own: `{payee}{step}`). So a step whose transfer went
 //! through but whose checkpoint did not follow is not made twice.
 
 use std::sync::Mutex;

@@ -206,10 +206,10 @@ pub(super) struct Reads<'a> {
 type FrameReads = (FrameRead, Vec<(FrameSession, Option<FrameRead>)>);
 
 impl Reads<'_> {
-    /// A frame's script took its last full read as standing; if a change event for its storage
-    /// key came meanwhile (a commit between `begin` and the script's reads, whose completion
-    /// the page may have acted on in what was just read), that read does not go with the rest:
-    /// those frames are read again, in full, within what is left of the frame timeout.
+    /// A frame's script took its last full read as standing. If a change event for its storage
+    /// key came meanwhile, that read does not go with the rest. The event means a commit between
+    /// `begin` and the script's reads, whose completion the page may have acted on in what was
+    /// just read. Those frames are read again, in full, within what is left of the frame timeout.
     pub(super) async fn again_if_moved(
         &self,
         idb: &IdbWatch,

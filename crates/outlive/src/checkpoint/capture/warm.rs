@@ -1,6 +1,6 @@
-//! Having the capture script ready before a capture needs it: installed in each top-level
-//! document as it starts, and once the page was captured, warmed up (Web Storage read and
-//! hashed ahead of the next capture) in its documents and its cross-site frames'.
+//! Having the capture script ready before a capture needs it. It is installed in each
+//! top-level document as it starts. Once the page was captured, it is warmed up in its
+//! documents and its cross-site frames': Web Storage read and hashed ahead of the next capture.
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::page::AddScriptToEvaluateOnNewDocumentParams;
@@ -17,11 +17,11 @@ pub(crate) fn install_on_new_document() -> String {
 }
 
 /// The warm-up a page's documents run as they start once a capture was asked for on the page
-/// (see [`WarmUp`]), as a block statement: when the document has loaded and the renderer is
-/// idle, the installed capture script reads and hashes Web Storage ahead of the next capture,
-/// sending nothing, so that capture finds each area's last read in the script's memory and
-/// only compares the strings it reads now with it (every one, exactly: a change since the
-/// warm-up is captured). It marks the installed function `warmed` when done.
+/// (see [`WarmUp`]), as a block statement. When the document has loaded and the renderer is
+/// idle, the installed capture script reads and hashes Web Storage, sending nothing. The next
+/// capture then finds each area's last read in the script's memory. It only compares the
+/// strings it reads now with it: every one, exactly, so a change since the warm-up is
+/// captured. It marks the installed function `warmed` when done.
 fn warm_up() -> String {
     format!(
         "{{
@@ -51,9 +51,9 @@ fn frame_scripts() -> Vec<String> {
     vec![format!("{};", installer()), warm_up()]
 }
 
-/// Whether the page's documents warm the capture script up as they load: not until a capture
-/// was asked for on the page, so a page outlive never checkpoints costs nothing (and where a page's
-/// CSP refuses WebAssembly, only a page outlive checkpoints reports the refusals). One per page
+/// Whether the page's documents warm the capture script up as they load. Not until a capture
+/// was asked for on the page, so a page outlive never checkpoints costs nothing. Where a page's
+/// CSP refuses WebAssembly, only a page outlive checkpoints reports the refusals. One per page
 /// session: the script is registered on it.
 #[derive(Default)]
 pub(crate) struct WarmUp(std::sync::atomic::AtomicBool);

@@ -1,7 +1,7 @@
 //! Restoring a checkpoint into a fresh page: its cookies through `Storage.setCookies`, its
-//! storage through restore documents served by `Fetch` interception (per top origin, a document
-//! embedding one iframe per cross-site origin captured under it, each running the restore
-//! script, `js/restore.js`, on its own part). Over an earlier restore only what changed is
+//! storage through restore documents served by `Fetch` interception. Per top origin, a document
+//! embeds one iframe per cross-site origin captured under it. Each runs the restore script,
+//! `js/restore.js`, on its own part. Over an earlier restore only what changed is
 //! written, in place while the page still stands on that restore's document. The parts: `plan`
 //! (what to write where, without a browser), `serve` (answering the page's requests with the
 //! documents), `write` (loading them, handing data over, or writing in place).
@@ -26,8 +26,8 @@ mod write;
 const RESTORE_JS: &str = include_str!("../../js/restore.js");
 
 /// The largest piece of restore data one CDP message carries. Chromium's cost per message
-/// grows faster than its size: 1.2 MB in one `Runtime.evaluate` took 57 ms over the DevTools
-/// pipe (73 ms over the websocket), the same in 8 pieces sent at once 22 ms (18 ms); a
+/// grows faster than its size. 1.2 MB in one `Runtime.evaluate` took 57 ms over the DevTools
+/// pipe (73 ms over the websocket); the same in 8 pieces sent at once, 22 ms (18 ms). A
 /// 1.2 MB restore document costs the same again in `Fetch.fulfillRequest`.
 const PIECE_BYTES: usize = 256 * 1024;
 
@@ -36,9 +36,9 @@ const PIECE_BYTES: usize = 256 * 1024;
 const RUN: &str = "globalThis[Symbol.for('outlive.restore.run')]";
 
 /// Puts cookies and every storage key's state into a fresh page before any request reaches
-/// a real site: each top origin is loaded with every request intercepted (`Fetch.enable`)
-/// and answered with a restore document, which embeds the cross-site origins captured under
-/// it. The page is left on the last restore document; the caller navigates to the URL.
+/// a real site. Each top origin is loaded with every request intercepted (`Fetch.enable`)
+/// and answered with a restore document. That document embeds the cross-site origins captured
+/// under it. The page is left on the last restore document; the caller navigates to the URL.
 /// Answers how many writes failed in the page (each named in a debug log).
 ///
 /// With `prior` (what was restored into this browser before, with nothing else happening in it

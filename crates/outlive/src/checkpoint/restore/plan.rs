@@ -17,7 +17,7 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
 impl FrameState {
     /// The restore script's input for this frame. With `prior` (what an earlier restore put
     /// in this browser for the same storage key), a part with the same content is left out
-    /// (`null`) and a Web Storage area that changed is sent as the items to set and remove.
+    /// (`null`). A Web Storage area that changed is sent as the items to set and remove.
     fn restore_data(&self, children: usize, prior: Option<&FrameState>) -> Zeroizing<String> {
         fn same(a: &Option<Arc<Part>>, b: &Option<Arc<Part>>) -> bool {
             matches!((a, b), (Some(a), Some(b)) if a.hash == b.hash)
@@ -133,8 +133,8 @@ pub(super) struct Load {
 pub(super) type Documents = HashMap<String, Zeroizing<String>>;
 
 /// What a restore writes: per top origin with anything to write, the URL to load; every
-/// document by its URL; and, over an earlier restore where only one top origin's own storage
-/// changed, that origin and the data to write in place.
+/// document by its URL. Over an earlier restore where only one top origin's own storage
+/// changed: that origin and the data to write in place.
 pub(super) struct Plan {
     pub(super) loads: Vec<Load>,
     pub(super) documents: Documents,

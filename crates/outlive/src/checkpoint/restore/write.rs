@@ -21,7 +21,7 @@ use crate::relay::Calls;
 const HANDED: &str = "globalThis[Symbol.for('outlive.restore.data')]";
 
 /// Sends `data` into the page's main world as pieces of at most [`PIECE_BYTES`], all in
-/// flight at once, each stored at its index in [`HANDED`] — where `guard` (a JavaScript
+/// flight at once, each stored at its index in [`HANDED`]. Only where `guard` (a JavaScript
 /// condition) holds, so nothing lands in a page that is not a restore document. Answers
 /// whether every piece landed.
 async fn hand_over(page: &Page, data: &str, guard: &str) -> Result<bool, Error> {
@@ -137,9 +137,9 @@ pub(super) async fn in_place(page: &Page, top: &str, data: &str) -> Result<Optio
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Navigates the page to `url` and returns with the browser's own answer to `Page.navigate`,
-/// sent through the relay — once the response is in, before the document has loaded
-/// (chromiumoxide answers a `Page.navigate` only after the `load` of the page and every
-/// frame). Commands sent after it reach the new document: DevTools holds them while the
+/// sent through the relay. That is once the response is in, before the document has loaded;
+/// chromiumoxide answers a `Page.navigate` only after the `load` of the page and every
+/// frame. Commands sent after it reach the new document: DevTools holds them while the
 /// navigation commits. Without a relay behind `calls` (a page connected directly), through
 /// chromiumoxide.
 async fn navigate_answered(page: &Page, calls: &Calls, url: &str) -> Result<(), Error> {
@@ -196,9 +196,9 @@ async fn navigate_answered(page: &Page, calls: &Calls, url: &str) -> Result<(), 
 }
 
 /// Loads each restore document and waits for its report. A document whose data is handed over
-/// gets it as soon as the browser answers its navigation, not once it has loaded: its load
-/// waits for its cross-site iframes (child restore documents, each starting a renderer of its
-/// own), which meanwhile write their own parts.
+/// gets it as soon as the browser answers its navigation, not once it has loaded. Its load
+/// waits for its cross-site iframes: child restore documents, each starting a renderer of its
+/// own, which meanwhile write their own parts.
 pub(super) async fn all(page: &Page, calls: &Calls, loads: &[Load]) -> Result<u64, Error> {
     let mut failed = 0;
     for Load { url, top, handed } in loads {

@@ -12,7 +12,7 @@ const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
 
 /// Silence while the task waits. When commands are in flight and *nothing at all* has come
 /// from the browser for a few round trips, the relay asks the browser (`Browser.getVersion`)
-/// at once instead of waiting for the idle heartbeat; no answer and still nothing else from
+/// at once instead of waiting for the idle heartbeat. No answer and still nothing else from
 /// the browser within a timeout scaled to the round trip is a silent death. An idle
 /// connection is left to the heartbeat: no extra traffic.
 #[derive(Default)]

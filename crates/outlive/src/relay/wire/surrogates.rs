@@ -2,8 +2,8 @@
 //!
 //! A JavaScript string may hold a UTF-16 surrogate without its partner (`'\ud800'`, or a
 //! well-formed string cut in the middle of a pair). Chromium writes one into CDP JSON as an
-//! escape (`"\ud800"`), which JSON parsers in JavaScript and Python accept; serde_json refuses
-//! it, so chromiumoxide drops the whole message — and a command whose reply it dropped is
+//! escape (`"\ud800"`), which JSON parsers in JavaScript and Python accept. serde_json refuses
+//! it, so chromiumoxide drops the whole message. A command whose reply it dropped is then
 //! awaited forever (`page.evaluate("'\\ud800'")` never returns). The relay rewrites each such
 //! escape to `\ufffd`, U+FFFD, what a browser's own UTF-16 → UTF-8 conversion makes of it
 //! (and what `String::from_utf16_lossy` does). The escape and its replacement are both six

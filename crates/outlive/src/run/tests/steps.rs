@@ -101,11 +101,11 @@ async fn steps_of_half_a_life_rotate_at_the_tasks_own_checkpoints() {
     assert_eq!(react.redone_ms, 9_990 + 9_890);
     assert_eq!(react.max_redone_ms, 9_990);
     // Rotating: the first entry learns the cadence at its first checkpoint (10.31 s), too
-    // late for a successor to be ready then: the successor launched at once is ready at
+    // late for a successor to be ready then. The successor launched at once is ready at
     // 10.71 s, and the automatic checkpoint then is the safe point (0.41 s redone). Every
     // later browser is left at the task's own checkpoint: nothing redone. The last is left
-    // at the task's last checkpoint, just before it would have returned (outlive cannot know
-    // it was the last): one session more than reacting, the bound.
+    // at the task's last checkpoint, just before it would have returned. Outlive cannot know
+    // it was the last: one session more than reacting, the bound.
     assert_eq!((rotate.relaunches, rotate.rotations), (0, 4));
     assert_eq!(rotate.redone_ms, 410);
     assert_eq!(rotate.max_redone_ms, 410);
@@ -217,9 +217,9 @@ async fn a_task_with_only_automatic_checkpoints_completes_and_is_bounded() {
     let (v0, react) = run_with(crate::Rotation::Off, 50).await;
     let (v1, rotate) = run_with(crate::Rotation::Expected(LIFE), 50).await;
     assert_eq!((v0.unwrap(), v1.unwrap()), (50, 50));
-    // Its first checkpoint is waited for until the first entry ends (a death); from then
-    // on an automatic checkpoint may be the safe point, on every other browser (a rotation
-    // without progress of the task's own counts as a failure, and the next browser reacts).
+    // Its first checkpoint is waited for until the first entry ends (a death). From then
+    // on an automatic checkpoint may be the safe point, on every other browser. A rotation
+    // without progress of the task's own counts as a failure, and the next browser reacts.
     assert_eq!((rotate.relaunches, rotate.rotations), (1, 1));
     assert!(rotate.sessions <= react.sessions + 1);
     // Every cut redoes the whole entry, by the task's own account: entry 1 (20 s), entry
