@@ -219,7 +219,7 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def line(kind: str, attempt: int, outcome: Outcome) -> bytes:
+def line(attempt: int, outcome: Outcome) -> bytes:
     said: Dict[str, Any] = {"type": "done" if outcome.ok else "failed", "attempt": attempt}
     if not outcome.ok and outcome.error is not None:
         said["error"] = describe(outcome.error)
