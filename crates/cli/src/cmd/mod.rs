@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Diagnostics, Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
+use outlive::{
+    Diagnostics, Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent,
+};
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)

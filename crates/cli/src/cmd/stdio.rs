@@ -151,7 +151,13 @@ fn end_line(result: &Result<(), RunError<TaskEnded>>, event: Option<&WideEvent>)
             } else {
                 "failed"
             };
-            (outcome, Some(e.code()), Some(e.to_string()), e.option(), status)
+            (
+                outcome,
+                Some(e.code()),
+                Some(e.to_string()),
+                e.option(),
+                status,
+            )
         }
     };
     let line = json!({

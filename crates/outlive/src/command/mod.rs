@@ -517,7 +517,11 @@ fn failure(status: ExitStatus) -> CommandFailed {
 }
 
 /// The program with its `OUTLIVE_*` environment.
-fn process(command: &Command, endpoints: &Endpoints, start: &EntryStart) -> tokio::process::Command {
+fn process(
+    command: &Command,
+    endpoints: &Endpoints,
+    start: &EntryStart,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&command.program);
     cmd.args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
