@@ -57,7 +57,7 @@ export function solari({ baseUrl, apiKey } = {}) {
   if (typeof key !== "string" || key === "") {
     throw new OutliveError("invalid_option", "solari() needs an apiKey (or SOLARI_API_KEY)", { option: "apiKey" });
   }
-  const url = baseUrl ?? process.env.SOLARI_BASE_URL ?? "https://api.solari.dev";
+  const url = baseUrl ?? process.env.SOLARI_BASE_URL ?? "https://api.getsolari.com";
   if (typeof url !== "string") {
     throw new OutliveError("invalid_option", "solari(): baseUrl must be a string", { option: "baseUrl" });
   }
@@ -267,7 +267,8 @@ class Run {
       if (this.stderr.length > 20) this.stderr.shift();
       this.logger.info(line);
     });
-    child.on("exit", (code, signal) => {
+    // "close", not "exit": stdout is read to its end first, so the end line is never lost.
+    child.on("close", (code, signal) => {
       const why = this.stderr.join("\n") || `exit ${code ?? signal}`;
       this.finish(() => this.reject(new OutliveError("engine", `the outlive engine ended without an answer: ${why}`)));
     });
@@ -280,7 +281,10 @@ class Run {
     } catch {
       return this.logger.warn(`not a protocol line from the engine: ${line.slice(0, 200)}`);
     }
-    if (msg.type === "ready") this.cdpUrl = msg.cdpUrl, (this.controlUrl = msg.controlUrl);
+    if (msg.type === "ready") {
+      this.cdpUrl = msg.cdpUrl;
+      this.controlUrl = msg.controlUrl;
+    }
     else if (msg.type === "entry") this.enter(msg);
     else if (msg.type === "end") this.end(msg);
   }

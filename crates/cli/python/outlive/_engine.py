@@ -54,7 +54,7 @@ def solari(base_url: Optional[str] = None, *, api_key: Optional[str] = None) -> 
     key = api_key or os.environ.get("SOLARI_API_KEY")
     if not key:
         raise OutliveError("invalid_option", "solari() needs api_key (or SOLARI_API_KEY)", "api_key")
-    url = base_url or os.environ.get("SOLARI_BASE_URL") or "https://api.solari.dev"
+    url = base_url or os.environ.get("SOLARI_BASE_URL") or "https://api.getsolari.com"
     return Provider("solari", ("--solari-url", url), {"SOLARI_API_KEY": key})
 
 
