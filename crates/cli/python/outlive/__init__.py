@@ -10,9 +10,10 @@ the browser it serves, and call ``task(page, ctx)`` again after each death, with
 
 from ._engine import Ctx, OutliveError, Provider, ResumedFrom, binary_path, cdp, local, solari
 from ._helpers import attempt, checkpoint, hold, progress, resumed_from
-from ._run import run, run_async
+from ._run import AsyncCtx, run, run_async
 
 __all__ = [
+    "AsyncCtx",
     "Ctx",
     "OutliveError",
     "Provider",
