@@ -200,7 +200,8 @@ async fn a_sigkilled_worker_leaves_none_of_its_gateways_chromiums() {
 
     sigkill(&worker);
     worker.wait().await.unwrap();
-    let took = until(Duration::from_secs(3), "its Chromiums are gone", || {
+    // They go within a few hundred ms; a loaded machine may take seconds to schedule them.
+    let took = until(Duration::from_secs(15), "its Chromiums are gone", || {
         chromiums_under(&root).is_empty()
     });
     eprintln!("Chromiums gone {took:?} after the SIGKILL");

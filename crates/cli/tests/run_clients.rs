@@ -402,75 +402,117 @@ async fn the_client_sees_nothing_of_outlive_across_checkpoints_and_a_restore() {
     bed.finish().await;
 }
 
+/// `outlive serve` on the bed's gateway, and the URLs it printed.
+struct Serving {
+    child: tokio::process::Child,
+    urls: std::collections::HashMap<String, String>,
+}
+
+impl Serving {
+    async fn start(bed: &Bed) -> Serving {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_outlive"))
+            .args(["serve", "--checkpoint-every", "1s", "--heartbeat", "500ms"])
+            .args(["--solari-url", bed.gateway.base_url()])
+            .env("SOLARI_API_KEY", bed.gateway.api_key())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut urls = std::collections::HashMap::new();
+        while urls.len() < 3 {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("serve prints its URLs");
+            if let Some((k, v)) = line.split_once('=') {
+                urls.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        Serving { child, urls }
+    }
+
+    /// Runs the client `name` against it; answers its result file `result`.
+    async fn client(&self, bed: &Bed, name: &str, result: &str) -> Value {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Command::new(clients().join("venv/bin/python"))
+            .arg(script(name))
+            .env("OUTLIVE_CDP_URL", &self.urls["OUTLIVE_CDP_URL"])
+            .env("OUTLIVE_CONTROL_URL", &self.urls["OUTLIVE_CONTROL_URL"])
+            .env("BANK_URL", bed.bank.base_url())
+            .env("BANK_USER", bed.bank_config.username())
+            .env("BANK_PASSWORD", bed.bank_config.password())
+            .env(
+                "BANK_TOTP_SECRET",
+                bed.bank_config.totp_secret().as_base32(),
+            )
+            .env("TWOSITE_URL", bed.twosite.app_url())
+            .env("RESULT_DIR", dir.path())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(150), client)
+            .await
+            .expect("the client ends")
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
+    }
+
+    /// SIGTERM: it stops, exit 0.
+    async fn stop(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("serve stops on SIGTERM")
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_keeps_one_endpoint_across_a_death() {
-    use tokio::io::AsyncBufReadExt;
-    let clients = clients();
     // Its first session has to outlast a sign-in on a loaded machine (the client does not retry one).
     let bed = Bed::start(lasting(Duration::from_secs(16))).await;
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_outlive"))
-        .args(["serve", "--checkpoint-every", "1s", "--heartbeat", "500ms"])
-        .args(["--solari-url", bed.gateway.base_url()])
-        .env("SOLARI_API_KEY", bed.gateway.api_key())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(serve.stdout.take().unwrap()).lines();
-    let mut urls = std::collections::HashMap::new();
-    while urls.len() < 3 {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("serve prints its URLs");
-        if let Some((k, v)) = line.split_once('=') {
-            urls.insert(k.to_owned(), v.to_owned());
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let client = Command::new(clients.join("venv/bin/python"))
-        .arg(script("serve_client.py"))
-        .env("OUTLIVE_CDP_URL", &urls["OUTLIVE_CDP_URL"])
-        .env("OUTLIVE_CONTROL_URL", &urls["OUTLIVE_CONTROL_URL"])
-        .env("BANK_URL", bed.bank.base_url())
-        .env("BANK_USER", bed.bank_config.username())
-        .env("BANK_PASSWORD", bed.bank_config.password())
-        .env(
-            "BANK_TOTP_SECRET",
-            bed.bank_config.totp_secret().as_base32(),
-        )
-        .env("RESULT_DIR", dir.path())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(150), client)
-        .await
-        .expect("the client ends")
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("serve.json")).unwrap())
-            .unwrap();
+    let serve = Serving::start(&bed).await;
+    let result = serve.client(&bed, "serve_client.py", "serve.json").await;
     assert_eq!(result["checkpointed"], true, "{result}");
     assert!(result["closedWith"].is_string(), "{result}");
     assert_eq!(result["pagesAfter"], 1, "{result}");
     assert_eq!(result["signedInAfter"], true, "{result}");
     assert_ne!(result["prefAfter"], "MISSING", "{result}");
     assert_eq!(bed.bank.counters().totps_accepted, 1);
+    serve.stop().await;
+    bed.finish().await;
+}
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(serve.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), serve.wait())
-        .await
-        .expect("serve stops on SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+/// A client with two tabs reconnects after a death and finds both, the one it used last first,
+/// each at its URL with its sessionStorage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reopens_every_tab_in_order_after_a_death() {
+    // Its first session has to outlast a sign-in and a second tab on a loaded machine.
+    let bed = Bed::start(lasting(Duration::from_secs(24))).await;
+    let serve = Serving::start(&bed).await;
+    let result = serve.client(&bed, "serve_tabs.py", "tabs.json").await;
+    assert_eq!(result["checkpointed"], true, "{result}");
+    assert!(result["closedWith"].is_string(), "{result}");
+    let before = result["before"].as_array().unwrap();
+    assert_eq!(before.len(), 2, "{result}");
+    // The second tab was used last: it comes first, then the bank's.
+    let expected = [&before[1], &before[0]];
+    let after: Vec<_> = result["after"].as_array().unwrap().iter().collect();
+    assert_eq!(after, expected, "{result}");
+    assert_eq!(result["signedInAfter"], true, "{result}");
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    serve.stop().await;
     bed.finish().await;
 }

@@ -52,6 +52,8 @@ pub(crate) struct CdpBrowser {
     usage: Option<Arc<crate::command::Usage>>,
     /// The client's other tabs' tracking state (reset with the task's page).
     tabs: Arc<Tabs>,
+    /// How long a reopened tab may take to load.
+    navigation_timeout: Duration,
     pump: Option<AbortOnDropHandle<()>>,
     _exit_watch: AbortOnDropHandle<()>,
     relay: Relay,
@@ -84,6 +86,10 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         match connect(relay, exited, options).await {
             Ok(mut b) => {
                 b.session = Some(session);
+                if let (Some(usage), Some(endpoint)) = (&b.usage, b.endpoint()) {
+                    let own = b.page.target_id().as_ref().to_owned();
+                    usage.tabs_ready(endpoint.expose(), vec![own]);
+                }
                 Ok(b)
             }
             Err(e) => {
@@ -138,6 +144,7 @@ async fn connect(
         warm: Arc::default(),
         usage: options.client.clone(),
         tabs: Arc::default(),
+        navigation_timeout: options.navigation_timeout,
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -262,6 +269,7 @@ impl LiveBrowser for CdpBrowser {
             warm: self.warm.clone(),
             usage: self.usage.clone(),
             tabs: self.tabs.clone(),
+            endpoint: self.endpoint().map(|e| e.expose().to_owned()),
         };
         let options = self.capture;
         Arc::new(move |reads| {
@@ -359,6 +367,10 @@ impl LiveBrowser for CdpBrowser {
             page.target_id().as_ref().to_owned(),
             page.session_id().as_ref().to_owned(),
         );
+        if let (Some(usage), Some(endpoint)) = (&self.usage, self.endpoint()) {
+            let (old, new) = (self.page.target_id(), page.target_id());
+            usage.tab_replaced(endpoint.expose(), old.as_ref(), new.as_ref());
+        }
         self.page = page;
         self.idb = Arc::default();
         self.warm = Arc::default();
@@ -386,6 +398,9 @@ impl LiveBrowser for CdpBrowser {
             for unused in usage.contexts_ready(endpoint.expose(), ids) {
                 let dispose = DisposeBrowserContextParams::new(BrowserContextId::new(unused));
                 let _ = self.browser.execute(dispose).await;
+            }
+            if usage.reopens_tabs() {
+                failed += self.reopen_tabs(usage, endpoint.expose(), checkpoint).await;
             }
         }
         // The page now holds what the checkpoint holds: the next capture need not send it.
@@ -416,6 +431,29 @@ impl LiveBrowser for CdpBrowser {
     }
 }
 
+impl CdpBrowser {
+    /// Opens the client's other tabs again (under `serve`), after the task's page: the front
+    /// shows them in this order. Answers the writes that failed.
+    async fn reopen_tabs(
+        &self,
+        usage: &crate::command::Usage,
+        endpoint: &str,
+        checkpoint: &Checkpoint,
+    ) -> u64 {
+        let calls = self.relay.calls();
+        let (ids, failed) = checkpoint::reopen_tabs(
+            &self.browser,
+            &calls,
+            &checkpoint.tabs,
+            self.navigation_timeout,
+        )
+        .await;
+        let own = self.page.target_id().as_ref().to_owned();
+        usage.tabs_ready(endpoint, std::iter::once(own).chain(ids).collect());
+        failed
+    }
+}
+
 /// What a capture of this browser reads through.
 #[derive(Clone)]
 struct Capturing {
@@ -427,6 +465,7 @@ struct Capturing {
     warm: Arc<WarmUp>,
     usage: Option<Arc<crate::command::Usage>>,
     tabs: Arc<Tabs>,
+    endpoint: Option<String>,
 }
 
 impl Capturing {
@@ -451,6 +490,7 @@ impl Capturing {
                 calls: &self.calls,
                 cache: &self.parts,
                 usage,
+                endpoint: self.endpoint.as_deref(),
             };
             checkpoint::capture_tabs(at, options).await
         };

@@ -1,16 +1,11 @@
 //! outlive: make a browser-automation task outlive the browser it runs in.
 //!
-//! Cloud browser sessions end on their own schedule (Solari's after about ten minutes,
-//! quietly, while its control plane still says "active"). [`outlive()`] runs your async task
-//! against a Chromium [`Page`], checkpoints cookies, Web Storage, IndexedDB and the URL, notices the death
-//! from the connection, launches a new browser through a [`Provider`], restores the
-//! checkpoint, and calls the task again with [`Ctx::attempt`] and [`Ctx::resumed_from`] so it
-//! can skip what it already did. When only the task's page fails (its renderer crashed,
-//! something closed it, its script hangs), the browser is kept and the task is re-entered on a
-//! fresh page in it, with the checkpoint restored. With a session lifetime declared or learned
-//! ([`Options::rotation`], [`Rotation`]), the task moves to a successor browser at a safe point
-//! (right after a checkpoint) *before* the predicted death, losing nothing; a warm standby
-//! ([`Options::standby`]) shortens the replacement after the deaths nobody predicted.
+//! Cloud browser sessions end on their own schedule. [`outlive()`] runs your async task
+//! against a Chromium [`Page`] and checkpoints cookies, Web Storage, IndexedDB and the URL.
+//! It notices a death from the connection and launches a new browser through a
+//! [`Provider`]. Then it restores the checkpoint and calls the task again, with
+//! [`Ctx::attempt`] and [`Ctx::resumed_from`], so it can skip what it already did. When only
+//! the page fails, the task is re-entered on a fresh page in the same browser.
 //!
 //! ```no_run
 //! use std::sync::Mutex;
@@ -42,44 +37,38 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # What survives a relaunch
-//!
-//! Cookies (HttpOnly and CHIPS-partitioned ones included); localStorage, sessionStorage and
-//! IndexedDB of every origin the task had open at any checkpoint — a cross-site iframe's in
-//! its own storage partition; and the top frame's URL. IndexedDB values keep their types
-//! (`Date`, typed arrays, `Map`, `Set`, `Blob`, …); what cannot be carried is counted in
-//! [`WideEvent::state_left_out`]. Nothing else: not the DOM, not in-page JavaScript state,
-//! not a half-filled form, not service workers, not the task's own local variables. State
-//! kept in the caller's scope, outside the task closure, is yours and survives.
-//!
 //! # How a run ends
 //!
 //! * `Ok(value)`: the task returned `Ok`.
 //! * [`RunError::Task`]: the task returned `Err` while its browser was alive. Returned
 //!   unchanged, never retried.
-//! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the browser died (or failed to
-//!   launch) more than `max_relaunches` times in a row, or the page failed more than
-//!   `max_page_recoveries` times in a row, or a replacement would need more than
-//!   `max_sessions` sessions in all (default 100). "In a row" means without progress: an
-//!   entry makes progress when it saves progress ([`Ctx::checkpoint_with`]) other than what
-//!   it was handed, so saving the same again is none. Until the task saves progress at all,
-//!   a checkpoint of its own ([`Ctx::checkpoint`]) counts, since outlive cannot tell its step
-//!   from a repeat; `max_sessions` bounds what that costs. Under [`serve`], a client's
-//!   command to the browser is progress too. The error names the limit hit and what the
-//!   entries did. With [`ErrorKind::InvalidOption`]: an option was out of range, reported
+//! * [`RunError::Outlive`] with [`ErrorKind::GaveUp`]: the run spent its budget: browser or
+//!   page failures in a row without progress, or `max_sessions` in all. The error names the
+//!   limit hit. With [`ErrorKind::InvalidOption`]: an option was out of range, reported
 //!   before anything was launched.
 //! * A panic in the task closes every browser, emits the event, and resumes unwinding.
 //!   Dropping the `outlive` future closes every browser too.
 //!
-//! # Re-entry is cancellation
+//! # The book
 //!
-//! When a death (of the browser or of the page) is detected, the running entry gets the
-//! grace period (250 ms) to finish — a task whose last page call already succeeded usually
-//! does. After that it is dropped at its next `.await`: at most one entry of the task runs at
-//! a time. A non-browser side
-//! effect in flight at that moment (an HTTP POST, a database write) is cut at an await
-//! point, so write the task to be safe to re-run: checkpoint right after a non-repeatable
-//! step and check for its effect on re-entry.
+//! The guide is a book under `docs/` in the repository (`mdbook build docs`):
+//!
+//! * [The Rust API][rust]: `ctx`, progress, errors, the budget, every option.
+//! * [What survives, and how][survives].
+//! * [Rotation and standby][rotation].
+//! * [Durable runs and jobs][durable].
+//! * [How deaths are noticed][deaths], and re-entry as cancellation.
+//! * [The wide event][event] and [security].
+//! * [Measurements][measurements].
+//!
+//! [rust]: https://github.com/outlive-rs/outlive/blob/main/docs/rust.md
+//! [survives]: https://github.com/outlive-rs/outlive/blob/main/docs/survives.md
+//! [rotation]: https://github.com/outlive-rs/outlive/blob/main/docs/rotation.md
+//! [durable]: https://github.com/outlive-rs/outlive/blob/main/docs/durable.md
+//! [deaths]: https://github.com/outlive-rs/outlive/blob/main/docs/deaths.md
+//! [event]: https://github.com/outlive-rs/outlive/blob/main/docs/wide-event.md
+//! [security]: https://github.com/outlive-rs/outlive/blob/main/docs/security.md
+//! [measurements]: https://github.com/outlive-rs/outlive/blob/main/docs/measurements/README.md
 //!
 //! # Layout
 //!
@@ -91,9 +80,9 @@
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
 //! * `checkpoint` — capturing cookies, Web Storage, IndexedDB and the URL from every frame,
 //!   and restoring them (page script in `js/`).
-//! * `run` — the loop, a struct with named steps: next browser, prepare (restore), watch the
-//!   entry (and beside it the successor or standby), after a failure (a fresh page or a
-//!   relaunch), a rotation at a safe point; the accounting.
+//! * `run` — the loop, a struct with named steps. Next browser, prepare (restore), watch the
+//!   entry (and beside it the successor or standby). After a failure, a fresh page or a
+//!   relaunch; a rotation at a safe point; the accounting.
 //! * `lifetime` — the declared and learned session lifetime, and when to launch a successor.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
@@ -141,9 +130,9 @@ mod seal;
 mod setters;
 
 pub mod wire {
-    //! Reading a CDP frame the way outlive's relay does: on bytes, never slicing text at a
-    //! guessed index, only as far as the keys it needs, and with the answer serde would give
-    //! (property-tested and fuzzed against it); and mending the one thing Chromium writes
+    //! Reading a CDP frame the way outlive's relay does. It reads on bytes, never slicing text
+    //! at a guessed index, and only as far as the keys it needs. Its answer is serde's
+    //! (property-tested and fuzzed against it). It also mends the one thing Chromium writes
     //! that serde refuses, an escaped lone UTF-16 surrogate ([`mend_lone_surrogates`]).
     //!
     //! ```
@@ -157,10 +146,33 @@ pub mod wire {
     pub use crate::relay::wire::{mend_lone_surrogates, reply_id, version_request};
 }
 
-// The README's Rust example is compiled as a doctest.
+// The README's and the book's Rust examples are compiled as doctests (`cargo test --doc`).
+// A chapter added to docs/SUMMARY.md with Rust in it belongs here too.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../../../docs/rust.md")]
+    struct Rust;
+    #[doc = include_str!("../../../docs/rotation.md")]
+    struct Rotation;
+    #[doc = include_str!("../../../docs/durable.md")]
+    struct Durable;
+    #[doc = include_str!("../../../docs/survives.md")]
+    struct Survives;
+    #[doc = include_str!("../../../docs/deaths.md")]
+    struct Deaths;
+    #[doc = include_str!("../../../docs/security.md")]
+    struct Security;
+    #[doc = include_str!("../../../docs/providers.md")]
+    struct Providers;
+    #[doc = include_str!("../../../docs/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../../../docs/run-and-serve.md")]
+    struct RunAndServe;
+}
 
 use std::fmt::Display;
 use std::future::Future;

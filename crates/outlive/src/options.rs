@@ -213,7 +213,9 @@ impl Options {
     /// made progress.
     pub(crate) fn for_a_served_client(mut self) -> Self {
         self.client_use_is_progress = true;
-        self.for_a_client()
+        let mut options = self.for_a_client();
+        options.client = Some(Arc::new(crate::command::Usage::served()));
+        options
     }
 
     /// What happens to a JavaScript dialog the task's page opens; see [`Dialogs`].

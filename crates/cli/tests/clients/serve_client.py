@@ -21,7 +21,7 @@ from playwright.sync_api import Error, sync_playwright
 
 env = os.environ
 BANK = env["BANK_URL"].rstrip("/")
-RESULT = Path(env["RESULT_DIR"]) / "serve.json"
+RESULT = Path(env.get("RESULT_DIR", ".")) / "serve.json"
 
 
 def totp(secret: str) -> str:
@@ -38,10 +38,7 @@ def checkpoint() -> bool:
         return json.load(r)["checkpointed"]
 
 
-out = {}
-with sync_playwright() as pw:
-    browser = pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
-    page = browser.contexts[0].pages[0]
+def sign_in(page) -> None:
     page.goto(f"{BANK}/login")
     page.fill("#username", env["BANK_USER"])
     page.fill("#password", env["BANK_PASSWORD"])
@@ -50,33 +47,48 @@ with sync_playwright() as pw:
     page.fill("#code", totp(env["BANK_TOTP_SECRET"]))
     page.click("#submit")
     page.wait_for_url("**/account*")
-    out["checkpointed"] = checkpoint()
 
-    # Work until the browser goes away.
-    started = time.monotonic()
-    try:
-        while time.monotonic() - started < 60:
-            page.evaluate("1 + 1")
-            time.sleep(0.1)
-        out["error"] = "the browser never went away"
-    except Error as e:
-        out["closedWith"] = str(e).splitlines()[0]
 
-    # The same URL, again, until the restored browser is served.
+def reconnect(pw):
+    """The same URL, again, until the restored browser is served."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            browser = pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
-            break
+            return pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
         except Error:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
-    pages = [p for c in browser.contexts for p in c.pages]
-    out["pagesAfter"] = len(pages)
-    out["urlAfter"] = pages[0].url
-    pages[0].goto(f"{BANK}/account")
-    out["signedInAfter"] = pages[0].url.startswith(f"{BANK}/account")
-    out["prefAfter"] = pages[0].text_content("#pref")
 
-RESULT.write_text(json.dumps(out))
+
+def main() -> None:
+    out = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
+        page = browser.contexts[0].pages[0]
+        sign_in(page)
+        out["checkpointed"] = checkpoint()
+
+        # Work until the browser goes away.
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 60:
+                page.evaluate("1 + 1")
+                time.sleep(0.1)
+            out["error"] = "the browser never went away"
+        except Error as e:
+            out["closedWith"] = str(e).splitlines()[0]
+
+        browser = reconnect(pw)
+        pages = [p for c in browser.contexts for p in c.pages]
+        out["pagesAfter"] = len(pages)
+        out["urlAfter"] = pages[0].url
+        pages[0].goto(f"{BANK}/account")
+        out["signedInAfter"] = pages[0].url.startswith(f"{BANK}/account")
+        out["prefAfter"] = pages[0].text_content("#pref")
+
+    RESULT.write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

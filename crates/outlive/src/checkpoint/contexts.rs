@@ -3,15 +3,12 @@
 //! no client sees the writing. The front hands them out in order to the client's
 //! `Target.createBrowserContext` commands.
 
-use std::time::SystemTime;
-
 use chromiumoxide::Browser;
 use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::storage::SetCookiesParams;
 use chromiumoxide::cdp::browser_protocol::target::{
     CreateBrowserContextParams, CreateTargetParams, DisposeBrowserContextParams,
 };
-use tokio::time::Instant;
 
 use super::script::cdp_error;
 use super::{Checkpoint, ContextState};
@@ -90,16 +87,7 @@ async fn write(
         .new_page(target)
         .await
         .map_err(|e| cdp_error("Target.createTarget", e))?;
-    let storage = Checkpoint {
-        url: "about:blank".to_owned(),
-        cookies: Vec::new(),
-        storage: context.storage.clone(),
-        contexts: Vec::new(),
-        frames_unread: 0,
-        at: SystemTime::now(),
-        taken: Instant::now(),
-        progress: None,
-    };
+    let storage = Checkpoint::holding(context.storage.clone());
     let written = super::restore(&page, calls, &storage, None).await;
     let _ = page.close().await;
     written

@@ -44,6 +44,7 @@ mod contexts;
 mod idb;
 #[cfg(feature = "durable")]
 mod persist;
+mod reopen;
 mod restore;
 mod script;
 mod tabs;
@@ -54,6 +55,7 @@ pub(crate) use cache::PartCache;
 pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
 pub(crate) use contexts::remake as remake_contexts;
 pub(crate) use idb::IdbWatch;
+pub(crate) use reopen::reopen as reopen_tabs;
 pub(crate) use restore::restore;
 pub(crate) use tabs::{Browsing, Tabs, capture_tabs};
 
@@ -213,6 +215,26 @@ impl ContextState {
     }
 }
 
+/// Another tab of the default context, reopened after a death under `serve`: its URL and its
+/// sessionStorage (which belongs to the tab) per storage key.
+#[derive(Clone)]
+pub(crate) struct TabState {
+    pub(crate) url: String,
+    pub(crate) session: BTreeMap<StorageKey, FrameState>,
+}
+
+impl TabState {
+    fn bytes(&self) -> usize {
+        self.url.len() + storage_bytes(&self.session)
+    }
+}
+
+impl Drop for TabState {
+    fn drop(&mut self) {
+        self.url.zeroize();
+    }
+}
+
 fn storage_bytes(storage: &BTreeMap<StorageKey, FrameState>) -> usize {
     storage
         .iter()
@@ -243,6 +265,8 @@ pub(crate) struct Checkpoint {
     pub(crate) storage: BTreeMap<StorageKey, FrameState>,
     /// The contexts a foreign client made, in the order it made them.
     pub(crate) contexts: Vec<ContextState>,
+    /// The default context's other tabs, in the client's order (kept in memory only).
+    pub(crate) tabs: Vec<TabState>,
     /// Frames whose storage could not be read at all.
     pub(crate) frames_unread: u64,
     /// Wall-clock time the capture started (what `ctx.resumed_from()` reports).
@@ -265,9 +289,25 @@ impl Checkpoint {
             cookies: Vec::new(),
             storage: BTreeMap::new(),
             contexts: Vec::new(),
+            tabs: Vec::new(),
             frames_unread: 0,
             at: SystemTime::now(),
             taken,
+            progress: None,
+        }
+    }
+
+    /// A checkpoint at `about:blank` holding only `storage`, for writing it into a page.
+    pub(crate) fn holding(storage: BTreeMap<StorageKey, FrameState>) -> Self {
+        Checkpoint {
+            url: "about:blank".to_owned(),
+            cookies: Vec::new(),
+            storage,
+            contexts: Vec::new(),
+            tabs: Vec::new(),
+            frames_unread: 0,
+            at: SystemTime::now(),
+            taken: Instant::now(),
             progress: None,
         }
     }
@@ -279,6 +319,7 @@ impl Checkpoint {
             + self.cookies.iter().map(StoredCookie::bytes).sum::<usize>()
             + storage_bytes(&self.storage)
             + self.contexts.iter().map(ContextState::bytes).sum::<usize>()
+            + self.tabs.iter().map(TabState::bytes).sum::<usize>()
     }
 
     /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
@@ -305,10 +346,11 @@ impl Checkpoint {
         }
     }
 
-    /// Every part this checkpoint holds, in every context.
+    /// Every part this checkpoint holds, in every context and tab.
     pub(crate) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
         std::iter::once(&self.storage)
             .chain(self.contexts.iter().map(|c| &c.storage))
+            .chain(self.tabs.iter().map(|t| &t.session))
             .flat_map(BTreeMap::values)
             .flat_map(FrameState::parts)
     }
@@ -326,6 +368,7 @@ impl fmt::Debug for Checkpoint {
             .field("cookies", &self.cookies.len())
             .field("storage_keys", &self.storage.len())
             .field("contexts", &self.contexts.len())
+            .field("tabs", &self.tabs.len())
             .field("bytes", &self.bytes())
             .field("left_out", &self.left_out())
             .finish_non_exhaustive()

@@ -132,6 +132,8 @@ impl Checkpoint {
                     storage: storage_of(&c.storage),
                 })
                 .collect(),
+            // Tabs are reopened only by `serve`, whose checkpoints are not durable.
+            tabs: Vec::new(),
             frames_unread: p.frames_unread,
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
             taken,

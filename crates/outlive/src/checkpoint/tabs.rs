@@ -12,7 +12,9 @@ use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
 use chromiumoxide::{Browser, Page};
 
 use super::capture::{CaptureOptions, WarmUp, capture_page};
-use super::{Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie};
+use super::{
+    Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie, TabState,
+};
 use crate::command::Usage;
 use crate::error::Error;
 use crate::relay::Calls;
@@ -58,6 +60,8 @@ pub(crate) struct Browsing<'a> {
     pub(crate) calls: &'a Calls,
     pub(crate) cache: &'a PartCache,
     pub(crate) usage: &'a Usage,
+    /// The browser's endpoint: which browser's tab order is this one's.
+    pub(crate) endpoint: Option<&'a str>,
 }
 
 /// One tab's capture, with its target and context.
@@ -67,28 +71,40 @@ struct Read {
     checkpoint: Checkpoint,
 }
 
-/// Captures every tab of the browser (see the module doc). A tab other than the task's page
-/// that does not answer within the frame timeout is counted unread; what it held before stays
-/// through the run's merge with the older checkpoint.
+/// Captures every tab of the browser (see the module doc), the client's tabs beside the task's
+/// page. A tab other than the task's page that does not answer within the frame timeout is
+/// counted unread; what it held before stays through the run's merge with the older checkpoint.
 pub(crate) async fn capture_tabs(
     at: Browsing<'_>,
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
     let made = at.usage.contexts();
-    let (pages, targets, own, cookies) = futures::join!(
-        at.browser.pages(),
-        at.browser.execute(GetTargetsParams::default()),
-        capture_page(at.own, at.calls, at.cache, at.own_idb, options),
-        futures::future::join_all(made.iter().map(|id| context_cookies(at.browser, id))),
-    );
-    let own = own?;
-    let pages: Vec<Page> = pages
+    let pages: Vec<Page> = at
+        .browser
+        .pages()
+        .await
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.target_id() != at.own.target_id())
         .collect();
     at.tabs.keep(&pages);
-    let reads = futures::future::join_all(pages.iter().map(|p| read_tab(&at, p, options))).await;
+    if let Some(endpoint) = at.endpoint {
+        let alive: Vec<&str> = pages.iter().map(|p| p.target_id().as_ref()).collect();
+        let own = at.own.target_id().as_ref();
+        at.usage
+            .tabs_alive(endpoint, &[alive.as_slice(), &[own]].concat());
+    }
+    let (targets, own, reads, cookies) = futures::join!(
+        at.browser.execute(GetTargetsParams::default()),
+        capture_page(at.own, at.calls, at.cache, at.own_idb, options),
+        futures::future::join_all(pages.iter().map(|p| read_tab(&at, p, options))),
+        futures::future::join_all(made.iter().map(|id| context_cookies(at.browser, id))),
+    );
+    let own = own?;
+    let order = at
+        .endpoint
+        .map(|e| at.usage.tab_order(e))
+        .unwrap_or_default();
     let contexts: HashMap<String, Option<String>> = targets
         .map(|t| t.result.target_infos)
         .unwrap_or_default()
@@ -100,23 +116,22 @@ pub(crate) async fn capture_tabs(
             )
         })
         .collect();
-    let context_of = |target: &str| contexts.get(target).cloned().flatten();
-    let mut tabs = vec![Read {
-        target: at.own.target_id().as_ref().to_owned(),
-        context: context_of(at.own.target_id().as_ref()),
-        checkpoint: own,
-    }];
+    let read = |target: &str, checkpoint| Read {
+        target: target.to_owned(),
+        context: contexts.get(target).cloned().flatten(),
+        checkpoint,
+    };
+    let mut tabs = vec![read(at.own.target_id().as_ref(), own)];
     let mut unread = 0;
-    for (page, read) in pages.iter().zip(reads) {
-        match read {
-            Some(checkpoint) => tabs.push(Read {
-                target: page.target_id().as_ref().to_owned(),
-                context: context_of(page.target_id().as_ref()),
-                checkpoint,
-            }),
+    for (page, checkpoint) in pages.iter().zip(reads) {
+        match checkpoint {
+            Some(checkpoint) => tabs.push(read(page.target_id().as_ref(), checkpoint)),
             None => unread += 1,
         }
     }
+    // The client's order; tabs outlive does not know of (opened by a page) last.
+    let rank = |t: &str| order.iter().position(|o| o == t).unwrap_or(usize::MAX);
+    tabs[1..].sort_by_key(|r| rank(&r.target));
     let mut checkpoint = assemble(tabs, at.usage.last_tab(), &made, cookies);
     checkpoint.frames_unread += unread;
     at.cache.remember(&checkpoint);
@@ -166,9 +181,10 @@ async fn context_cookies(browser: &Browser, id: &str) -> Vec<StoredCookie> {
     }
 }
 
-/// Merges the tabs' reads (the task's page first) into one checkpoint: the default context's
-/// storage from every tab in it, each made context's from its own, sessionStorage and the URL
-/// from the tab the client used last (else the task's page).
+/// Merges the tabs' reads (the task's page first, the rest in the client's order) into one
+/// checkpoint: the default context's storage from every tab in it, each made context's from its
+/// own, sessionStorage and the URL from the tab the client used last (else the task's page),
+/// the default context's other tabs with their URL and sessionStorage.
 fn assemble(
     mut tabs: Vec<Read>,
     last_tab: Option<String>,
@@ -185,6 +201,7 @@ fn assemble(
     let focused = tabs.remove(focus);
     let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
     let mut storage = BTreeMap::new();
+    let mut others = Vec::new();
     let mut contexts: Vec<ContextState> = made_cookies
         .into_iter()
         .map(|cookies| ContextState {
@@ -194,7 +211,12 @@ fn assemble(
         .collect();
     for (is_focus, read) in order {
         let into = match &read.context {
-            c if *c == default => &mut storage,
+            c if *c == default => {
+                if !is_focus {
+                    others.push(tab_state(&read.checkpoint));
+                }
+                &mut storage
+            }
             Some(c) => match made.iter().position(|m| m == c) {
                 Some(i) => &mut contexts[i].storage,
                 None => continue, // a context the client did not make (another client's)
@@ -213,7 +235,28 @@ fn assemble(
     checkpoint.frames_unread = frames_unread;
     checkpoint.storage = storage;
     checkpoint.contexts = contexts;
+    checkpoint.tabs = others;
     checkpoint
+}
+
+/// A tab's URL and sessionStorage.
+fn tab_state(read: &Checkpoint) -> TabState {
+    let session = read
+        .storage
+        .iter()
+        .filter_map(|(key, state)| {
+            let session = state.session.clone()?;
+            let state = FrameState {
+                session: Some(session),
+                ..FrameState::default()
+            };
+            Some((key.clone(), state))
+        })
+        .collect();
+    TabState {
+        url: read.url.clone(),
+        session,
+    }
 }
 
 /// Adds a tab's storage to a context's: keys already there stay; sessionStorage only from the
@@ -283,6 +326,13 @@ mod tests {
             "every tab's origins"
         );
         assert!(b.session.is_none(), "no other tab's sessionStorage");
+        // The other tabs, in order, each with its URL and its own sessionStorage only.
+        let urls: Vec<_> = cp.tabs.iter().map(|t| t.url.as_str()).collect();
+        assert_eq!(urls, ["https://a.example/", "https://b.example/x"]);
+        let own = &cp.tabs[0].session[&key("https://a.example", "https://a.example")];
+        assert_eq!(json(&own.session), Some(r#"[["s","own"]]"#));
+        assert!(own.local.is_none());
+        assert_eq!(cp.tabs[1].session.len(), 1);
     }
 
     #[test]
@@ -306,6 +356,11 @@ mod tests {
         assert!(c1.contains_key(&key("https://b.example", "https://b.example")));
         let c2 = &cp.contexts[1].storage[&key("https://c.example", "https://c.example")];
         assert_eq!(json(&c2.session), Some(r#"[["s","t2"]]"#));
+        assert_eq!(
+            cp.tabs.len(),
+            1,
+            "the task's page: the default context's other tab"
+        );
         let all: Vec<_> = cp.contexts.iter().flat_map(|c| c.storage.keys()).collect();
         assert!(
             !all.contains(&&key("https://x.example", "https://x.example")),

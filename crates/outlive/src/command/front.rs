@@ -515,6 +515,10 @@ struct Seen<'a> {
     creating: Mutex<Vec<u64>>,
     /// Ids of the client's `Target.getBrowserContexts` commands still unanswered.
     listing: Mutex<Vec<u64>>,
+    /// Ids of the client's `Target.createTarget` commands still unanswered.
+    opening: Mutex<Vec<u64>>,
+    /// The tabs shown to the client in its order when it asks to attach to them.
+    attach: Mutex<usage::AttachOrder>,
     /// Replies the front gives itself, for the browser-to-client half to send.
     answers: tokio::sync::mpsc::UnboundedSender<String>,
 }
@@ -532,6 +536,8 @@ impl<'a> Seen<'a> {
             sessions: Mutex::default(),
             creating: Mutex::default(),
             listing: Mutex::default(),
+            opening: Mutex::default(),
+            attach: Mutex::default(),
             answers,
         };
         (seen, answered)
@@ -557,16 +563,48 @@ impl<'a> Seen<'a> {
             usage::Command::ListContexts(id) => {
                 self.listing.lock().expect("listing poisoned").push(id);
             }
+            usage::Command::CreateTab(id) => {
+                self.opening.lock().expect("opening poisoned").push(id)
+            }
+            usage::Command::AutoAttach(id) => {
+                self.attach.lock().expect("attach poisoned").asked(id)
+            }
         }
         Ok(())
     }
 
-    /// A message from the browser, as the client is to see it (`None`: as it is).
-    fn on_browser(&self, frame: &str) -> Option<String> {
+    /// A message from the browser, as the client is to see it: `None` as it is, else the
+    /// messages to send in its place.
+    fn on_browser(&self, frame: &str) -> Option<Vec<String>> {
         self.sessions
             .lock()
             .expect("sessions poisoned")
             .on_browser(frame);
+        self.note_made(frame);
+        let order = || self.usage.tab_order(&self.endpoint);
+        if let Some(frames) = self
+            .attach
+            .lock()
+            .expect("attach poisoned")
+            .on_browser(frame, order)
+        {
+            return Some(frames);
+        }
+        self.without_waiting_contexts(frame).map(|f| vec![f])
+    }
+
+    /// Notes the tabs and contexts the browser says the client made.
+    fn note_made(&self, frame: &str) {
+        let mut opening = self.opening.lock().expect("opening poisoned");
+        let made = opening
+            .iter()
+            .enumerate()
+            .find_map(|(i, &id)| usage::tab_created(frame, id).map(|t| (i, t)));
+        if let Some((i, tab)) = made {
+            opening.remove(i);
+            self.usage.tab_opened(&self.endpoint, &tab);
+        }
+        drop(opening);
         let mut creating = self.creating.lock().expect("creating poisoned");
         let made = creating
             .iter()
@@ -576,7 +614,10 @@ impl<'a> Seen<'a> {
             creating.remove(i);
             self.usage.context_made(&context);
         }
-        drop(creating);
+    }
+
+    /// A reply to the client's `Target.getBrowserContexts` without the contexts not handed out.
+    fn without_waiting_contexts(&self, frame: &str) -> Option<String> {
         let mut listing = self.listing.lock().expect("listing poisoned");
         if listing.is_empty() || !frame.contains("browserContextIds") {
             return None;
@@ -646,7 +687,14 @@ where
         };
         let m = match m {
             Ok(Message::Text(t)) => match seen.on_browser(t.as_str()) {
-                Some(changed) => Message::text(changed),
+                Some(frames) => {
+                    for f in frames {
+                        if client_tx.send(Message::text(f)).await.is_err() {
+                            return End::ClientGone;
+                        }
+                    }
+                    continue;
+                }
                 None if filter.passes(t.as_str()) => Message::Text(t),
                 None => continue,
             },

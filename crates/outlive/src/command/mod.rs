@@ -256,7 +256,8 @@ where
     P: Provider + ?Sized,
 {
     let options = options.for_a_served_client();
-    let front = Front::start(options.navigation_timeout, options.client_usage())
+    let usage = options.client_usage();
+    let front = Front::start(options.navigation_timeout, usage.clone())
         .await
         .map_err(|e| RunError::Outlive(listen_error(e)))?;
     ready(&Endpoints::of(&front));
@@ -264,13 +265,16 @@ where
     let run = crate::outlive(
         provider,
         |page, ctx| {
-            let front = &front;
+            let (front, usage) = (&front, &usage);
             let mut stop = stop_rx.clone();
             async move {
                 let Some(endpoint) = ctx.link().endpoint.clone() else {
                     return Ok(());
                 };
-                only_this_page(&endpoint, page.target_id().as_ref()).await;
+                // The task's page and the client's tabs reopened after it.
+                let mut keep = usage.tab_order(endpoint.expose());
+                keep.push(page.target_id().as_ref().to_owned());
+                only_these_pages(&endpoint, &keep).await;
                 let _served = front.serve(endpoint, ctx.clone());
                 let _ = stop.wait_for(|s| *s).await;
                 Ok(())
@@ -465,7 +469,7 @@ async fn entry(
             "this browser has no CDP endpoint to serve",
         )));
     };
-    only_this_page(&endpoint, page.target_id().as_ref()).await;
+    only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
     let served = front.serve(endpoint, ctx.clone());
     // At most one program alive: the last entry's is gone before this one starts.
     let child = programs
@@ -548,17 +552,17 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// Closes every page but the task's, so the program finds exactly one (a browser starts with
-/// a tab of its own; outlive opened another). Best effort: a page left over only means the
-/// program sees two.
-async fn only_this_page(endpoint: &crate::CdpEndpoint, keep: &str) {
+/// Closes every page but those in `keep`, so the program finds only the task's page (a browser
+/// starts with a tab of its own; outlive opened another) and, under `serve`, the tabs reopened.
+/// Best effort: a page left over only means the program sees one more.
+async fn only_these_pages(endpoint: &crate::CdpEndpoint, keep: &[String]) {
     let closed = tokio::time::timeout(Duration::from_secs(5), close_others(endpoint, keep)).await;
     if !matches!(closed, Ok(Ok(()))) {
         tracing::debug!("could not close the browser's other pages");
     }
 }
 
-async fn close_others(endpoint: &crate::CdpEndpoint, keep: &str) -> Result<(), Error> {
+async fn close_others(endpoint: &crate::CdpEndpoint, keep: &[String]) -> Result<(), Error> {
     use async_tungstenite::tungstenite::Message;
     use futures::StreamExt;
     let cdp = |e| Error::new(ErrorKind::Cdp, "the browser's other pages").with_source(e);
@@ -584,7 +588,7 @@ async fn close_others(endpoint: &crate::CdpEndpoint, keep: &str) -> Result<(), E
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|t| t["type"] == "page" && t["targetId"] != keep)
+            .filter(|t| t["type"] == "page" && !keep.iter().any(|k| t["targetId"] == k.as_str()))
             .filter_map(|t| t["targetId"].as_str().map(str::to_owned))
             .collect();
         if others.is_empty() {

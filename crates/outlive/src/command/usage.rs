@@ -1,6 +1,7 @@
 //! What a foreign client does with the browser, as the front reads it from the client's own
-//! stream: the tab it sent a command to last, and the browser contexts it made, in order. The
-//! capture reads it to know which tab is the one to resume in, and which context is which.
+//! stream: the tab it sent a command to last, the tabs and browser contexts it made, in order.
+//! The capture reads it to know which tab to resume in, the tabs' order, and which context is
+//! which; the front uses it to show a reconnecting client its tabs in that order.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -9,12 +10,25 @@ use serde::Deserialize;
 
 /// Shared by the front (which writes it) and the capture (which reads it); one per run.
 #[derive(Debug, Default)]
-pub(crate) struct Usage(Mutex<Seen>, Mutex<Ready>);
+pub(crate) struct Usage {
+    seen: Mutex<Seen>,
+    /// Per browser, by its endpoint (two are up during a rotation).
+    browsers: Mutex<HashMap<String, Browser>>,
+    /// Whether a restore opens the client's other tabs again (`serve`: its client reconnects
+    /// to find them; under `run` the program starts over).
+    reopens_tabs: bool,
+}
 
-/// Contexts made again from a checkpoint (see `checkpoint::contexts`), by the browser they are
-/// in (its endpoint): handed out in order to the client's `Target.createBrowserContext`.
+/// What outlive keeps of one browser for the client.
 #[derive(Debug, Default)]
-struct Ready(HashMap<String, Vec<String>>);
+struct Browser {
+    /// Contexts made again from a checkpoint (see `checkpoint::contexts`), not handed out yet:
+    /// each goes to the client's next `Target.createBrowserContext`.
+    contexts: Vec<String>,
+    /// The page targets in the client's order: outlive's page (the tab to resume in) first,
+    /// then the tabs reopened or made by the client, as they came.
+    tabs: Vec<String>,
+}
 
 #[derive(Debug, Default)]
 struct Seen {
@@ -26,8 +40,21 @@ struct Seen {
 }
 
 impl Usage {
+    /// The usage of `serve`'s client, whose tabs are reopened after a death.
+    pub(crate) fn served() -> Usage {
+        Usage {
+            reopens_tabs: true,
+            ..Usage::default()
+        }
+    }
+
+    /// Whether a restore opens the client's other tabs again.
+    pub(crate) fn reopens_tabs(&self) -> bool {
+        self.reopens_tabs
+    }
+
     fn seen(&self) -> MutexGuard<'_, Seen> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A new browser is served: what was seen of the last one means nothing in it.
@@ -35,30 +62,69 @@ impl Usage {
         *self.seen() = Seen::default();
     }
 
-    fn ready(&self) -> MutexGuard<'_, Ready> {
-        self.1.lock().unwrap_or_else(PoisonError::into_inner)
+    fn browsers(&self) -> MutexGuard<'_, HashMap<String, Browser>> {
+        self.browsers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Contexts made again in the browser at `endpoint`, in the client's order; they replace
     /// any not handed out yet there. Answers those replaced (to dispose of).
     pub(crate) fn contexts_ready(&self, endpoint: &str, ids: Vec<String>) -> Vec<String> {
-        self.ready()
-            .0
-            .insert(endpoint.to_owned(), ids)
+        let mut browsers = self.browsers();
+        let browser = browsers.entry(endpoint.to_owned()).or_default();
+        std::mem::replace(&mut browser.contexts, ids)
+    }
+
+    /// The tabs of the browser at `endpoint` in the client's order, outlive's page first.
+    pub(crate) fn tabs_ready(&self, endpoint: &str, ids: Vec<String>) {
+        self.browsers().entry(endpoint.to_owned()).or_default().tabs = ids;
+    }
+
+    /// Outlive's page at `endpoint` was replaced by `new`: the new one comes first.
+    pub(crate) fn tab_replaced(&self, endpoint: &str, old: &str, new: &str) {
+        let mut browsers = self.browsers();
+        let tabs = &mut browsers.entry(endpoint.to_owned()).or_default().tabs;
+        tabs.retain(|t| t != old);
+        tabs.insert(0, new.to_owned());
+    }
+
+    /// The client opened tab `id` in the browser at `endpoint` (`Target.createTarget`).
+    pub(crate) fn tab_opened(&self, endpoint: &str, id: &str) {
+        let mut browsers = self.browsers();
+        let tabs = &mut browsers.entry(endpoint.to_owned()).or_default().tabs;
+        if !tabs.iter().any(|t| t == id) {
+            tabs.push(id.to_owned());
+        }
+    }
+
+    /// Forgets the tabs of the browser at `endpoint` that are not in `alive` any more.
+    pub(crate) fn tabs_alive(&self, endpoint: &str, alive: &[&str]) {
+        if let Some(b) = self.browsers().get_mut(endpoint) {
+            b.tabs.retain(|t| alive.contains(&t.as_str()));
+        }
+    }
+
+    /// The tabs of the browser at `endpoint`, in the client's order (those outlive knows of).
+    pub(crate) fn tab_order(&self, endpoint: &str) -> Vec<String> {
+        self.browsers()
+            .get(endpoint)
+            .map(|b| b.tabs.clone())
             .unwrap_or_default()
     }
 
-    /// The browser at `endpoint` is gone: its contexts with it.
+    /// The browser at `endpoint` is gone: its contexts and tabs with it.
     pub(crate) fn browser_gone(&self, endpoint: &str) {
-        self.ready().0.remove(endpoint);
+        self.browsers().remove(endpoint);
     }
 
     /// The next context made again in the browser at `endpoint`, for the client's next
     /// `Target.createBrowserContext`; noted as made by the client.
     pub(crate) fn take_ready(&self, endpoint: &str) -> Option<String> {
         let id = {
-            let mut ready = self.ready();
-            let ids = ready.0.get_mut(endpoint).filter(|ids| !ids.is_empty())?;
+            let mut browsers = self.browsers();
+            let ids = &mut browsers.get_mut(endpoint)?.contexts;
+            if ids.is_empty() {
+                return None;
+            }
             ids.remove(0)
         };
         self.context_made(&id);
@@ -68,7 +134,10 @@ impl Usage {
     /// The contexts made again and not handed out yet in the browser at `endpoint`: hidden from
     /// the client's `Target.getBrowserContexts` until they are.
     pub(crate) fn waiting(&self, endpoint: &str) -> Vec<String> {
-        self.ready().0.get(endpoint).cloned().unwrap_or_default()
+        self.browsers()
+            .get(endpoint)
+            .map(|b| b.contexts.clone())
+            .unwrap_or_default()
     }
 
     /// The page target the client used last, if it used one.
@@ -191,6 +260,11 @@ pub(crate) enum Command {
     CreateContext(u64),
     /// `Target.getBrowserContexts` with this id: contexts not handed out yet are held back.
     ListContexts(u64),
+    /// `Target.createTarget` with this id: forward it, and note the tab made.
+    CreateTab(u64),
+    /// A browser-level `Target.setAutoAttach` with this id: forward it, and order the tabs
+    /// the browser attaches in answer.
+    AutoAttach(u64),
 }
 
 #[derive(Deserialize)]
@@ -205,7 +279,13 @@ struct Call<'a> {
 impl Command {
     /// Reads a client's command: only the few browser-level ones the front acts on.
     pub(crate) fn of(frame: &str) -> Command {
-        if !frame.contains("\"Browser.close\"") && !frame.contains("BrowserContext") {
+        let watched = [
+            "\"Browser.close\"",
+            "BrowserContext",
+            "Target.createTarget",
+            "Target.setAutoAttach",
+        ];
+        if !watched.iter().any(|m| frame.contains(m)) {
             return Command::Forward;
         }
         let Ok(call) = serde_json::from_str::<Call<'_>>(frame) else {
@@ -215,6 +295,8 @@ impl Command {
             (Some("Browser.close"), Some(id), None) => Command::CloseBrowser(id),
             (Some("Target.createBrowserContext"), Some(id), None) => Command::CreateContext(id),
             (Some("Target.getBrowserContexts"), Some(id), None) => Command::ListContexts(id),
+            (Some("Target.createTarget"), Some(id), None) => Command::CreateTab(id),
+            (Some("Target.setAutoAttach"), Some(id), None) => Command::AutoAttach(id),
             _ => Command::Forward,
         }
     }
@@ -238,6 +320,85 @@ pub(crate) fn context_created(frame: &str, id: u64) -> Option<String> {
     }
     let reply: Reply<'_> = serde_json::from_str(frame).ok()?;
     (reply.id == Some(id)).then(|| reply.result.map(|r| r.id.to_owned()))?
+}
+
+/// The `targetId` of a reply to command `id`, if `frame` is that reply.
+pub(crate) fn tab_created(frame: &str, id: u64) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Reply<'a> {
+        id: Option<u64>,
+        #[serde(borrow)]
+        result: Option<Created<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Created<'a> {
+        #[serde(rename = "targetId", borrow)]
+        id: &'a str,
+    }
+    if !frame.contains("\"targetId\"") {
+        return None;
+    }
+    let reply: Reply<'_> = serde_json::from_str(frame).ok()?;
+    (reply.id == Some(id)).then(|| reply.result.map(|r| r.id.to_owned()))?
+}
+
+/// Chromium attaches a client to the tabs that exist in no stable order, so a client that
+/// takes the first as current (Playwright MCP, browser-use) would find any of them. This holds
+/// the attach events answering a browser-level `Target.setAutoAttach` and lets them go, in the
+/// client's tab order, just before the reply.
+#[derive(Debug, Default)]
+pub(crate) struct AttachOrder {
+    /// Ids of the client's browser-level `Target.setAutoAttach` still unanswered.
+    asked: Vec<u64>,
+    /// The attach events held meanwhile, with their tab's target id.
+    held: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+struct Reply<'a> {
+    id: Option<u64>,
+    #[serde(rename = "sessionId", borrow)]
+    session_id: Option<&'a str>,
+}
+
+impl AttachOrder {
+    /// The client sent a browser-level `Target.setAutoAttach` with this id.
+    pub(crate) fn asked(&mut self, id: u64) {
+        self.asked.push(id);
+    }
+
+    /// A message from the browser: `None` to forward it as it is; otherwise the messages to
+    /// send in its place (none while attach events are held). `order` is the tab order.
+    pub(crate) fn on_browser(
+        &mut self,
+        frame: &str,
+        order: impl FnOnce() -> Vec<String>,
+    ) -> Option<Vec<String>> {
+        if self.asked.is_empty() {
+            return None;
+        }
+        if frame.contains("\"Target.attachedToTarget\"") {
+            let head = serde_json::from_str::<Head<'_>>(frame).ok()?;
+            if head.session_id.is_some() {
+                return None;
+            }
+            let a = serde_json::from_str::<Attached<'_>>(frame).ok()?;
+            let target = a.params.target_info.map_or("", |t| t.target_id);
+            self.held.push((target.to_owned(), frame.to_owned()));
+            return Some(Vec::new());
+        }
+        let reply = serde_json::from_str::<Reply<'_>>(frame).ok()?;
+        let id = reply.id.filter(|_| reply.session_id.is_none())?;
+        let i = self.asked.iter().position(|&a| a == id)?;
+        self.asked.remove(i);
+        let order = order();
+        let rank = |t: &str| order.iter().position(|o| o == t).unwrap_or(usize::MAX);
+        let mut held = std::mem::take(&mut self.held);
+        held.sort_by_key(|(t, _)| rank(t));
+        let mut frames: Vec<String> = held.into_iter().map(|(_, f)| f).collect();
+        frames.push(frame.to_owned());
+        Some(frames)
+    }
 }
 
 /// The reply to the client's `Target.getBrowserContexts` `id` without the contexts in `hide`;
@@ -310,6 +471,58 @@ mod tests {
         assert_eq!(usage.waiting("ws://a"), ["C2"]);
         usage.browser_gone("ws://a");
         assert_eq!(usage.take_ready("ws://a"), None);
+    }
+
+    /// An attach event for tab `t`, at the browser level or on session `on`.
+    fn attached(t: &str, on: Option<&str>) -> String {
+        let session = on.map_or(String::new(), |s| format!(r#","sessionId":"{s}""#));
+        format!(
+            r#"{{"method":"Target.attachedToTarget","params":{{"sessionId":"S{t}","targetInfo":{{"targetId":"{t}","type":"page"}}}}{session}}}"#
+        )
+    }
+
+    #[test]
+    fn tabs_are_attached_in_the_clients_order() {
+        let usage = Usage::default();
+        usage.tabs_ready("ws://a", vec!["T1".into(), "T2".into()]);
+        assert_eq!(
+            Command::of(
+                r#"{"id":3,"method":"Target.createTarget","params":{"url":"about:blank"}}"#
+            ),
+            Command::CreateTab(3)
+        );
+        assert_eq!(
+            tab_created(r#"{"id":3,"result":{"targetId":"T3"}}"#, 3).as_deref(),
+            Some("T3")
+        );
+        usage.tab_opened("ws://a", "T3");
+        usage.tab_replaced("ws://a", "T1", "T0");
+        assert_eq!(usage.tab_order("ws://a"), ["T0", "T2", "T3"]);
+        usage.tabs_alive("ws://a", &["T3", "T0", "T2", "T9"]);
+        assert_eq!(usage.tab_order("ws://a"), ["T0", "T2", "T3"]);
+
+        let mut order = AttachOrder::default();
+        let tabs = || usage.tab_order("ws://a");
+        // Nothing asked: everything passes as it is.
+        assert_eq!(order.on_browser(&attached("T3", None), tabs), None);
+        assert_eq!(
+            Command::of(r#"{"id":5,"method":"Target.setAutoAttach","params":{"autoAttach":true}}"#),
+            Command::AutoAttach(5)
+        );
+        order.asked(5);
+        for t in ["X", "T3", "T0", "T2"] {
+            assert_eq!(order.on_browser(&attached(t, None), tabs), Some(vec![]));
+        }
+        // On a session (an iframe's attach), and other replies, pass.
+        assert_eq!(order.on_browser(&attached("F", Some("S1")), tabs), None);
+        assert_eq!(order.on_browser(r#"{"id":4,"result":{}}"#, tabs), None);
+        let sent = order.on_browser(r#"{"id":5,"result":{}}"#, tabs).unwrap();
+        let expected = ["T0", "T2", "T3", "X"].map(|t| attached(t, None));
+        assert_eq!(sent[..4], expected);
+        assert_eq!(sent[4], r#"{"id":5,"result":{}}"#);
+        assert_eq!(order.on_browser(&attached("T4", None), tabs), None);
+        usage.browser_gone("ws://a");
+        assert!(usage.tab_order("ws://a").is_empty());
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub(crate) async fn capture_page(
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),
         storage,
         contexts: Vec::new(),
+        tabs: Vec::new(),
         frames_unread,
         at,
         taken,
