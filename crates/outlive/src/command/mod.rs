@@ -332,7 +332,7 @@ where
                 // Every real backend has an endpoint; without one, the client finds no browser.
                 let mut _served = None;
                 if let Some(endpoint) = ctx.link().endpoint.clone() {
-                    only_this_page(&endpoint, page.target_id().as_ref()).await;
+                    only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
                     _served = Some(front.serve(endpoint, ctx.clone()));
                 }
                 let entry = (task.lock().expect("task poisoned"))(EntryStart::of(&ctx));
