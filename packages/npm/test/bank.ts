@@ -6,7 +6,7 @@ import type { Page } from "playwright-core"
 import { outlive, solari as solariProvider, type WideEvent } from "outlive"
 
 const BANK = process.env.BANK_URL!
-const POLLS = Number(process.env.POLLS ?? 30)
+const POLLS = Number(process.env.POLLS ?? 10)
 const POLL_MS = Number(process.env.POLL_MS ?? 500)
 const solari = solariProvider({ baseUrl: process.env.SOLARI_BASE_URL, apiKey: process.env.SOLARI_API_KEY })
 
@@ -35,7 +35,8 @@ async function signIn(page: Page): Promise<void> {
 }
 
 async function scrapeForTwentyMinutes(page: Page): Promise<string[]> {
-  while (rows.length < POLLS) {
+  // At least POLLS rows and two deaths however fast the machine is (maxRelaunches is 5).
+  while (rows.length < POLLS || entries.length < 3) {
     await page.goto(`${BANK}/account`)
     rows.push((await page.textContent("#polls")) ?? "")
     await new Promise((r) => setTimeout(r, POLL_MS))
@@ -58,7 +59,7 @@ const counters = await (await fetch(`${BANK}/__counters`)).json()
 const check = (ok: boolean, what: string) => {
   if (!ok) throw new Error(`${what}: ${JSON.stringify({ entries, events, counters, rows: rows.length })}`)
 }
-check(result === rows && rows.length === POLLS, "the task's value is the rows")
+check(result === rows && rows.length >= POLLS, "the task's value is the rows")
 check(events.length === 1 && events[0].outcome === "completed", "one wide event, completed")
 check(events[0].relaunches >= 2, "at least two deaths")
 check(counters.signIns === 1, "one sign-in")

@@ -34,7 +34,8 @@ async def sign_in(page):
 
 
 async def scrape_for_twenty_minutes(page):
-    while len(rows) < POLLS:
+    # At least POLLS rows and two deaths however fast the machine is (max_relaunches is 5).
+    while len(rows) < POLLS or len(entries) < 3:
         await page.goto(f"{BANK}/account")
         rows.append(await page.text_content("#polls"))
         await asyncio.sleep(POLL_S)

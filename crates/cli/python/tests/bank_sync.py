@@ -35,7 +35,8 @@ def sign_in(page):
 
 
 def scrape_for_twenty_minutes(page):
-    while len(rows) < POLLS:
+    # At least POLLS rows and two deaths however fast the machine is (max_relaunches is 5).
+    while len(rows) < POLLS or len(entries) < 3:
         page.goto(f"{BANK}/account")
         rows.append(page.text_content("#polls"))
         time.sleep(POLL_S)
