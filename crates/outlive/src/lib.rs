@@ -180,8 +180,8 @@ use std::future::Future;
 pub use chromiumoxide;
 pub use chromiumoxide::Page;
 pub use command::{
-    Command, CommandFailed, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, Endpoints,
-    MAX_PROGRESS_BYTES, run_command, serve,
+    Command, CommandFailed, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, Endpoints, EntryStart,
+    MAX_PROGRESS_BYTES, run_command, serve, serve_task,
 };
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
 #[cfg(feature = "durable")]

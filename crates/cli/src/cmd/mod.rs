@@ -9,12 +9,15 @@ pub mod lab;
 pub mod probe;
 pub mod run;
 pub mod serve;
+pub mod stdio;
 
 use std::time::Duration;
 
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
+use outlive::{
+    Diagnostics, Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent,
+};
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
@@ -104,6 +107,30 @@ pub struct RunOptionArgs {
     /// Write the run's wide event here, as JSON.
     #[arg(long)]
     pub event_file: Option<std::path::PathBuf>,
+    /// Wait after a launch that failed (a death relaunches at once).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub relaunch_backoff: Duration,
+    /// Size of the page, `WIDTHxHEIGHT`.
+    #[arg(long, default_value = "1280x800", value_parser = parse_viewport)]
+    pub viewport: (u32, u32),
+    /// What logs and the wide event may reveal: `safe` (URLs reduced to hosts, credentials
+    /// blanked) or `full` (raw text).
+    #[arg(long, default_value = "safe", value_parser = parse_diagnostics)]
+    pub diagnostics: Diagnostics,
+}
+
+fn parse_viewport(s: &str) -> Result<(u32, u32), String> {
+    s.split_once(['x', 'X'])
+        .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
+        .ok_or_else(|| "use WIDTHxHEIGHT, e.g. 1280x800".to_owned())
+}
+
+fn parse_diagnostics(s: &str) -> Result<Diagnostics, String> {
+    match s {
+        "safe" => Ok(Diagnostics::Safe),
+        "full" => Ok(Diagnostics::Full),
+        _ => Err("use safe or full".to_owned()),
+    }
 }
 
 fn parse_dialogs(s: &str) -> Result<Dialogs, String> {
@@ -130,6 +157,11 @@ impl RunOptionArgs {
     /// The library's options; the wide event goes to `--event-file` and, summarised, to
     /// stderr.
     pub fn options(&self) -> Options {
+        self.options_with(|e| eprintln!("{}", summary(e)))
+    }
+
+    /// The library's options; the wide event goes to `--event-file` and to `sink`.
+    pub fn options_with(&self, sink: impl Fn(&WideEvent) + Send + Sync + 'static) -> Options {
         let mut o = Options::new()
             .checkpoint_every(self.checkpoint_every)
             .max_relaunches(self.max_relaunches)
@@ -137,7 +169,10 @@ impl RunOptionArgs {
             .max_sessions(self.max_sessions)
             .navigation_timeout(self.navigation_timeout)
             .standby(self.standby)
-            .rotation(self.rotate.unwrap_or(Rotation::Off));
+            .rotation(self.rotate.unwrap_or(Rotation::Off))
+            .relaunch_backoff(self.relaunch_backoff)
+            .viewport(self.viewport.0, self.viewport.1)
+            .diagnostics(self.diagnostics);
         if let Some(url) = &self.start_url {
             o = o.start_url(url.clone());
         }
@@ -157,7 +192,7 @@ impl RunOptionArgs {
                     );
                 }
             }
-            eprintln!("{}", summary(e));
+            sink(e);
         })
     }
 }

@@ -18,6 +18,11 @@ pub struct ServeArgs {
     /// How the run goes.
     #[command(flatten)]
     pub options: RunOptionArgs,
+    /// Serve a task that runs in the caller's process (the TypeScript and Python packages):
+    /// JSON lines, entries and the end on stdout, the task's outcome on stdin; the run ends
+    /// when the task does. See docs/stdio.md.
+    #[arg(long)]
+    pub stdio: bool,
 }
 
 impl ServeArgs {
@@ -30,6 +35,9 @@ impl ServeArgs {
                 return outlive::EXIT_USAGE;
             }
         };
+        if self.stdio {
+            return super::stdio::serve(provider.as_ref(), &self.options).await;
+        }
         let options = self.options.options();
         if let Err(e) = options.validate() {
             eprintln!("outlive: {e}");

@@ -284,6 +284,60 @@ where
     run.await
 }
 
+/// Serves the browser at [`Endpoints`] to a task running in another process (a TypeScript
+/// or Python program that connects its own client), and runs the task's side of the run
+/// loop through `task`. `ready` is called once with the URLs, before the first browser is
+/// launched.
+///
+/// For each entry, once its browser is restored and served, `task` is called with what the
+/// entry starts with; the future it returns stands for that entry of the foreign task:
+/// `Ok(())` when the task returned, `Err` when it threw. An `Err` while the browser or page
+/// failed is that failure (a relaunch, and `task` again with the next attempt); otherwise it
+/// ends the run with [`RunError::Task`]. Budgets are those of [`run_command`].
+///
+/// # Errors
+///
+/// [`RunError::Task`] with the task's error; [`RunError::Outlive`] when the run gave up or an
+/// option was invalid (before anything is launched).
+pub async fn serve_task<P, F, Fut, E>(
+    provider: &P,
+    options: Options,
+    ready: impl FnOnce(&Endpoints),
+    task: F,
+) -> Result<(), RunError<E>>
+where
+    P: Provider + ?Sized,
+    F: FnMut(EntryStart) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let options = options.for_a_client();
+    let front = Front::start(options.navigation_timeout, options.client_usage())
+        .await
+        .map_err(|e| RunError::Outlive(listen_error(e)))?;
+    ready(&Endpoints::of(&front));
+    // Called by one entry at a time, once its browser is served.
+    let task = std::sync::Mutex::new(task);
+    crate::outlive(
+        provider,
+        |page, ctx| {
+            let (front, task) = (&front, &task);
+            async move {
+                // Every real backend has an endpoint; without one, the client finds no browser.
+                let mut _served = None;
+                if let Some(endpoint) = ctx.link().endpoint.clone() {
+                    only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
+                    _served = Some(front.serve(endpoint, ctx.clone()));
+                }
+                let entry = (task.lock().expect("task poisoned"))(EntryStart::of(&ctx));
+                entry.await
+            }
+        },
+        options,
+    )
+    .await
+}
+
 fn listen_error(e: std::io::Error) -> Error {
     Error::new(
         ErrorKind::Io,
@@ -292,18 +346,24 @@ fn listen_error(e: std::io::Error) -> Error {
     .with_source(e)
 }
 
-/// What a program is started with: its attempt, and what it resumes from.
-#[derive(Clone, PartialEq, Eq)]
-struct Start {
-    run_id: String,
-    attempt: u32,
-    resumed_from: Option<crate::ResumedFrom>,
-    progress: Option<String>,
+/// What an entry of a task in another process starts with: a program's `OUTLIVE_*`
+/// variables, or what [`serve_task`] hands its task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EntryStart {
+    /// The run's random id.
+    pub run_id: String,
+    /// 1 on the first entry, 2 after the first relaunch (or page recovery, or rotation), …
+    pub attempt: u32,
+    /// The checkpoint restored into this entry's browser, if any.
+    pub resumed_from: Option<crate::ResumedFrom>,
+    /// The progress the newest checkpoint holds (JSON), if any.
+    pub progress: Option<String>,
 }
 
-impl Start {
-    fn of(ctx: &Ctx) -> Start {
-        Start {
+impl EntryStart {
+    fn of(ctx: &Ctx) -> EntryStart {
+        EntryStart {
             run_id: ctx.link().run_id.clone(),
             attempt: ctx.attempt(),
             resumed_from: ctx.resumed_from().cloned(),
@@ -312,9 +372,9 @@ impl Start {
     }
 
     /// What the entry after `ctx`'s will start with, if `ctx`'s is cut now.
-    fn after(ctx: &Ctx) -> Start {
+    fn after(ctx: &Ctx) -> EntryStart {
         let (resumed_from, progress) = ctx.next_resume();
-        Start {
+        EntryStart {
             run_id: ctx.link().run_id.clone(),
             attempt: ctx.attempt() + 1,
             resumed_from,
@@ -331,7 +391,7 @@ struct Programs {
     /// Started as soon as a cut entry's program was gone, for the entry expected next: its
     /// start-up (an interpreter, a driver) overlaps the replacement browser's launch and
     /// restore; its client waits at the endpoint for the browser to be served.
-    early: Arc<std::sync::Mutex<Option<(Start, Child)>>>,
+    early: Arc<std::sync::Mutex<Option<(EntryStart, Child)>>>,
     /// The task starting it, owned: it ends with the run.
     starter: std::sync::Mutex<Option<tokio_util::task::AbortOnDropHandle<()>>>,
 }
@@ -343,7 +403,7 @@ impl Programs {
         &self,
         command: &Command,
         endpoints: &Endpoints,
-        start: &Start,
+        start: &EntryStart,
     ) -> std::io::Result<Child> {
         let early = self.early.lock().expect("programs poisoned").take();
         match early {
@@ -366,7 +426,7 @@ impl Programs {
 
     /// After `ctx`'s entry was cut: once its program is gone, starts the next one early.
     fn start_next(&self, command: &Command, endpoints: &Endpoints, ctx: &Ctx) {
-        let start = Start::after(ctx);
+        let start = EntryStart::after(ctx);
         let last = self.last.lock().expect("programs poisoned").clone();
         let (cmd, kill_after) = (process(command, endpoints, &start), command.kill_after);
         let early = self.early.clone();
@@ -407,7 +467,7 @@ async fn entry(
     let served = front.serve(endpoint, ctx.clone());
     // At most one program alive: the last entry's is gone before this one starts.
     let child = programs
-        .take(command, endpoints, &Start::of(&ctx))
+        .take(command, endpoints, &EntryStart::of(&ctx))
         .await
         .map_err(CommandFailed::Spawn)?;
     tracing::info!(attempt = ctx.attempt(), "command started");
@@ -455,7 +515,11 @@ fn failure(status: ExitStatus) -> CommandFailed {
 }
 
 /// The program with its `OUTLIVE_*` environment.
-fn process(command: &Command, endpoints: &Endpoints, start: &Start) -> tokio::process::Command {
+fn process(
+    command: &Command,
+    endpoints: &Endpoints,
+    start: &EntryStart,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&command.program);
     cmd.args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
