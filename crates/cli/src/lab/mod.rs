@@ -3,7 +3,7 @@
 //!
 //! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
 //! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
-//!   audit.
+//!   audit; [`serve_soak`] — `outlive soak --serve-for`: `serve` for hours, sampled.
 //! * [`foreign`] — `outlive bench --foreign-only`: a Playwright script straight to a session
 //!   against the same script under `outlive run`.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
@@ -16,6 +16,7 @@ use crate::error::{Error, ErrorKind};
 
 pub mod bench;
 pub mod foreign;
+pub mod serve_soak;
 pub mod soak;
 pub mod timeline;
 

@@ -2,7 +2,8 @@
 //! stalls, navigations and failures, kept as state that the driver feeds and asks.
 //!
 //! Inputs (each with the time it happened): [`Watchdog::on_message`] for every message from
-//! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_flow`]
+//! the browser, [`Watchdog::on_command`] for every client command, [`Watchdog::on_program`]
+//! for a program's commands on its own connection, [`Watchdog::on_flow`]
 //! for how the upstream socket's writes go, and the handle's requests ([`Watchdog::watch`],
 //! [`Watchdog::fail_watched`], …). Outputs: what to do with a message ([`Verdict`],
 //! [`Outbound`]), and at [`Watchdog::next_deadline`] the driver calls
@@ -36,7 +37,7 @@ use tokio::time::Instant;
 use self::page::{PageState, StallProbe};
 use self::silence::Waiting;
 use super::wire::{self, Head, Inbound};
-use super::{DeathCause, Heartbeat, WatchedPage};
+use super::{DeathCause, Heartbeat, ProgramCall, WatchedPage};
 
 /// What the driver must do when a deadline passed.
 #[derive(Debug, PartialEq, Eq)]
@@ -265,6 +266,12 @@ impl Watchdog {
         Outbound::Forward
     }
 
+    /// A program's command on its own connection (see [`ProgramCall`]): while one waits,
+    /// silence is judged as while outlive's own commands wait.
+    pub fn on_program(&mut self, call: ProgramCall) {
+        self.silence.program(call);
+    }
+
     /// How the upstream socket's writes go now.
     pub fn on_flow(&mut self, flow: Flow) {
         self.flow = flow;
@@ -415,6 +422,7 @@ impl Watchdog {
             return None;
         }
         let (generation, session) = (watched.generation, watched.session_id.clone());
+        let target = watched.target_id.clone();
         self.page.failed_generation = generation;
         self.page.dead_sessions.insert(session.clone());
         self.page.stall_probe = None;
@@ -422,6 +430,7 @@ impl Watchdog {
         for id in &commands {
             self.silence.in_flight.remove(id);
         }
+        self.silence.page_failed(&target);
         Some(PageFailure {
             generation,
             cause,

@@ -30,7 +30,7 @@ pub(super) const OWN_ID_BASE: u64 = 1_900_000_000;
 
 /// What a CDP message is, without what it carries: its id, method and session.
 #[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
-pub(super) struct Head<'a> {
+pub(crate) struct Head<'a> {
     pub id: Option<u64>,
     #[serde(borrow)]
     pub method: Option<Cow<'a, str>>,
@@ -41,7 +41,7 @@ pub(super) struct Head<'a> {
 impl<'a> Head<'a> {
     /// The three keys, as serde reads them into this struct (all `None` where serde fails).
     /// The scan stops once all three have been seen.
-    pub fn of(bytes: &'a [u8]) -> Head<'a> {
+    pub(crate) fn of(bytes: &'a [u8]) -> Head<'a> {
         scan_head(bytes, Until::All).unwrap_or_default()
     }
 }
