@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::lab::{bench, foreign, serve_soak, soak};
+use crate::lab::{bench, foreign, relay_bench, serve_soak, soak};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
@@ -58,14 +58,23 @@ pub struct BenchArgs {
     /// The Python with Playwright the foreign-client figures run.
     #[arg(long, default_value = "target/clients/venv/bin/python")]
     pub python: std::path::PathBuf,
-    /// Rounds of the foreign-client figures (each phase once per arm).
+    /// Rounds of the foreign-client and relay figures (each phase once per arm).
     #[arg(long, default_value_t = 3)]
     pub foreign_rounds: u32,
+    /// Only the relay figures: chromiumoxide's full-page screenshots straight to a session
+    /// against the same through `outlive::outlive`'s relay.
+    #[arg(long)]
+    pub relay_only: bool,
 }
 
 impl BenchArgs {
     /// Runs the benchmarks the flags select.
     pub async fn run(self) -> anyhow::Result<()> {
+        if self.relay_only {
+            let report = relay_bench::run(self.foreign_rounds, &self.out).await?;
+            print!("{}", relay_bench::summary(&report));
+            return Ok(());
+        }
         if self.foreign_only {
             let config = foreign::ForeignConfig {
                 python: self.python,
