@@ -11,7 +11,7 @@ use outlive::chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOv
 use outlive::chromiumoxide::handler::HandlerConfig;
 use outlive::chromiumoxide::page::ScreenshotParams;
 use outlive::chromiumoxide::{Browser, Page};
-use outlive::{Options, Provider, Session};
+use outlive::{Options, Provider};
 use serde::Serialize;
 use tokio::time::Instant;
 

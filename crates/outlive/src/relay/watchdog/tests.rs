@@ -796,7 +796,8 @@ fn a_programs_waiting_call_is_judged_as_outlives_own() {
         let mut sim = slow_sim(rtt);
         let sent = sim.now + ms(10);
         sim.dog.on_program(program_sent(1, 5, Some("T"), sent));
-        let since_sent = |d: Duration| d - (sent - sim.t0);
+        let t0 = sim.t0;
+        let since_sent = |d: Duration| d - (sent - t0);
         let silent_at = sim.run_until(Duration::from_secs(5)).expect("silent");
         assert_eq!(since_sent(silent_at), silent, "rtt {rtt:?}");
         let (probed_at, probe) = &sim.log[0];
