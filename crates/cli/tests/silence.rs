@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::Message;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt as _;
 use gateway::DeathMode;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{DeathCause, Milestone};
@@ -124,6 +124,10 @@ impl Program {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_death_while_a_programs_call_waits_is_noticed_fast() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let (gw, provider) = support::fault_bed(0).await;
     let (on_milestone, mut milestones) = support::milestones();
     let options = support::quiet()
