@@ -254,6 +254,10 @@ impl LiveBrowser for CdpBrowser {
         self.session.as_ref().map(|s| s.endpoint().clone())
     }
 
+    fn calls(&self) -> Option<crate::relay::Calls> {
+        Some(self.relay.calls())
+    }
+
     fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
         let idb = self.idb.clone();
         async move { idb.stale().await }

@@ -160,6 +160,9 @@ pub(crate) struct EntryLink {
     pub(crate) run_id: String,
     /// The browser's own CDP endpoint, when the backend has one (a secret).
     pub(crate) endpoint: Option<crate::CdpEndpoint>,
+    /// The relay's calls, when the backend has a relay: the front tells it of a program's
+    /// commands (see `relay::ProgramCall`).
+    pub(crate) calls: Option<crate::relay::Calls>,
 }
 
 struct Inner {

@@ -57,6 +57,10 @@ pub(crate) trait LiveBrowser: Send {
     fn endpoint(&self) -> Option<crate::CdpEndpoint> {
         None
     }
+    /// The relay's calls, for the front to tell it of a program's commands.
+    fn calls(&self) -> Option<crate::relay::Calls> {
+        None
+    }
     /// Resolves with the first failure detected: the browser's death or the current page's.
     /// Cancel-safe.
     fn died(&self) -> impl Future<Output = Death> + Send;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::lab::{bench, foreign, soak};
+use crate::lab::{bench, foreign, relay_bench, serve_soak, soak};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
@@ -58,14 +58,23 @@ pub struct BenchArgs {
     /// The Python with Playwright the foreign-client figures run.
     #[arg(long, default_value = "target/clients/venv/bin/python")]
     pub python: std::path::PathBuf,
-    /// Rounds of the foreign-client figures (each phase once per arm).
+    /// Rounds of the foreign-client and relay figures (each phase once per arm).
     #[arg(long, default_value_t = 3)]
     pub foreign_rounds: u32,
+    /// Only the relay figures: chromiumoxide's full-page screenshots straight to a session
+    /// against the same through `outlive::outlive`'s relay.
+    #[arg(long)]
+    pub relay_only: bool,
 }
 
 impl BenchArgs {
     /// Runs the benchmarks the flags select.
     pub async fn run(self) -> anyhow::Result<()> {
+        if self.relay_only {
+            let report = relay_bench::run(self.foreign_rounds, &self.out).await?;
+            print!("{}", relay_bench::summary(&report));
+            return Ok(());
+        }
         if self.foreign_only {
             let config = foreign::ForeignConfig {
                 python: self.python,
@@ -131,11 +140,33 @@ pub struct SoakArgs {
     /// soak before 8dcf2da): every death then counts toward `max_relaunches`.
     #[arg(long)]
     pub no_progress_checkpoints: bool,
+    /// Instead of runs: `outlive serve` for this long under a reconnecting agent, its
+    /// sessions dying every `--lifetime` (give `--lifetime 4s`); writes serve-soak.json.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub serve_for: Option<Duration>,
+    /// With `--serve-for`: growth is measured after this warm-up.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub warm_up: Duration,
+    /// With `--serve-for`: the Python with `websockets` for the agent.
+    #[arg(long, default_value = "target/clients/venv/bin/python")]
+    pub python: std::path::PathBuf,
 }
 
 impl SoakArgs {
     /// Runs the soak and writes its report.
     pub async fn run(self) -> anyhow::Result<()> {
+        if let Some(duration) = self.serve_for {
+            let config = serve_soak::ServeSoakConfig {
+                duration,
+                lifetime: self.lifetime,
+                warm_up: self.warm_up,
+                every: Duration::from_secs(10),
+                screenshot_every: 20,
+                python: self.python,
+            };
+            serve_soak::run(&config, &self.out).await?;
+            return Ok(());
+        }
         let config = soak::SoakConfig {
             runs: self.runs,
             concurrency: self.concurrency,

@@ -3,9 +3,11 @@
 //!
 //! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
 //! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
-//!   audit.
+//!   audit; [`serve_soak`] — `outlive soak --serve-for`: `serve` for hours, sampled.
 //! * [`foreign`] — `outlive bench --foreign-only`: a Playwright script straight to a session
 //!   against the same script under `outlive run`.
+//! * [`relay_bench`] — `outlive bench --relay-only`: screenshots through the library's relay
+//!   against the same client straight to a session.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 
 use std::path::Path;
@@ -16,6 +18,8 @@ use crate::error::{Error, ErrorKind};
 
 pub mod bench;
 pub mod foreign;
+pub mod relay_bench;
+pub mod serve_soak;
 pub mod soak;
 pub mod timeline;
 

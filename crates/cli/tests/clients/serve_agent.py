@@ -1,9 +1,10 @@
 """An agent of `outlive serve` in raw CDP that reconnects by itself, as agents do: it connects
 to OUTLIVE_CDP_URL, attaches to the page and evaluates in it until the connection closes, then
 connects again after a short backoff. It stops once it has worked in BROWSERS browsers (told
-apart by their page's target id), printing `browser N` as it starts working in each.
+apart by their page's target id; 0: never), printing `browser N` as it starts working in each.
+With SCREENSHOT_EVERY=n it also takes a full-page screenshot every n evaluations.
 
-Env: OUTLIVE_CDP_URL, BROWSERS.
+Env: OUTLIVE_CDP_URL, BROWSERS, SCREENSHOT_EVERY (optional).
 """
 
 import asyncio
@@ -17,6 +18,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 URL = os.environ["OUTLIVE_CDP_URL"]
 WANT = int(os.environ["BROWSERS"])
+SCREENSHOT_EVERY = int(os.environ.get("SCREENSHOT_EVERY", "0"))
 # A command unanswered this long is a hang, not a death outlive is still detecting.
 CALL_TIMEOUT = 15
 BACKOFF = 0.2
@@ -51,14 +53,18 @@ async def work(ws, seen):
     target = pages[0]["targetId"]
     attached = await timed("Target.attachToTarget", {"targetId": target, "flatten": True})
     session = attached["sessionId"]
-    while True:
+    for n in itertools.count(1):
+        if SCREENSHOT_EVERY and n % SCREENSHOT_EVERY == 0:
+            shot = await timed("Page.captureScreenshot", {"captureBeyondViewport": True}, session)
+            if not shot.get("data"):
+                raise Refused("an empty screenshot")
         r = await timed("Runtime.evaluate", {"expression": "1 + 1", "returnByValue": True}, session)
         if r["result"].get("value") != 2:
             raise Refused(f"1 + 1 gave {r}")
         if target not in seen:
             seen.add(target)
             print(f"browser {len(seen)}", flush=True)
-            if len(seen) >= WANT:
+            if WANT and len(seen) >= WANT:
                 return True
         await asyncio.sleep(0.1)
 

@@ -42,6 +42,7 @@ use tokio::sync::watch;
 
 use super::filter::WorldFilter;
 use super::usage::{self, Sessions, Usage};
+use super::waiting::ProgramCalls;
 use crate::ctx::{CheckpointHold, Ctx};
 use crate::endpoint::CdpEndpoint;
 use tokio_util::task::AbortOnDropHandle;
@@ -459,7 +460,8 @@ where
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
-    let (seen, mut answered) = Seen::new(&state.usage, &current.endpoint);
+    let program = ProgramCalls::new(current.ctx.link().calls.clone());
+    let (seen, mut answered) = Seen::new(&state.usage, &current.endpoint, program);
     let end = {
         let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen, &current.ctx);
         let to_client = browser_to_client(
@@ -521,6 +523,8 @@ struct Seen<'a> {
     attach: Mutex<usage::AttachOrder>,
     /// Replies the front gives itself, for the browser-to-client half to send.
     answers: tokio::sync::mpsc::UnboundedSender<String>,
+    /// What the relay's watchdog learns of the client's commands waiting for the browser.
+    program: ProgramCalls,
 }
 
 impl<'a> Seen<'a> {
@@ -528,6 +532,7 @@ impl<'a> Seen<'a> {
     fn new(
         usage: &'a Usage,
         endpoint: &CdpEndpoint,
+        program: ProgramCalls,
     ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<String>) {
         let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
         let seen = Seen {
@@ -539,6 +544,7 @@ impl<'a> Seen<'a> {
             opening: Mutex::default(),
             attach: Mutex::default(),
             answers,
+            program,
         };
         (seen, answered)
     }
@@ -570,12 +576,16 @@ impl<'a> Seen<'a> {
                 self.attach.lock().expect("attach poisoned").asked(id)
             }
         }
+        let sessions = self.sessions.lock().expect("sessions poisoned");
+        self.program
+            .sent(frame.as_bytes(), |session| sessions.target(session));
         Ok(())
     }
 
     /// A message from the browser, as the client is to see it: `None` as it is, else the
     /// messages to send in its place.
     fn on_browser(&self, frame: &str) -> Option<Vec<String>> {
+        self.program.heard(frame.as_bytes());
         self.sessions
             .lock()
             .expect("sessions poisoned")

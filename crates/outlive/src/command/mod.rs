@@ -13,6 +13,7 @@ mod child;
 mod filter;
 mod front;
 mod usage;
+mod waiting;
 
 use std::ffi::{OsStr, OsString};
 use std::future::Future;

@@ -234,6 +234,11 @@ impl Sessions {
         }
     }
 
+    /// The page target of session `session`, if it is a page's.
+    pub(crate) fn target(&self, session: &str) -> Option<String> {
+        self.pages.get(session).cloned()
+    }
+
     /// A command from the client: a command on a page's session marks that tab used.
     pub(crate) fn on_client(&self, frame: &str, usage: &Usage) {
         if !frame.contains("\"sessionId\"") {

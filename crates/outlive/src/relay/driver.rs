@@ -348,6 +348,7 @@ impl Driver {
             Control::ArmFrames(scripts) => {
                 self.frame_scripts = scripts;
             }
+            Control::Program(call) => self.dog.on_program(call),
             Control::PageFailed(generation) => {
                 if let Some(f) = self.dog.fail_watched(generation) {
                     self.fail_page(f);

@@ -145,6 +145,26 @@ enum Control {
     /// From now on, register these scripts (`Page.addScriptToEvaluateOnNewDocument`) on every
     /// out-of-process frame, as it attaches.
     ArmFrames(Vec<String>),
+    /// A program's command on its own connection to the browser (see [`ProgramCall`]).
+    Program(ProgramCall),
+}
+
+/// What the front tells the relay of a program's commands, which travel on the program's own
+/// connection to the browser: silence while one waits is judged as under outlive's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProgramCall {
+    /// Command `id` of connection `conn` went to the browser `at`; `target` is its page's
+    /// target, when it was sent on a page's session the front knows.
+    Sent {
+        conn: u64,
+        id: u64,
+        target: Option<String>,
+        at: Instant,
+    },
+    /// The browser answered command `id` of connection `conn` `at`.
+    Answered { conn: u64, id: u64, at: Instant },
+    /// Connection `conn` ended: its commands wait no more.
+    Gone { conn: u64 },
 }
 
 /// Resolves with the first death published on `rx`.
@@ -605,6 +625,12 @@ impl Calls {
         let (tx, rx) = mpsc::unbounded_channel();
         self.idb_feeds.lock().as_mut()?.insert(session, tx);
         Some(rx)
+    }
+
+    /// Tells the relay what a program's command on its own connection does (see
+    /// [`ProgramCall`]).
+    pub fn program(&self, call: ProgramCall) {
+        let _ = self.control.send(Control::Program(call));
     }
 
     /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay

@@ -2,7 +2,8 @@
 //! stalls, navigations and failures, kept as state that the driver feeds and asks.
 //!
 //! In, each with its time: the browser's messages ([`Watchdog::on_message`]), the client's
-//! commands ([`Watchdog::on_command`]), the upstream writes ([`Watchdog::on_flow`],
+//! commands ([`Watchdog::on_command`]), a program's commands on its own connection
+//! ([`Watchdog::on_program`]), the upstream writes ([`Watchdog::on_flow`],
 //! [`Watchdog::on_written`]), the handle's requests ([`Watchdog::watch`], …). Out: a
 //! [`Verdict`] or [`Outbound`] per message; at [`Watchdog::next_deadline`], the [`Action`] due
 //! ([`Watchdog::on_deadline`]). No clock or socket here: every timing rule is unit-tested with
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 use self::page::{PageState, StallProbe};
 use self::silence::Waiting;
 use super::wire::{self, Head, Inbound};
-use super::{DeathCause, Heartbeat, WatchedPage};
+use super::{DeathCause, Heartbeat, ProgramCall, WatchedPage};
 
 /// What the driver must do when a deadline passed.
 #[derive(Debug, PartialEq, Eq)]
@@ -248,6 +249,12 @@ impl Watchdog {
         Outbound::Forward
     }
 
+    /// A program's command on its own connection (see [`ProgramCall`]): while one waits,
+    /// silence is judged as while outlive's own commands wait.
+    pub fn on_program(&mut self, call: ProgramCall) {
+        self.silence.program(call);
+    }
+
     /// How the upstream socket's writes go now.
     pub fn on_flow(&mut self, flow: Flow) {
         self.flow = flow;
@@ -398,6 +405,7 @@ impl Watchdog {
             return None;
         }
         let (generation, session) = (watched.generation, watched.session_id.clone());
+        let target = watched.target_id.clone();
         self.page.failed_generation = generation;
         self.page.dead_sessions.insert(session.clone());
         self.page.stall_probe = None;
@@ -405,6 +413,7 @@ impl Watchdog {
         for id in &commands {
             self.silence.in_flight.remove(id);
         }
+        self.silence.page_failed(&target);
         Some(PageFailure {
             generation,
             cause,

@@ -18,7 +18,7 @@ pub(super) const OWN_ID_BASE: u64 = 1_900_000_000;
 
 /// What a CDP message is, without what it carries: its id, method and session.
 #[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
-pub(super) struct Head<'a> {
+pub(crate) struct Head<'a> {
     pub id: Option<u64>,
     #[serde(borrow)]
     pub method: Option<Cow<'a, str>>,
@@ -31,7 +31,7 @@ impl<'a> Head<'a> {
     /// The scan stops once all three have been seen. For the client's commands: chromiumoxide
     /// writes `id`, `method`, `sessionId`, then `params`, so a multi-MB command is read in
     /// O(1). A command without a session is scanned to its end.
-    pub fn of(bytes: &'a [u8]) -> Head<'a> {
+    pub(crate) fn of(bytes: &'a [u8]) -> Head<'a> {
         scan_head(bytes, Until::All).unwrap_or_default()
     }
 }

@@ -155,6 +155,7 @@ where
             EntryLink {
                 run_id: self.reporter.run_id.clone(),
                 endpoint: browser.endpoint(),
+                calls: browser.calls(),
             },
         );
         let started = Instant::now();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::relay::Heartbeat;
+use crate::relay::{Heartbeat, ProgramCall};
 
 /// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
 const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
@@ -19,6 +19,9 @@ const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
 pub(super) struct Waiting {
     /// Every client command in flight: id → when it was sent.
     pub in_flight: HashMap<u64, Instant>,
+    /// A program's commands in flight on its own connections: (connection, id) → when sent,
+    /// and the target of the page it was sent to, if known.
+    program: HashMap<(u64, u64), (Instant, Option<String>)>,
     /// Recent reply latencies; the smallest is the round trip (long-running commands only
     /// add large samples, which the minimum ignores).
     samples: VecDeque<Duration>,
@@ -69,6 +72,34 @@ impl Waiting {
         }
     }
 
+    /// A program's command went out, was answered, or its connection ended. An answer is a
+    /// round trip like any other.
+    pub fn program(&mut self, call: ProgramCall) {
+        match call {
+            ProgramCall::Sent {
+                conn,
+                id,
+                target,
+                at,
+            } => {
+                self.program.insert((conn, id), (at, target));
+            }
+            ProgramCall::Answered { conn, id, at } => {
+                if let Some((sent, _)) = self.program.remove(&(conn, id)) {
+                    self.sample(at.saturating_duration_since(sent));
+                    self.answered = 0;
+                }
+            }
+            ProgramCall::Gone { conn } => self.program.retain(|(c, _), _| *c != conn),
+        }
+    }
+
+    /// The page with this target failed: a program's commands to it will not be answered.
+    pub fn page_failed(&mut self, target: &str) {
+        self.program
+            .retain(|_, (_, t)| t.as_deref() != Some(target));
+    }
+
     /// Anything at all came from the browser: it is alive. Answers whether `reply_to` (a
     /// reply's id) was the fast probe.
     pub fn heard(&mut self, reply_to: Option<u64>, now: Instant) -> bool {
@@ -83,20 +114,22 @@ impl Waiting {
     }
 
     /// When the fast probe is due, if no probe is out: `quiet` after the later of the last
-    /// message heard and the oldest command in flight.
+    /// message heard and the oldest command in flight, outlive's or a program's.
     pub fn probe_due(
         &mut self,
         last_heard: Instant,
         heartbeat: Heartbeat,
         now: Instant,
     ) -> Option<Instant> {
-        self.in_flight
-            .retain(|_, sent| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE);
+        let young = |sent: &Instant| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE;
+        self.in_flight.retain(|_, sent| young(sent));
+        self.program.retain(|_, (sent, _)| young(sent));
         // Until a reply has shown what a round trip costs, the heartbeat alone watches.
         if self.samples.is_empty() {
             return None;
         }
-        let oldest = *self.in_flight.values().min()?;
+        let programs = self.program.values().map(|(sent, _)| sent);
+        let oldest = *self.in_flight.values().chain(programs).min()?;
         Some(last_heard.max(oldest) + self.quiet(heartbeat))
     }
 }

@@ -758,3 +758,101 @@ fn a_page_being_opened_that_crashes_fails_its_generation_at_once() {
         Verdict::Forward(Some(PageFailure { generation: 3, ref session, .. })) if session == "SM"
     ));
 }
+
+/// A heartbeat so slow that the idle path alone would take a minute.
+const SLOW: Heartbeat = Heartbeat {
+    interval: Duration::from_secs(30),
+    timeout: Duration::from_secs(30),
+};
+
+fn program_sent(conn: u64, id: u64, target: Option<&str>, at: Instant) -> ProgramCall {
+    ProgramCall::Sent {
+        conn,
+        id,
+        target: target.map(Into::into),
+        at,
+    }
+}
+
+/// A sim under [`SLOW`] whose browser never answers, with a round trip of `rtt` measured on
+/// one of outlive's own commands (sent at 0).
+fn slow_sim(rtt: Duration) -> Sim {
+    let mut sim = Sim::new(None);
+    sim.dog = Watchdog::new(SLOW, sim.t0);
+    let mut sim = sim.watching();
+    sim.command(1, "Runtime.evaluate", Some("S"));
+    sim.now += rtt;
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim
+}
+
+#[test]
+fn a_programs_waiting_call_is_judged_as_outlives_own() {
+    for (rtt, asked, silent) in [
+        // max(4 × RTT, 250 ms), then max(8 × RTT, 600 ms).
+        (ms(2), ms(250), ms(850)),
+        (ms(100), ms(400), ms(1200)),
+    ] {
+        let mut sim = slow_sim(rtt);
+        let sent = sim.now + ms(10);
+        sim.dog.on_program(program_sent(1, 5, Some("T"), sent));
+        let t0 = sim.t0;
+        let since_sent = |d: Duration| d - (sent - t0);
+        let silent_at = sim.run_until(Duration::from_secs(5)).expect("silent");
+        assert_eq!(since_sent(silent_at), silent, "rtt {rtt:?}");
+        let (probed_at, probe) = &sim.log[0];
+        assert!(matches!(probe, Action::Probe(_)), "{probe:?}");
+        assert_eq!(since_sent(*probed_at), asked, "rtt {rtt:?}");
+    }
+}
+
+#[test]
+fn a_programs_reply_is_a_round_trip_and_ends_its_wait() {
+    let mut sim = slow_sim(ms(2));
+    let t = sim.now;
+    // A program's call answered in 100 ms: the round trip stays the smallest seen.
+    sim.dog.on_program(program_sent(1, 5, None, t));
+    let answered = ProgramCall::Answered {
+        conn: 1,
+        id: 5,
+        at: t + ms(100),
+    };
+    sim.dog.on_program(answered);
+    // Nothing waits: the idle heartbeat alone, at its slow pace.
+    assert_eq!(sim.run_until(Duration::from_secs(10)), None);
+    assert!(sim.log.is_empty(), "{:?}", sim.log);
+    // Only a reply of the same connection ends a wait.
+    let mut sim = slow_sim(ms(200));
+    let t = sim.now;
+    sim.dog.on_program(program_sent(1, 5, None, t));
+    sim.dog.on_program(ProgramCall::Answered {
+        conn: 2,
+        id: 5,
+        at: t + ms(1),
+    });
+    let silent_at = sim.run_until(Duration::from_secs(5)).expect("silent");
+    assert_eq!(silent_at - (t - sim.t0), ms(800 + 1600));
+}
+
+#[test]
+fn a_programs_calls_wait_no_more_once_its_connection_or_page_is_gone() {
+    let mut sim = slow_sim(ms(2));
+    let t = sim.now;
+    sim.dog.on_program(program_sent(1, 5, None, t));
+    sim.dog.on_program(program_sent(1, 6, Some("T"), t));
+    sim.dog.on_program(ProgramCall::Gone { conn: 1 });
+    assert_eq!(sim.run_until(Duration::from_secs(10)), None);
+    // A call to the watched page, which then crashes: the browser lives, no silence.
+    let mut sim = slow_sim(ms(2));
+    let t = sim.now;
+    sim.dog.on_program(program_sent(3, 7, Some("T"), t));
+    let crash = r#"{"method":"Inspector.targetCrashed","params":{},"sessionId":"S"}"#;
+    assert!(matches!(sim.hear(crash), Verdict::Forward(Some(_))));
+    assert_eq!(sim.run_until(Duration::from_secs(10)), None);
+    // A call to another page still waits on the browser.
+    let mut sim = slow_sim(ms(2));
+    let t = sim.now;
+    sim.dog.on_program(program_sent(3, 7, Some("U"), t));
+    assert!(matches!(sim.hear(crash), Verdict::Forward(Some(_))));
+    assert!(sim.run_until(Duration::from_secs(10)).is_some());
+}

@@ -1,0 +1,187 @@
+//! `outlive bench --relay-only`: what the library's relay costs on bulk traffic. The same
+//! chromiumoxide takes 60 full-page screenshots connected straight to a gateway session, and
+//! as a task under `outlive::outlive` (through the relay); arms alternate, several rounds.
+//! Two pages: the bank's login page (a small PNG, the case) and a 1280 × 1600 canvas of
+//! noise (a multi-MB reply each).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use outlive::chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
+use outlive::chromiumoxide::handler::HandlerConfig;
+use outlive::chromiumoxide::page::ScreenshotParams;
+use outlive::chromiumoxide::{Browser, Page};
+use outlive::{Options, Provider};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::{create_out, write_json, write_text};
+use crate::bed::TestBed;
+use crate::error::{Error, ErrorKind};
+use crate::stats::median;
+
+/// Screenshots per arm and page.
+const SHOTS: u32 = 60;
+
+/// A page of noise: every pixel random, so its PNG does not compress (about 8 MB of base64).
+const NOISE: &str = "data:text/html,<body style=margin:0><canvas id=c width=1280 height=1600></canvas><script>const c=document.getElementById('c').getContext('2d');const d=c.createImageData(1280,1600);crypto.getRandomValues(new Uint8Array(d.data.buffer).subarray(0,65536));for(let i=0;i<d.data.length;i+=65536)crypto.getRandomValues(d.data.subarray(i,i+65536));for(let i=3;i<d.data.length;i+=4)d.data[i]=255;c.putImageData(d,0,0)</script>";
+
+/// One arm's screenshots of one page.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShotRun {
+    /// Round (arms alternate which goes first).
+    pub round: u32,
+    /// `direct` or `outlive`.
+    pub arm: &'static str,
+    /// `login` or `noise`.
+    pub page: &'static str,
+    /// Every screenshot's time, ms.
+    pub shots_ms: Vec<f64>,
+    /// The size of the last screenshot's PNG, bytes.
+    pub png_bytes: usize,
+}
+
+/// The whole benchmark.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RelayReport {
+    /// Every arm's run.
+    pub runs: Vec<ShotRun>,
+}
+
+fn bench_error(what: impl std::fmt::Display) -> Error {
+    Error::with(ErrorKind::Bench, what.to_string())
+}
+
+/// Runs the benchmark for `rounds`; writes `relay.json` and `relay-summary.txt` under `out`.
+///
+/// # Errors
+///
+/// [`ErrorKind::Bench`] when an arm fails or the bed does not start.
+pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Error> {
+    create_out(out)?;
+    let bed = TestBed::start(crate::bed::until_killed(Duration::ZERO)).await?;
+    let login = format!("{}/login", bed.bank().base_url());
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for (page, url) in [("login", login.as_str()), ("noise", NOISE)] {
+            let arms = if round % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for through_outlive in arms {
+                let (shots_ms, png_bytes) = if through_outlive {
+                    outlive_arm(&bed, url).await?
+                } else {
+                    direct_arm(&bed, url).await?
+                };
+                let run = ShotRun {
+                    round,
+                    arm: if through_outlive { "outlive" } else { "direct" },
+                    page,
+                    shots_ms,
+                    png_bytes,
+                };
+                eprintln!(
+                    "  round {round} {:<7} {page:<5} median {:>6.1} ms ({} bytes)",
+                    run.arm,
+                    median(&run.shots_ms),
+                    run.png_bytes
+                );
+                runs.push(run);
+            }
+        }
+    }
+    bed.shutdown().await?;
+    let report = RelayReport { runs };
+    write_json(out, "relay.json", &report)?;
+    write_text(out, "relay-summary.txt", &summary(&report))?;
+    Ok(report)
+}
+
+/// Loads `url` at 1280 × 800 and takes the screenshots; their times and the last one's size.
+async fn shoot(page: &Page, url: &str) -> Result<(Vec<f64>, usize), String> {
+    let viewport = SetDeviceMetricsOverrideParams::new(1280, 800, 1.0, false);
+    page.execute(viewport).await.map_err(|e| e.to_string())?;
+    page.goto(url).await.map_err(|e| e.to_string())?;
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..SHOTS {
+        let started = Instant::now();
+        let png = page
+            .screenshot(ScreenshotParams::builder().full_page(true).build())
+            .await
+            .map_err(|e| e.to_string())?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        size = png.len();
+    }
+    Ok((times, size))
+}
+
+async fn direct_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error> {
+    let session = bed.provider().launch().await.map_err(bench_error)?;
+    let result = async {
+        let (browser, mut handler) =
+            Browser::connect_with_config(session.endpoint().expose(), HandlerConfig::default())
+                .await
+                .map_err(|e| e.to_string())?;
+        let pump = tokio::spawn(async move { while handler.next().await.is_some() {} });
+        let page = browser
+            .new_page("about:blank")
+            .await
+            .map_err(|e| e.to_string());
+        let shots = match page {
+            Ok(page) => shoot(&page, url).await,
+            Err(e) => Err(e),
+        };
+        pump.abort();
+        shots
+    }
+    .await;
+    let _ = session.release().await;
+    result.map_err(|e| bench_error(format!("the direct arm failed: {e}")))
+}
+
+async fn outlive_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error> {
+    let provider = bed.provider();
+    // No periodic checkpoint lands among the screenshots: the relay alone is measured.
+    let options = Options::new().checkpoint_every(Duration::from_secs(3600));
+    let url = url.to_owned();
+    outlive::outlive(
+        &provider,
+        |page, _ctx| {
+            let url = url.clone();
+            async move { shoot(&page, &url).await }
+        },
+        options,
+    )
+    .await
+    .map_err(|e| bench_error(format!("the outlive arm failed: {e}")))
+}
+
+/// Per page: each arm's median per round, and the ratio of the medians over all rounds.
+pub fn summary(r: &RelayReport) -> String {
+    let mut out = format!("{SHOTS} full-page screenshots per arm, page and round\n");
+    for page in ["login", "noise"] {
+        let of = |arm: &str| -> Vec<f64> {
+            r.runs
+                .iter()
+                .filter(|x| x.page == page && x.arm == arm)
+                .map(|x| median(&x.shots_ms))
+                .collect()
+        };
+        let (direct, outlive) = (of("direct"), of("outlive"));
+        let ratio = median(&outlive) / median(&direct);
+        let bytes = r
+            .runs
+            .iter()
+            .find(|x| x.page == page)
+            .map_or(0, |x| x.png_bytes);
+        out.push_str(&format!(
+            "{page} ({bytes} bytes of PNG): direct {direct:.1?} ms, outlive {outlive:.1?} ms; ratio of medians {ratio:.3}\n"
+        ));
+    }
+    out
+}
