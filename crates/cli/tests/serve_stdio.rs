@@ -1,8 +1,8 @@
 //! `outlive serve --stdio`, the protocol the TypeScript and Python packages speak
-//! (docs/stdio.md), driven line by line over the gateway: entries announced with their
-//! attempt and resume point, the task's outcome taken from stdin (a stale attempt's ignored),
-//! and the run's end — completed, the task's failure, gave up, a bad option before any
-//! launch, the caller gone — each with its wide event, its exit status and nothing left.
+//! (docs/stdio.md), driven line by line over the gateway. Entries are announced with their
+//! attempt and resume point; the task's outcome comes from stdin (a stale attempt's is
+//! ignored). Each end of a run has its wide event, its exit status and nothing left: completed,
+//! the task's failure, gave up, a bad option before any launch, the caller gone.
 
 mod support;
 

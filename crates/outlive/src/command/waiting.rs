@@ -1,7 +1,6 @@
 //! What the front tells the relay of a program's commands, which travel on the program's own
-//! connection to the browser: each command as it goes out (with its page's target) and its
-//! answer, so the relay's watchdog judges silence under a waiting program call as under
-//! outlive's own.
+//! connection: each command as it goes out (with its page's target), and its answer. So the
+//! relay's watchdog judges silence under a waiting program call as under outlive's own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
