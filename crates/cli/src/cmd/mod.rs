@@ -14,25 +14,41 @@ use std::time::Duration;
 
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent};
+use outlive::{
+    Dialogs, Endpoint, LocalChromium, Options, Provider, ProviderCommand, Rotation, Solari,
+    WideEvent,
+};
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ProviderArgs {
     /// A Solari-compatible API base URL to launch browsers from (key in SOLARI_API_KEY).
-    #[arg(long, conflicts_with = "cdp_url")]
+    #[arg(long, conflicts_with_all = ["cdp_url", "provider_cmd"])]
     pub solari_url: Option<String>,
     /// Its API key.
     #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Any CDP websocket URL (Browserless, Steel, …): each launch connects to it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "provider_cmd")]
     pub cdp_url: Option<String>,
+    /// A program that launches browsers: run as given, it prints one JSON line
+    /// {"cdpUrl": …, "id": …, "lifetimeMs"?: …}; run with `release ID` appended, it releases
+    /// that session. Split as a POSIX shell would (quotes; no variables or pipes).
+    #[arg(long, value_name = "'PROG ARGS…'")]
+    pub provider_cmd: Option<String>,
 }
 
 impl ProviderArgs {
+    /// Whether a provider was named (else: local Chromium, or the worker's own test bed).
+    pub fn given(&self) -> bool {
+        self.solari_url.is_some() || self.cdp_url.is_some() || self.provider_cmd.is_some()
+    }
+
     /// The provider the flags name.
     pub fn provider(&self) -> anyhow::Result<Box<dyn Provider>> {
+        if let Some(line) = &self.provider_cmd {
+            return Ok(Box::new(provider_command(line)?));
+        }
         match (&self.solari_url, &self.cdp_url) {
             (Some(url), _) => {
                 let Some(key) = &self.api_key else {
@@ -62,6 +78,20 @@ impl ProviderArgs {
             }
         }
     }
+}
+
+/// The provider of `--provider-cmd 'PROG ARGS…'`, its program found now.
+fn provider_command(line: &str) -> anyhow::Result<ProviderCommand> {
+    let words = shlex::split(line).ok_or_else(|| {
+        anyhow::anyhow!("--provider-cmd does not parse (an unclosed quote or a trailing backslash?)")
+    })?;
+    let Some((program, args)) = words.split_first() else {
+        anyhow::bail!("--provider-cmd is empty: give the program that launches browsers");
+    };
+    outlive::Command::new(program)
+        .find_program()
+        .map_err(|why| anyhow::anyhow!("--provider-cmd: `{program}` {why}"))?;
+    Ok(ProviderCommand::new(program).args(args))
 }
 
 /// The run options of library mode, as flags (durations as `2s`, `500ms`).
@@ -136,8 +166,11 @@ impl RunOptionArgs {
             .max_page_recoveries(self.max_page_recoveries)
             .max_sessions(self.max_sessions)
             .navigation_timeout(self.navigation_timeout)
-            .standby(self.standby)
-            .rotation(self.rotate.unwrap_or(Rotation::Off));
+            .standby(self.standby);
+        // Unset: a lifetime the provider's sessions state.
+        if let Some(rotation) = self.rotate {
+            o = o.rotation(rotation);
+        }
         if let Some(url) = &self.start_url {
             o = o.start_url(url.clone());
         }
