@@ -104,6 +104,7 @@
 //! - [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
 //! - `server`: the accept loop ([`serve`]) and the in-process handle ([`spawn`], [`Gateway`]).
 //! - `api`: the REST routes, auth, and JSON errors.
+//! - `dialect`: the other clouds' session APIs ([`DIALECTS`]), each under its own prefix.
 //! - `session`: the session registry, one keeper task per browser, and orderly shutdown.
 //! - `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
 //! - `chaos`: when and how each session dies, and when its pages do.
@@ -117,6 +118,7 @@
 
 mod api;
 mod chaos;
+mod dialect;
 mod chromium;
 pub mod config;
 pub mod error;
@@ -126,6 +128,7 @@ mod relay;
 mod server;
 mod session;
 
+pub use dialect::DIALECTS;
 pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
 pub use error::{Error, ErrorKind};
 pub use fault::{DeleteFault, FaultCounters};

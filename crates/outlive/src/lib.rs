@@ -180,6 +180,8 @@ pub use options::{Dialogs, Options, Rotation};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, ProviderCommand, Session,
 };
+#[cfg(feature = "providers")]
+pub use provider::{Cloud, Dialect};
 #[cfg(feature = "solari")]
 pub use provider::{Solari, SolariLaunch};
 pub use quiet::{Quiet, quietly};

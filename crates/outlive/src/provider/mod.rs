@@ -4,6 +4,8 @@
 //! released through [`Session::release`], or — if the owner is dropped first — by the
 //! session's own `Drop`, so nothing leaks on any path.
 
+#[cfg(feature = "providers")]
+mod cloud;
 mod endpoint_fn;
 mod local;
 mod program;
@@ -12,6 +14,8 @@ mod solari;
 
 use std::sync::Arc;
 
+#[cfg(feature = "providers")]
+pub use cloud::{Cloud, Dialect};
 pub use endpoint_fn::Endpoint;
 pub(crate) use local::cloexec_pipe;
 pub use local::{LocalBrowser, LocalChromium};

@@ -41,10 +41,11 @@ pub struct ProviderCommand {
     inner: Arc<Program>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Program {
     program: OsString,
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     launch_timeout: Duration,
     release_timeout: Duration,
 }
@@ -56,6 +57,7 @@ impl ProviderCommand {
             inner: Arc::new(Program {
                 program: program.into(),
                 args: Vec::new(),
+                env: Vec::new(),
                 launch_timeout: Duration::from_secs(120),
                 release_timeout: Duration::from_secs(30),
             }),
@@ -71,6 +73,14 @@ impl ProviderCommand {
         Arc::make_mut(&mut self.inner)
             .args
             .extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets `key` to `value` in the program's environment (it inherits this process's).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        Arc::make_mut(&mut self.inner)
+            .env
+            .push((key.into(), value.into()));
         self
     }
 
@@ -99,6 +109,19 @@ impl ProviderCommand {
     pub fn release_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).release_timeout = timeout;
         self
+    }
+}
+
+// Neither the arguments nor the environment's values: either may hold a key.
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(k, _)| k).collect();
+        f.debug_struct("ProviderCommand")
+            .field("program", &self.name())
+            .field("env", &env)
+            .field("launch_timeout", &self.launch_timeout)
+            .field("release_timeout", &self.release_timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -133,6 +156,7 @@ impl Program {
         command
             .args(&self.args)
             .args(extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
