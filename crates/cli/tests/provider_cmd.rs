@@ -44,7 +44,10 @@ async fn bank_through(bed: &TestBed, provider: &impl Provider) -> WideEvent {
     assert_eq!(progress.sign_ins(), 1);
     support::assert_gateway_clean(bed.gateway()).await;
     let status = bed.gateway().status();
-    assert_eq!(status.dead_sessions, 0, "every session released: {status:?}");
+    assert_eq!(
+        status.dead_sessions, 0,
+        "every session released: {status:?}"
+    );
     event
 }
 
@@ -117,10 +120,17 @@ async fn a_failing_garbled_or_hung_provider_command_is_a_clear_error_leaving_not
             "echo 'could not reach the API: token=sk_live_abcdefghijklmnop' >&2; exit 3".to_owned(),
             "exit status: 3",
         ),
-        ("garbage.sh", "echo 'hello, world'".to_owned(), "not the JSON expected"),
+        (
+            "garbage.sh",
+            "echo 'hello, world'".to_owned(),
+            "not the JSON expected",
+        ),
         (
             "hangs.sh",
-            format!("sleep 300 & echo $! >> {p}; echo $$ >> {p}; wait", p = pids.display()),
+            format!(
+                "sleep 300 & echo $! >> {p}; echo $$ >> {p}; wait",
+                p = pids.display()
+            ),
             "did not finish launching a browser within",
         ),
     ];
@@ -135,10 +145,19 @@ async fn a_failing_garbled_or_hung_provider_command_is_a_clear_error_leaving_not
         let message = e.to_string();
         eprintln!("{name}: {message}");
         assert_eq!(e.kind(), ErrorKind::Launch, "{message}");
-        assert!(message.contains(path.to_str().unwrap()), "names the command: {message}");
+        assert!(
+            message.contains(path.to_str().unwrap()),
+            "names the command: {message}"
+        );
         assert!(message.contains(says), "{message}");
-        assert!(!message.contains("sk_live_abcdefghijklmnop"), "redacted: {message}");
-        assert!(started.elapsed() < Duration::from_secs(10), "bounded: {message}");
+        assert!(
+            !message.contains("sk_live_abcdefghijklmnop"),
+            "redacted: {message}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "bounded: {message}"
+        );
     }
     let stderr = "could not reach the API";
     let failed = ProviderCommand::new(dir.path().join("fails.sh"));
@@ -153,7 +172,10 @@ async fn a_failing_garbled_or_hung_provider_command_is_a_clear_error_leaving_not
     assert_eq!(pids.len(), 2);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|&p| alive(p)) {
-        assert!(std::time::Instant::now() < deadline, "left running: {pids:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running: {pids:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

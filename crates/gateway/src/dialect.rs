@@ -54,6 +54,8 @@ struct Shape {
     cdp_field: Option<&'static str>,
     lookup: Option<(&'static str, &'static str)>,
     release: (Verb, &'static str),
+    /// The CDP URL carries no capability of its own: the client adds the account's key.
+    key_opens: bool,
     /// The create body's lifetime field and how many milliseconds its unit is.
     lifetime: Option<(&'static str, u64)>,
 }
@@ -67,6 +69,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("connectUrl"),
         lookup: None,
         release: (Verb::Post, "/v1/sessions/{id}"),
+        key_opens: false,
         lifetime: Some(("timeout", 1000)),
     },
     Shape {
@@ -77,6 +80,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("websocketUrl"),
         lookup: None,
         release: (Verb::Post, "/v1/sessions/{id}/release"),
+        key_opens: false,
         lifetime: Some(("timeout", 1)),
     },
     Shape {
@@ -87,6 +91,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("browserWSEndpoint"),
         lookup: None,
         release: (Verb::Delete, "/session/{id}"),
+        key_opens: true,
         lifetime: Some(("ttl", 1)),
     },
     Shape {
@@ -97,6 +102,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("wsEndpoint"),
         lookup: None,
         release: (Verb::Put, "/api/session/{id}/stop"),
+        key_opens: false,
         lifetime: Some(("timeoutMinutes", 60_000)),
     },
     Shape {
@@ -107,6 +113,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("data.cdp_url"),
         lookup: None,
         release: (Verb::Delete, "/v1/sessions/{id}"),
+        key_opens: false,
         lifetime: Some(("session.timeout.max_duration", 60_000)),
     },
     Shape {
@@ -117,6 +124,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: Some("cdp_ws_url"),
         lookup: None,
         release: (Verb::Delete, "/browsers/{id}"),
+        key_opens: false,
         lifetime: None,
     },
     Shape {
@@ -127,6 +135,7 @@ const SHAPES: [Shape; 7] = [
         cdp_field: None,
         lookup: Some(("/sessions/{id}/debug", "ws.cdp")),
         release: (Verb::Delete, "/sessions/{id}/stop"),
+        key_opens: false,
         lifetime: Some(("max_duration_minutes", 60_000)),
     },
 ];
@@ -173,7 +182,12 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Whether the request carries the gateway's key where the dialect wants it.
-fn authorised(shape: &Shape, shared: &Shared, headers: &HeaderMap, query: &Map<String, Value>) -> bool {
+fn authorised(
+    shape: &Shape,
+    shared: &Shared,
+    headers: &HeaderMap,
+    query: &Map<String, Value>,
+) -> bool {
     let presented = match shape.auth {
         Auth::Header(name) => headers.get(name).and_then(|v| v.to_str().ok()),
         Auth::Bearer => headers
@@ -212,7 +226,12 @@ async fn create(
             None => None,
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 => Some(Duration::from_millis(n * unit_ms)),
-                _ => return error(StatusCode::BAD_REQUEST, format!("{field} must be a positive whole number")),
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("{field} must be a positive whole number"),
+                    );
+                }
             },
         },
     };
@@ -231,7 +250,10 @@ async fn create(
             StatusCode::TOO_MANY_REQUESTS,
             format!("at most {max} sessions at once"),
         ),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("no browser: {e:?}")),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no browser: {e:?}"),
+        ),
     }
 }
 
@@ -240,12 +262,15 @@ fn created(shape: &Shape, session: &Snapshot, host: &str) -> Value {
     let mut body = Value::Object(Map::new());
     set_dotted(&mut body, shape.id_field, session.id.to_string().into());
     if let Some(field) = shape.cdp_field {
-        set_dotted(&mut body, field, cdp_url(session, host).into());
+        set_dotted(&mut body, field, cdp_url(shape, session, host).into());
     }
     body
 }
 
-fn cdp_url(session: &Snapshot, host: &str) -> String {
+fn cdp_url(shape: &Shape, session: &Snapshot, host: &str) -> String {
+    if shape.key_opens {
+        return format!("ws://{host}/cdp/{}", session.id);
+    }
     format!("ws://{host}/cdp/{}?token={}", session.id, session.token)
 }
 
@@ -264,7 +289,7 @@ async fn look_up(
     let host = crate::api::request_host(&headers, &shared);
     let mut body = Value::Object(Map::new());
     if let Some((_, field)) = shape.lookup {
-        set_dotted(&mut body, field, cdp_url(&session, &host).into());
+        set_dotted(&mut body, field, cdp_url(shape, &session, &host).into());
     }
     Json(body).into_response()
 }

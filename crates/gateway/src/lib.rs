@@ -118,9 +118,9 @@
 
 mod api;
 mod chaos;
-mod dialect;
 mod chromium;
 pub mod config;
+mod dialect;
 pub mod error;
 mod fault;
 mod page;
@@ -128,8 +128,8 @@ mod relay;
 mod server;
 mod session;
 
-pub use dialect::DIALECTS;
 pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
+pub use dialect::DIALECTS;
 pub use error::{Error, ErrorKind};
 pub use fault::{DeleteFault, FaultCounters};
 pub use server::{Gateway, serve, spawn};

@@ -62,7 +62,11 @@ pub(crate) async fn release_inherited(
     let mut takeover = Takeover::default();
     for session in held {
         if session.provider != provider.name() {
-            tracing::warn!(run_id, provider = session.provider, "a session held by a previous worker is of another provider: not released");
+            tracing::warn!(
+                run_id,
+                provider = session.provider,
+                "a session held by a previous worker is of another provider: not released"
+            );
             continue;
         }
         match tokio::time::timeout(RELEASE_TIMEOUT, provider.release_id(&session.id)).await {
@@ -81,7 +85,12 @@ pub(crate) async fn release_inherited(
         }
     }
     if takeover != Takeover::default() {
-        tracing::info!(run_id, released = takeover.released, failed = takeover.failed, "released the sessions a previous worker held");
+        tracing::info!(
+            run_id,
+            released = takeover.released,
+            failed = takeover.failed,
+            "released the sessions a previous worker held"
+        );
     }
     Ok(takeover)
 }

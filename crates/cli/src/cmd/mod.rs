@@ -15,8 +15,8 @@ use std::time::Duration;
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
 use outlive::{
-    Dialogs, Endpoint, LocalChromium, Options, Provider, ProviderCommand, Rotation, Solari,
-    WideEvent,
+    Cloud, Dialect, Dialogs, Endpoint, LocalChromium, Options, Provider, ProviderCommand, Rotation,
+    Solari, WideEvent,
 };
 
 /// Where browsers come from: local Chromium unless one of these is given.
@@ -34,20 +34,41 @@ pub struct ProviderArgs {
     /// A program that launches browsers: run as given, it prints one JSON line
     /// {"cdpUrl": …, "id": …, "lifetimeMs"?: …}; run with `release ID` appended, it releases
     /// that session. Split as a POSIX shell would (quotes; no variables or pipes).
-    #[arg(long, value_name = "'PROG ARGS…'")]
+    #[arg(long, value_name = "'PROG ARGS…'", conflicts_with = "provider")]
     pub provider_cmd: Option<String>,
+    /// A cloud, by name: browserbase, steel, browserless, hyperbrowser, anchor, kernel or
+    /// notte. Its key comes from its usual variable (BROWSERBASE_API_KEY, STEEL_API_KEY, …).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["solari_url", "cdp_url"])]
+    pub provider: Option<String>,
+    /// The cloud's API base URL (self-hosted, a proxy, a test bed).
+    #[arg(long, requires = "provider")]
+    pub provider_url: Option<String>,
+    /// Members of every session's create body, as a JSON object in the cloud's own names
+    /// (project id, region, proxy, …).
+    #[arg(long, value_name = "JSON", requires = "provider")]
+    pub session_options: Option<String>,
+    /// The lifetime each session asks for (its `timeout`, `ttl`, …); rotation leaves each
+    /// browser before it.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "provider")]
+    pub session_timeout: Option<Duration>,
 }
 
 impl ProviderArgs {
     /// Whether a provider was named (else: local Chromium, or the worker's own test bed).
     pub fn given(&self) -> bool {
-        self.solari_url.is_some() || self.cdp_url.is_some() || self.provider_cmd.is_some()
+        self.solari_url.is_some()
+            || self.cdp_url.is_some()
+            || self.provider_cmd.is_some()
+            || self.provider.is_some()
     }
 
     /// The provider the flags name.
     pub fn provider(&self) -> anyhow::Result<Box<dyn Provider>> {
         if let Some(line) = &self.provider_cmd {
             return Ok(Box::new(provider_command(line)?));
+        }
+        if let Some(name) = &self.provider {
+            return Ok(Box::new(self.cloud(name)?));
         }
         match (&self.solari_url, &self.cdp_url) {
             (Some(url), _) => {
@@ -80,10 +101,54 @@ impl ProviderArgs {
     }
 }
 
+impl ProviderArgs {
+    /// The cloud of `--provider NAME`, its key from its variable.
+    fn cloud(&self, name: &str) -> anyhow::Result<Cloud> {
+        let Some(dialect) = Dialect::named(name) else {
+            let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+            anyhow::bail!(
+                "--provider {name}: no such provider; use one of {}",
+                known.join(", ")
+            );
+        };
+        let key = std::env::var(dialect.key_env()).unwrap_or_default();
+        if key.is_empty() {
+            anyhow::bail!(
+                "--provider {name} needs its API key in {}",
+                dialect.key_env()
+            );
+        }
+        let mut cloud = Cloud::new(dialect, key);
+        if let Some(url) = &self.provider_url {
+            url::Url::parse(url).map_err(|e| anyhow::anyhow!("--provider-url: {e}"))?;
+            cloud = cloud.base_url(url.clone());
+        }
+        if let Some(json) = &self.session_options {
+            let options: serde_json::Value = serde_json::from_str(json)
+                .map_err(|e| anyhow::anyhow!("--session-options is not JSON: {e}"))?;
+            let serde_json::Value::Object(options) = options else {
+                anyhow::bail!("--session-options must be a JSON object");
+            };
+            cloud = cloud.session_options(options);
+        }
+        if let Some(timeout) = self.session_timeout {
+            if !dialect.sets_lifetime() {
+                anyhow::bail!(
+                    "--session-timeout: {name} sessions take no lifetime at their create"
+                );
+            }
+            cloud = cloud.timeout(timeout);
+        }
+        Ok(cloud)
+    }
+}
+
 /// The provider of `--provider-cmd 'PROG ARGS…'`, its program found now.
 fn provider_command(line: &str) -> anyhow::Result<ProviderCommand> {
     let words = shlex::split(line).ok_or_else(|| {
-        anyhow::anyhow!("--provider-cmd does not parse (an unclosed quote or a trailing backslash?)")
+        anyhow::anyhow!(
+            "--provider-cmd does not parse (an unclosed quote or a trailing backslash?)"
+        )
     })?;
     let Some((program, args)) = words.split_first() else {
         anyhow::bail!("--provider-cmd is empty: give the program that launches browsers");

@@ -394,7 +394,10 @@ impl Cloud {
         // From here the session exists: an error drops it, and the drop releases it.
         let cdp = match field_str(&body, self.dialect.cdp_field) {
             Some(url) => url.to_owned(),
-            None => self.look_up_cdp(&session.id).await.map_err(|e| (e, false))?,
+            None => self
+                .look_up_cdp(&session.id)
+                .await
+                .map_err(|e| (e, false))?,
         };
         let cdp = match self.dialect.cdp_key {
             Some(param) => with_query(&cdp, param, &self.key),
@@ -427,7 +430,10 @@ impl Cloud {
     ) -> Result<Value, (Error, bool)> {
         let name = self.dialect.name;
         let response = answer.map_err(|e| {
-            let message = format!("{name}: {what} failed: {}", redact(&e.to_string(), Diagnostics::Safe));
+            let message = format!(
+                "{name}: {what} failed: {}",
+                redact(&e.to_string(), Diagnostics::Safe)
+            );
             (Error::new(ErrorKind::Launch, message), true)
         })?;
         let status = response.status();
@@ -564,7 +570,9 @@ struct CloudSession {
 
 impl Session for CloudSession {
     fn endpoint(&self) -> &CdpEndpoint {
-        self.endpoint.as_ref().expect("set before the session is handed out")
+        self.endpoint
+            .as_ref()
+            .expect("set before the session is handed out")
     }
 
     fn id(&self) -> Option<&str> {
@@ -621,9 +629,17 @@ mod tests {
         let body = |d| Cloud::new(d, "k").timeout(t).create_body();
         assert_eq!(body(Dialect::STEEL)["timeout"], 600_000);
         assert_eq!(body(Dialect::BROWSERBASE)["timeout"], 600);
-        assert_eq!(body(Dialect::ANCHOR)["session"]["timeout"]["max_duration"], 10);
+        assert_eq!(
+            body(Dialect::ANCHOR)["session"]["timeout"]["max_duration"],
+            10
+        );
         assert_eq!(body(Dialect::KERNEL), serde_json::json!({}));
-        assert_eq!(Cloud::new(Dialect::KERNEL, "k").timeout(t).stated_lifetime(), None);
+        assert_eq!(
+            Cloud::new(Dialect::KERNEL, "k")
+                .timeout(t)
+                .stated_lifetime(),
+            None
+        );
         assert_eq!(
             Cloud::new(Dialect::STEEL, "k").stated_lifetime(),
             Some(Duration::from_secs(300))
@@ -633,8 +649,18 @@ mod tests {
     #[test]
     fn the_key_goes_where_the_dialect_says() {
         let url = Cloud::new(Dialect::BROWSERLESS, "t0k").url("/session/{id}", "abc");
-        assert_eq!(url, "https://production-sfo.browserless.io/session/abc?token=t0k");
-        assert_eq!(with_query("wss://h/?sessionId=1", "apiKey", "k"), "wss://h/?sessionId=1&apiKey=k");
-        assert!(Dialect::ALL.iter().all(|d| Dialect::named(d.name()) == Some(*d)));
+        assert_eq!(
+            url,
+            "https://production-sfo.browserless.io/session/abc?token=t0k"
+        );
+        assert_eq!(
+            with_query("wss://h/?sessionId=1", "apiKey", "k"),
+            "wss://h/?sessionId=1&apiKey=k"
+        );
+        assert!(
+            Dialect::ALL
+                .iter()
+                .all(|d| Dialect::named(d.name()) == Some(*d))
+        );
     }
 }

@@ -312,7 +312,9 @@ struct CommandSession {
 
 impl Session for CommandSession {
     fn endpoint(&self) -> &CdpEndpoint {
-        self.endpoint.as_ref().expect("set before the session is handed out")
+        self.endpoint
+            .as_ref()
+            .expect("set before the session is handed out")
     }
 
     fn id(&self) -> Option<&str> {
@@ -356,11 +358,22 @@ mod tests {
         assert_eq!((l.id.as_str(), l.lifetime_ms), ("a", None));
         let l = parse_launched(br#"{"cdpUrl":"ws://h/x","id":"b","lifetimeMs":5000}"#).unwrap();
         assert_eq!(l.lifetime_ms, Some(5000));
-        for bad in [&b""[..], b"garbage", br#"{"cdpUrl":"ws://h/x"}"#, br#"{"cdpUrl":"ws://h/x","id":""}"#] {
-            assert!(parse_launched(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b""[..],
+            b"garbage",
+            br#"{"cdpUrl":"ws://h/x"}"#,
+            br#"{"cdpUrl":"ws://h/x","id":""}"#,
+        ] {
+            assert!(
+                parse_launched(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         // The reason never quotes the line (it may hold a token).
-        let why = parse_launched(br#"{"cdpUrl":"ws://h/?token=s3cret"}"#).err().unwrap();
+        let why = parse_launched(br#"{"cdpUrl":"ws://h/?token=s3cret"}"#)
+            .err()
+            .unwrap();
         assert!(!why.contains("s3cret"), "{why}");
     }
 
