@@ -245,7 +245,10 @@ impl Lifetime {
             Some(Rotation::Learned) | None => self.stated,
         };
         let learning = self.rotation == Some(Rotation::Learned);
-        let (expected, spread) = match (declared, self.learned()) {
+        // A stated lifetime alone is taken as it is: deaths of other causes (a crash, a
+        // kill) are no lifetime to learn, and nobody asked for learning.
+        let learned = self.rotation.and(self.learned());
+        let (expected, spread) = match (declared, learned) {
             (None, Some(l)) if learning => l,
             (None, _) => return None,
             (Some(d), None) => (d, Duration::ZERO),
@@ -510,6 +513,10 @@ mod tests {
         let mut unset = Lifetime::new(None);
         assert!(unset.plan(secs(1.0)).is_none());
         unset.stated(Some(secs(10.0)));
+        assert_eq!(unset.plan(secs(1.0)).unwrap().dies_at, secs(10.0));
+        // Early deaths do not shorten a stated lifetime nobody asked to learn from.
+        unset.died_at(secs(3.0));
+        unset.died_at(secs(3.1));
         assert_eq!(unset.plan(secs(1.0)).unwrap().dies_at, secs(10.0));
         let mut off = Lifetime::new(Some(Rotation::Off));
         off.stated(Some(secs(10.0)));

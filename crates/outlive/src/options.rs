@@ -249,8 +249,8 @@ impl Options {
     ///
     /// # Default
     ///
-    /// Unset: [`Rotation::Expected`] with the lifetime the session states, when it states
-    /// one; else [`Rotation::Off`].
+    /// Unset: the lifetime the session states, when it states one, taken as it is (not
+    /// refined by deaths, unlike [`Rotation::Expected`]); else [`Rotation::Off`].
     pub fn rotation(mut self, rotation: Rotation) -> Self {
         self.rotation = Some(rotation);
         self
