@@ -595,8 +595,14 @@ impl Drop for CloudSession {
         if self.released {
             return;
         }
-        let (cloud, id) = (self.cloud.clone(), self.id.clone());
-        super::release_later(async move { cloud.release_session(&id).await });
+        // Dropped without a release (a cancelled run, a bad answer): release in the
+        // background, if a runtime is still there to do it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (cloud, id) = (self.cloud.clone(), self.id.clone());
+            handle.spawn(crate::quietly(async move {
+                let _ = cloud.release_session(&id).await;
+            }));
+        }
     }
 }
 

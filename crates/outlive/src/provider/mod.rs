@@ -127,16 +127,6 @@ impl<P: Provider + ?Sized> Provider for &P {
     }
 }
 
-/// Runs a dropped session's `release` in the background, if a runtime is still there to run
-/// it: a session dropped unreleased (a cancelled run, a bad answer) still ends.
-pub(crate) fn release_later(release: impl Future<Output = Result<(), Error>> + Send + 'static) {
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(crate::quietly(async move {
-            let _ = release.await;
-        }));
-    }
-}
-
 // Both traits must stay object-safe.
 const _: fn() = || {
     fn obj_safe(_: &dyn Provider, _: Box<dyn Session>) {}

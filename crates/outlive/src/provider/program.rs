@@ -337,8 +337,14 @@ impl Drop for CommandSession {
         if self.released {
             return;
         }
-        let (program, id) = (self.program.clone(), self.id.clone());
-        super::release_later(async move { program.release(&id).await });
+        // Dropped without a release (a cancelled run, a bad launch line): release in the
+        // background, if a runtime is still there to do it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (program, id) = (self.program.clone(), self.id.clone());
+            handle.spawn(crate::quietly(async move {
+                let _ = program.release(&id).await;
+            }));
+        }
     }
 }
 

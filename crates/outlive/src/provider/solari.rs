@@ -342,14 +342,14 @@ impl Drop for SolariSession {
         if self.released {
             return;
         }
-        let (client, id) = (self.client.clone(), self.id.clone());
-        super::release_later(async move {
-            client
-                .sessions()
-                .release(&id)
-                .await
-                .map_err(|e| release_error(&e))
-        });
+        // Dropped without a release (the run was cancelled): release in the background, if
+        // a runtime is still there to do it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (client, id) = (self.client.clone(), self.id.clone());
+            handle.spawn(crate::quietly(async move {
+                let _ = client.sessions().release(&id).await;
+            }));
+        }
     }
 }
 
