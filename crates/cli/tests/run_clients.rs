@@ -297,9 +297,12 @@ async fn a_playwright_script_survives_deaths_and_a_page_crash() {
     bed.finish().await;
 }
 
+/// A provider's flags and environment, for a bed.
+type ProviderFlags = fn(&Bed) -> (Vec<String>, Vec<(&'static str, String)>);
+
 /// A Playwright script through deaths and a page crash, browsers from the provider that
 /// `provider` names on `bed`'s gateway (its flags and environment).
-async fn playwright_via(provider: fn(&Bed) -> (Vec<String>, Vec<(&'static str, String)>)) {
+async fn playwright_via(provider: ProviderFlags) {
     let python = clients().join("venv/bin/python");
     let bed = Bed::start(dying(gateway::DeathMode::Close, Duration::from_secs(12))).await;
     let marker = marker();
