@@ -184,6 +184,10 @@ impl<P: Provider> Provider for Recording<P> {
             self.launched.lock().expect("launched").push(launched);
         }))
     }
+
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), outlive::Error>> {
+        self.inner.release_id(id)
+    }
 }
 
 /// The gateway's id of the session behind a CDP endpoint (`ws://…/cdp/{id}?token=…`).

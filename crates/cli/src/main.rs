@@ -40,7 +40,7 @@ enum Command {
     /// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
     /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
     /// saved; a run whose worker died is taken over from its newest checkpoint. Without
-    /// --solari-url, the worker runs its own Aurora Bank and a gateway whose sessions die.
+    /// a provider flag, the worker runs its own Aurora Bank and a gateway whose sessions die.
     Worker(outlive_cli::cmd::durable::WorkerArgs),
     /// Enqueue a durable run of a task by name; prints its run id.
     Submit(outlive_cli::cmd::durable::SubmitArgs),

@@ -1,18 +1,17 @@
 //! `outlive worker`: a [`jobs::Worker`] for the tasks declared with `--task NAME='CMD ARGS…'`
-//! and the command's own ([`bank::tasks`](crate::bank::tasks)). It runs on a Solari-compatible
-//! provider or, without one, on an embedded Aurora Bank and gateway whose sessions die. So the
-//! durable flow can be tried with nothing else running but PostgreSQL.
+//! and the command's own ([`bank::tasks`](crate::bank::tasks)). It runs on the provider its
+//! flags name or, without one, on an embedded Aurora Bank and gateway whose sessions die. So
+//! the durable flow can be tried with nothing else running but PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use outlive::solari_browser::{Client, ClientOptions};
-use outlive::{Options, Provider, SealKey, Sealer, Solari};
+use outlive::{Options, Provider, SealKey, Sealer};
 
 use crate::bed::{TestBed, dying};
 use outlive_jobs::{self as jobs, PgStore, SessionLimit, Worker, WorkerConfig};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 
 /// The worker's settings, derived from `outlive worker`'s flags
 /// ([`WorkerArgs`](crate::cmd::durable::WorkerArgs)).
@@ -21,8 +20,8 @@ pub struct WorkerSettings {
     pub database_url: String,
     /// The sealing key.
     pub key: SealKey,
-    /// A Solari-compatible API (base URL, API key); none: an embedded gateway.
-    pub solari: Option<(String, String)>,
+    /// Where browsers come from; none: an embedded gateway.
+    pub provider: Option<Box<dyn Provider>>,
     /// The Aurora Bank for runs whose input names none.
     pub bank_url: Option<String>,
     /// Sessions at most across every worker on the database.
@@ -52,11 +51,10 @@ pub struct Prepared {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Jobs`] for the database, and for a bad declaration. A bad one does not parse,
-/// names a program not found, or takes a name already taken; nothing is connected or started.
-/// [`ErrorKind::Client`] for a bad provider URL;
-/// [`ErrorKind::Bank`] / [`ErrorKind::Gateway`] if the embedded bed does not start;
-/// [`ErrorKind::InvalidOption`] for `max_sessions` 0.
+/// [`ErrorKind::Jobs`](crate::error::ErrorKind::Jobs) for a declaration that does not parse, whose program is not found,
+/// or whose name is taken (before anything is connected or started), and for the database;
+/// [`ErrorKind::Bank`](crate::error::ErrorKind::Bank) / [`ErrorKind::Gateway`](crate::error::ErrorKind::Gateway) if the embedded bed does not start;
+/// [`ErrorKind::InvalidOption`](crate::error::ErrorKind::InvalidOption) for `max_sessions` 0.
 pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     // Every declaration checked before anything is connected or started.
     let mut tasks = crate::bank::tasks(None);
@@ -67,19 +65,15 @@ pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     let connections = 4 + 2 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
     let store = PgStore::connect_with(&args.database_url, connections).await?;
     jobs::setup(&store).await?;
-    let (provider, bed, bank) = match args.solari {
-        Some((url, key)) => {
-            let client = Client::new(ClientOptions::new(key, url))
-                .map_err(|e| Error::with(ErrorKind::Client, e.to_string()))?;
-            (Solari::new(client), None, args.bank_url)
-        }
+    let (provider, bed, bank): (Box<dyn Provider>, _, _) = match args.provider {
+        Some(provider) => (provider, None, args.bank_url),
         None => {
             let bed = TestBed::start(
                 dying(args.lifetime, args.lifetime / 10, gateway::DeathMode::Close).max_sessions(8),
             )
             .await?;
             let bank = args.bank_url.or_else(|| Some(bed.bank().base_url()));
-            (bed.provider(), Some(bed), bank)
+            (Box::new(bed.provider()), Some(bed), bank)
         }
     };
     let provider: Arc<dyn Provider> = match args.max_sessions {

@@ -1,7 +1,8 @@
 //! Durable runs as jobs, end to end: real `outlive worker` processes taking runs from a real
 //! PostgreSQL queue (apalis), browsers from the gateway through the Solari provider, the
 //! Aurora Bank task. A worker killed with SIGKILL mid-run loses its run to another worker,
-//! which resumes it from the sealed checkpoint without a second sign-in. Two workers share
+//! which releases the session the dead one held and resumes the run from the sealed
+//! checkpoint without a second sign-in. Two workers share
 //! twelve runs under a cluster-wide limit of three sessions. A run taken too often (its workers
 //! died under it) is failed without a browser.
 
@@ -32,6 +33,19 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
     .await;
     assert_eq!(bed.bank().counters().totps_accepted, 1);
     let first = runs[0].worker.clone().expect("a worker took it");
+    // The row records the session the worker holds (its id, never a token).
+    let held: serde_json::Value =
+        sqlx::query_scalar("SELECT held_sessions FROM outlive_runs WHERE run_id = $1")
+            .bind(&run_id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    let held_id = held[0]["id"]
+        .as_str()
+        .expect("a session recorded")
+        .to_owned();
+    assert_eq!(held[0]["provider"], "solari", "{held}");
+    assert!(!held.to_string().contains("token"), "{held}");
     let victim = workers
         .iter()
         .position(|w| first.starts_with(&format!("outlive-{}-", w.pid())))
@@ -40,6 +54,28 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
     dead.child.start_kill().unwrap(); // SIGKILL
     dead.child.wait().await.unwrap();
     let polls_at_kill = bed.bank().counters().polls_served;
+
+    // Once the run is taken over, the dead worker's session is released within a heartbeat.
+    until(
+        &store,
+        Duration::from_secs(60),
+        "the run is taken over",
+        |runs| runs[0].pickups == 2,
+    )
+    .await;
+    let taken = tokio::time::Instant::now();
+    loop {
+        let view = bed.client().sessions().get(&held_id).await.unwrap();
+        if view.status.as_deref() == Some("released") {
+            break;
+        }
+        assert!(
+            taken.elapsed() < Duration::from_secs(1),
+            "the dead worker's session is still {:?} a heartbeat (1 s) after the takeover",
+            view.status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let runs = until(
         &store,
@@ -77,12 +113,23 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
         "served {served}, {polls_at_kill} before the kill"
     );
 
+    assert_eq!(event["takeoverReleased"], 1, "{event}");
+    assert_eq!(event["takeoverReleaseFailed"], 0, "{event}");
+
     for w in workers {
         w.stop().await;
     }
-    // The killed worker could not release its session; the gateway's shutdown ends it.
+    // The killed worker's session was released by the one that took over: nothing is left.
+    support::assert_gateway_clean(bed.gateway()).await;
     let status = bed.shutdown().await.unwrap();
-    assert_eq!(status.chromium_processes, 0);
+    assert_eq!(
+        (
+            status.live_sessions,
+            status.dead_sessions,
+            status.chromium_processes
+        ),
+        (0, 0, 0)
+    );
     db.drop_now(store).await;
 }
 

@@ -37,22 +37,30 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// One bed at a time: each test's sessions die on a fixed clock, and two clients with their
+/// Chromium on 2 cores could not do a session's work before its death (seen in CI shape).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Aurora Bank, the twosite app and a gateway.
 struct Bed {
     bank: aurora::Aurora,
     twosite: aurora::twosite::TwoSite,
     gateway: gateway::Gateway,
     bank_config: aurora::Config,
+    /// Held until the bed is gone (dropped last).
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Bed {
     async fn start(gateway: gateway::Config) -> Bed {
+        let turn = ONE_AT_A_TIME.lock().await;
         let bank_config = aurora::Config::new();
         Bed {
             bank: aurora::spawn(bank_config.clone()).await.unwrap(),
             twosite: aurora::twosite::spawn().await.unwrap(),
             gateway: gateway::spawn(gateway).await.unwrap(),
             bank_config,
+            _turn: turn,
         }
     }
 
@@ -64,10 +72,28 @@ impl Bed {
 
     /// [`Bed::run`] with the scripts' `PAGE_SHAPE`: where they open the page they work in.
     async fn run_shaped(&self, flags: &[&str], cmd: &[&str], polls: u32, shape: &str) -> Outcome {
+        let solari = [
+            "--solari-url".to_owned(),
+            self.gateway.base_url().to_owned(),
+        ];
+        self.run_via(&solari, &[], flags, cmd, polls, shape).await
+    }
+
+    /// [`Bed::run_shaped`] with browsers from the provider of `provider` flags, with `env`.
+    async fn run_via(
+        &self,
+        provider: &[String],
+        env: &[(&str, String)],
+        flags: &[&str],
+        cmd: &[&str],
+        polls: u32,
+        shape: &str,
+    ) -> Outcome {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_outlive"))
             .arg("run")
-            .args(["--solari-url", self.gateway.base_url()])
+            .args(provider)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("--event-file")
             .arg(dir.path().join("event.json"))
             .args(flags)
@@ -277,6 +303,72 @@ async fn a_playwright_script_survives_deaths_and_a_page_crash() {
         .await;
     assert_survived(&bed, &run, POLLS, 2, &marker).await;
     bed.finish().await;
+}
+
+/// A provider's flags and environment, for a bed.
+type ProviderFlags = fn(&Bed) -> (Vec<String>, Vec<(&'static str, String)>);
+
+/// A Playwright script through deaths and a page crash, browsers from the provider that
+/// `provider` names on `bed`'s gateway (its flags and environment).
+async fn playwright_via(provider: ProviderFlags) {
+    let python = clients().join("venv/bin/python");
+    let bed = Bed::start(dying(gateway::DeathMode::Close, Duration::from_secs(12))).await;
+    let marker = marker();
+    let (flags, env) = provider(&bed);
+    let run = bed
+        .run_via(
+            &flags,
+            &env,
+            &[
+                "--checkpoint-every",
+                "1s",
+                "--heartbeat",
+                "500ms",
+                "--max-relaunches",
+                "20",
+            ],
+            &[
+                python.to_str().unwrap(),
+                script("bank_playwright.py").to_str().unwrap(),
+                &marker,
+            ],
+            POLLS,
+            "first",
+        )
+        .await;
+    assert_survived(&bed, &run, POLLS, 2, &marker).await;
+    let event = run.json("event.json");
+    assert_eq!(event["releaseFailed"], 0, "{event}");
+    support::assert_gateway_clean(&bed.gateway).await;
+    let status = bed.gateway.status();
+    assert_eq!(
+        status.dead_sessions, 0,
+        "every session released: {status:?}"
+    );
+    bed.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playwright_script_survives_deaths_on_a_provider_command_and_a_cloud() {
+    let command = playwright_via(|bed| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/providers/solari.sh");
+        let flags = vec!["--provider-cmd".to_owned(), script.display().to_string()];
+        (
+            flags,
+            vec![("PROVIDER_URL", bed.gateway.base_url().to_owned())],
+        )
+    });
+    let steel = playwright_via(|bed| {
+        let url = format!("{}/steel", bed.gateway.base_url());
+        let flags = ["--provider", "steel", "--provider-url", &url]
+            .map(str::to_owned)
+            .to_vec();
+        (
+            flags,
+            vec![("STEEL_API_KEY", bed.gateway.api_key().to_owned())],
+        )
+    });
+    tokio::join!(command, steel);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,6 +51,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route_layer(from_fn_with_state(shared.clone(), require_api_key));
     Router::new()
         .merge(authed)
+        .merge(crate::dialect::routes(shared.clone()))
         .route("/cdp/{id}", get(relay::upgrade))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -324,7 +325,7 @@ fn parse_body<T>(
 }
 
 /// The authority clients reached this gateway by, for the websocket URLs it hands out.
-fn request_host(headers: &HeaderMap, shared: &Shared) -> String {
+pub(crate) fn request_host(headers: &HeaderMap, shared: &Shared) -> String {
     headers
         .get(HOST)
         .and_then(|v| v.to_str().ok())

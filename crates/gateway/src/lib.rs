@@ -104,6 +104,7 @@
 //! * [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
 //! * `server`: the accept loop ([`serve`]) and the in-process handle ([`spawn`], [`Gateway`]).
 //! * `api`: the REST routes, auth, and JSON errors.
+//! * `dialect`: the other clouds' session APIs ([`DIALECTS`]), each under its own prefix.
 //! * `session`: the session registry, one keeper task per browser, and orderly shutdown.
 //! * `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
 //! * `chaos`: when and how each session dies, and when its pages do.
@@ -119,6 +120,7 @@ mod api;
 mod chaos;
 mod chromium;
 pub mod config;
+mod dialect;
 pub mod error;
 mod fault;
 mod page;
@@ -127,6 +129,7 @@ mod server;
 mod session;
 
 pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
+pub use dialect::DIALECTS;
 pub use error::{Error, ErrorKind};
 pub use fault::{DeleteFault, FaultCounters};
 pub use server::{Gateway, serve, spawn};

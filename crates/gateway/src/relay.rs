@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::chaos::Death;
 use crate::error::json_error as error;
-use crate::session::{AttachError, Attachment, Phase, Shared, parse_session_id};
+use crate::session::{AttachError, Attachment, Phase, Shared, constant_time_eq, parse_session_id};
 
 /// How long the relay waits for Chromium to accept its websocket.
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
@@ -77,6 +77,13 @@ pub(crate) async fn upgrade(
         );
     };
     let token = query.ok().and_then(|Query(q)| q.token);
+    // The account's key opens its sessions too, as on Browserless (its CDP URLs take the key).
+    let token = match token {
+        Some(t) if constant_time_eq(t.as_bytes(), shared.config.api_key.as_bytes()) => {
+            shared.get(id).map(|s| s.token)
+        }
+        t => t,
+    };
     let attachment = match shared.attach(id, token.as_deref()) {
         Ok(a) => a,
         Err(refused) => return refusal(refused),

@@ -71,6 +71,8 @@ pub(crate) struct Lease {
     timing: Timing,
     /// When the last renewal (or the claim) that succeeded was sent.
     renewed: Instant,
+    /// What this pickup released of its predecessors' sessions.
+    pub(crate) takeover: crate::held::Takeover,
 }
 
 impl Lease {
@@ -110,6 +112,7 @@ impl Lease {
                     pickup,
                     timing,
                     renewed: sent,
+                    takeover: Default::default(),
                 }));
             }
             let (status, until, left): (String, Option<f64>, Option<f64>) = sqlx::query_as(
@@ -215,7 +218,7 @@ impl Lease {
         .bind(&self.run_id)
         .bind(self.pickup)
         .bind(ending)
-        .bind(event)
+        .bind(self.takeover.into_event(event))
         .execute(&self.pool);
         if !matches!(
             tokio::time::timeout(self.timing.heartbeat, recorded).await,

@@ -23,6 +23,7 @@
 
 mod command;
 mod error;
+mod held;
 mod lease;
 mod slots;
 mod store;
@@ -132,7 +133,13 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
     PostgresStorage::setup(store.pool())
         .await
         .map_err(|e| db("creating apalis' tables", e))?;
-    for table in [RUNS_TABLE, RUNS_LEASE, PICKUPS_TABLE, TASKS_TABLE] {
+    for table in [
+        RUNS_TABLE,
+        RUNS_LEASE,
+        held::HELD_COLUMN,
+        PICKUPS_TABLE,
+        TASKS_TABLE,
+    ] {
         sqlx::query(table)
             .execute(store.pool())
             .await
@@ -977,10 +984,14 @@ where
 
 /// Runs the task of `job` under `lease`: refused when taken too often or unknown here, else
 /// durable from the run's newest checkpoint, until it finishes or the hold is lost.
-async fn hold(job: &RunJob, lease: Lease, shared: &Shared) -> Result<Held, BoxDynError> {
+async fn hold(job: &RunJob, mut lease: Lease, shared: &Shared) -> Result<Held, BoxDynError> {
     let run_id = lease.run_id().to_owned();
     let pool = shared.store.pool();
     let pickups = lease.pickup();
+    if pickups > 1 {
+        // First of all: what a dead predecessor held is released before anything launches.
+        lease.takeover = held::release_inherited(pool, &run_id, shared.provider.as_ref()).await?;
+    }
     if i64::from(pickups) > i64::from(shared.max_pickups) {
         let error = format!(
             "taken {pickups} times without finishing (max_pickups is {}): every worker that had \
@@ -1011,12 +1022,18 @@ async fn hold(job: &RunJob, lease: Lease, shared: &Shared) -> Result<Held, BoxDy
         durable = durable.resume(saved.sealed, saved.attempt);
     }
     let options = shared.options.clone().durable(durable);
+    let provider: Arc<dyn Provider> = Arc::new(held::Recorded {
+        inner: shared.provider.clone(),
+        pool: pool.clone(),
+        run_id: run_id.clone(),
+        pickup: pickups,
+    });
     let (stop, stopped) = watch::channel(false);
     let input = job.input.clone();
     let run: BoxFuture<'static, Finished> = match task {
-        Task::Rust { run, .. } => run(input, shared.provider.clone(), options, stopped),
+        Task::Rust { run, .. } => run(input, provider, options, stopped),
         Task::Command(command) => {
-            let (command, provider) = (command.clone(), shared.provider.clone());
+            let command = command.clone();
             // Ended well within the grace: SIGTERM, then SIGKILL half-way.
             let kill_after = (shared.timing.stop_grace / 2).min(Duration::from_secs(5));
             Box::pin(async move {
@@ -1116,7 +1133,7 @@ async fn finish(
     .bind(status)
     .bind(value)
     .bind(error)
-    .bind(event)
+    .bind(lease.takeover.into_event(event.map(str::to_owned)))
     .bind(lease.pickup())
     .execute(pool)
     .await?;

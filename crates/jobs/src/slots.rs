@@ -175,6 +175,10 @@ impl<P: Provider> Provider for SessionLimit<P> {
             }) as Box<dyn Session>)
         })
     }
+
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), outlive::Error>> {
+        self.inner.release_id(id)
+    }
 }
 
 /// A session holding its slot until it is released.
@@ -200,6 +204,14 @@ impl Session for Limited {
 
     fn pid(&self) -> Option<u32> {
         self.inner().pid()
+    }
+
+    fn id(&self) -> Option<&str> {
+        self.inner().id()
+    }
+
+    fn lifetime(&self) -> Option<Duration> {
+        self.inner().lifetime()
     }
 
     fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {

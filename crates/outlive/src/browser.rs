@@ -250,6 +250,10 @@ impl LiveBrowser for CdpBrowser {
         self.page.clone()
     }
 
+    fn stated_lifetime(&self) -> Option<Duration> {
+        self.session.as_ref().and_then(|s| s.lifetime())
+    }
+
     fn endpoint(&self) -> Option<crate::CdpEndpoint> {
         self.session.as_ref().map(|s| s.endpoint().clone())
     }

@@ -189,7 +189,11 @@ pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
 pub use options::{Dialogs, Options, Rotation};
-pub use provider::{BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, Session};
+pub use provider::{
+    BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, ProviderCommand, Session,
+};
+#[cfg(feature = "providers")]
+pub use provider::{Cloud, Dialect};
 #[cfg(feature = "solari")]
 pub use provider::{Solari, SolariLaunch};
 pub use quiet::{Quiet, quietly};

@@ -25,7 +25,10 @@ const CADENCE_WINDOW: usize = 4;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Lifetime {
-    rotation: Rotation,
+    /// `None`: unset, the stated lifetime rules.
+    rotation: Option<Rotation>,
+    /// The lifetime the newest session stated ([`crate::Session::lifetime`]).
+    stated: Option<Duration>,
     /// Ages (from the start of the launch) at which this run's browsers died.
     ages: Vec<Duration>,
     /// The slowest launch + restore of a successor seen so far.
@@ -188,9 +191,10 @@ impl SafePoints {
 }
 
 impl Lifetime {
-    pub(crate) fn new(rotation: Rotation) -> Self {
+    pub(crate) fn new(rotation: Option<Rotation>) -> Self {
         Lifetime {
             rotation,
+            stated: None,
             ages: Vec::new(),
             lead: Duration::ZERO,
         }
@@ -199,6 +203,11 @@ impl Lifetime {
     /// A browser died of something other than its page, at `age`.
     pub(crate) fn died_at(&mut self, age: Duration) {
         self.ages.push(age);
+    }
+
+    /// The newest session states its lifetime (or states none).
+    pub(crate) fn stated(&mut self, lifetime: Option<Duration>) {
+        self.stated = lifetime;
     }
 
     /// A launch (plus restore) took `took`: the successor's lead follows the slowest.
@@ -229,11 +238,21 @@ impl Lifetime {
 
     /// The expected lifetime and the margin below it, if one is known.
     fn expected(&self) -> Option<(Duration, Duration)> {
-        let (expected, spread) = match (self.rotation, self.learned()) {
-            (Rotation::Off, _) | (Rotation::Learned, None) => return None,
-            (Rotation::Learned, Some(l)) => l,
-            (Rotation::Expected(declared), None) => (declared, Duration::ZERO),
-            (Rotation::Expected(declared), Some((first, spread))) => (declared.min(first), spread),
+        // Declared, capped by what the session states; unset, what it states.
+        let declared = match self.rotation {
+            Some(Rotation::Off) => return None,
+            Some(Rotation::Expected(d)) => Some(self.stated.map_or(d, |s| s.min(d))),
+            Some(Rotation::Learned) | None => self.stated,
+        };
+        let learning = self.rotation == Some(Rotation::Learned);
+        // A stated lifetime alone is taken as it is: deaths of other causes (a crash, a
+        // kill) are no lifetime to learn, and nobody asked for learning.
+        let learned = self.rotation.and(self.learned());
+        let (expected, spread) = match (declared, learned) {
+            (None, Some(l)) if learning => l,
+            (None, _) => return None,
+            (Some(d), None) => (d, Duration::ZERO),
+            (Some(d), Some((first, spread))) => (d.min(first), spread),
         };
         Some((expected, expected.mul_f64(MARGIN_SHARE).max(spread)))
     }
@@ -284,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_long_interval_is_capped_at_a_quarter_of_the_time_to_leave() {
-        let mut l = Lifetime::new(Rotation::Expected(secs(20.0)));
+        let mut l = Lifetime::new(Some(Rotation::Expected(secs(20.0))));
         l.launched_in(secs(0.6));
         let plan = l.plan(secs(10.0)).unwrap();
         // A quarter of 18 s is 4.5 s: launch at 18 − (1.2 + 4.5), switch at 18 − 4.5.
@@ -297,7 +316,7 @@ mod tests {
         for lifetime in [1.0, 7.0, 20.0, 600.0] {
             for launch in [0.0, 0.3, 5.0, 400.0] {
                 for interval in [0.05, 1.0, 30.0, 3600.0] {
-                    let mut l = Lifetime::new(Rotation::Expected(secs(lifetime)));
+                    let mut l = Lifetime::new(Some(Rotation::Expected(secs(lifetime))));
                     l.launched_in(secs(launch));
                     let p = l.plan(secs(interval)).unwrap();
                     let case =
@@ -313,7 +332,7 @@ mod tests {
 
     /// A plan for a 20 s life (leave by 18 s, fall back from 17 s), born at `born`.
     fn points(born: Instant, periodic: bool, blind: bool) -> (Plan, SafePoints) {
-        let plan = Lifetime::new(Rotation::Expected(secs(20.0)))
+        let plan = Lifetime::new(Some(Rotation::Expected(secs(20.0))))
             .plan(secs(1.0))
             .unwrap();
         let points = SafePoints {
@@ -402,7 +421,7 @@ mod tests {
 
     #[test]
     fn off_never_plans() {
-        let mut l = Lifetime::new(Rotation::Off);
+        let mut l = Lifetime::new(Some(Rotation::Off));
         l.died_at(secs(20.0));
         l.died_at(secs(20.0));
         assert_eq!(l.plan(secs(1.0)), None);
@@ -410,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_declared_lifetime_plans_with_a_ten_percent_margin() {
-        let mut l = Lifetime::new(Rotation::Expected(secs(20.0)));
+        let mut l = Lifetime::new(Some(Rotation::Expected(secs(20.0))));
         l.launched_in(secs(0.6));
         let plan = l.plan(secs(1.0)).unwrap();
         assert_eq!(plan.dies_at, secs(20.0));
@@ -423,7 +442,7 @@ mod tests {
 
     #[test]
     fn learning_needs_two_deaths_and_ignores_early_ones() {
-        let mut l = Lifetime::new(Rotation::Learned);
+        let mut l = Lifetime::new(Some(Rotation::Learned));
         l.died_at(secs(0.2)); // dead on arrival
         l.died_at(secs(20.5));
         assert_eq!(
@@ -442,7 +461,7 @@ mod tests {
 
     #[test]
     fn solaris_early_death_does_not_shorten_the_learned_lifetime() {
-        let mut l = Lifetime::new(Rotation::Learned);
+        let mut l = Lifetime::new(Some(Rotation::Learned));
         for age in [604.0, 319.0, 611.0, 617.0, 608.0] {
             l.died_at(secs(age));
         }
@@ -453,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_long_interval_or_launch_never_brings_the_launch_before_half_the_time() {
-        let mut l = Lifetime::new(Rotation::Expected(secs(8.0)));
+        let mut l = Lifetime::new(Some(Rotation::Expected(secs(8.0))));
         l.launched_in(secs(0.4));
         // Leave by 7.2 s; the 30 s default interval counts as a quarter of that (1.8 s), the
         // lead as 1 s.
@@ -464,7 +483,7 @@ mod tests {
 
     #[test]
     fn a_standby_learns_from_two_deaths_even_without_rotation() {
-        let mut l = Lifetime::new(Rotation::Off);
+        let mut l = Lifetime::new(Some(Rotation::Off));
         assert_eq!(l.for_standby(), None);
         // Dead on arrival: says nothing.
         l.died_at(secs(0.4));
@@ -478,7 +497,7 @@ mod tests {
 
     #[test]
     fn learned_deaths_refine_a_declared_lifetime_downwards_only() {
-        let mut l = Lifetime::new(Rotation::Expected(secs(600.0)));
+        let mut l = Lifetime::new(Some(Rotation::Expected(secs(600.0))));
         l.died_at(secs(604.0));
         l.died_at(secs(617.0));
         assert_eq!(l.plan(secs(30.0)).unwrap().dies_at, secs(600.0));
@@ -487,5 +506,23 @@ mod tests {
         assert_eq!(plan.dies_at, secs(590.0));
         // The spread (27 s) is below 10 % (59 s).
         assert_eq!(plan.leave_by, secs(531.0));
+    }
+
+    #[test]
+    fn a_stated_lifetime_rotates_unless_rotation_is_off() {
+        let mut unset = Lifetime::new(None);
+        assert!(unset.plan(secs(1.0)).is_none());
+        unset.stated(Some(secs(10.0)));
+        assert_eq!(unset.plan(secs(1.0)).unwrap().dies_at, secs(10.0));
+        // Early deaths do not shorten a stated lifetime nobody asked to learn from.
+        unset.died_at(secs(3.0));
+        unset.died_at(secs(3.1));
+        assert_eq!(unset.plan(secs(1.0)).unwrap().dies_at, secs(10.0));
+        let mut off = Lifetime::new(Some(Rotation::Off));
+        off.stated(Some(secs(10.0)));
+        assert!(off.plan(secs(1.0)).is_none());
+        let mut declared = Lifetime::new(Some(Rotation::Expected(secs(600.0))));
+        declared.stated(Some(secs(300.0)));
+        assert_eq!(declared.plan(secs(1.0)).unwrap().dies_at, secs(300.0));
     }
 }

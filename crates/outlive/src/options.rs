@@ -103,7 +103,8 @@ pub struct Options {
     pub(crate) release_timeout: Duration,
     pub(crate) indexed_db: bool,
     pub(crate) indexed_db_max_bytes: usize,
-    pub(crate) rotation: Rotation,
+    /// `None`: the lifetime the session states, if any.
+    pub(crate) rotation: Option<Rotation>,
     pub(crate) standby: bool,
     pub(crate) dialogs: Option<Dialogs>,
     #[cfg(feature = "durable")]
@@ -176,7 +177,7 @@ impl Options {
             release_timeout: Duration::from_secs(10),
             indexed_db: true,
             indexed_db_max_bytes: 16 << 20,
-            rotation: Rotation::Off,
+            rotation: None,
             standby: false,
             dialogs: None,
             #[cfg(feature = "durable")]
@@ -234,15 +235,20 @@ impl Options {
         self
     }
 
-    setters! {
-        /// Whether to move the task to a new browser before the old one's predicted death; see
-        /// [`Rotation`].
-        ///
-        /// # Default
-        ///
-        /// [`Rotation::Off`].
-        fn rotation(rotation: Rotation);
+    /// Whether to move the task to a new browser before the old one's predicted death; see
+    /// [`Rotation`]. A lifetime the session states ([`Session::lifetime`](crate::Session::lifetime))
+    /// caps an expected one.
+    ///
+    /// # Default
+    ///
+    /// Unset: the lifetime the session states, when it states one, taken as it is (not
+    /// refined by deaths, unlike [`Rotation::Expected`]); else [`Rotation::Off`].
+    pub fn rotation(mut self, rotation: Rotation) -> Self {
+        self.rotation = Some(rotation);
+        self
+    }
 
+    setters! {
         /// Keeps a warm standby: a second browser, launched and restored ahead of need, and
         /// brought up to date with the newest checkpoint when used. An unplanned death is then
         /// replaced in about the time of the final navigation instead of a whole launch. It
@@ -490,7 +496,7 @@ impl Options {
             self.indexed_db_max_bytes,
             1..=1 << 30,
         )?;
-        if let Rotation::Expected(lifetime) = self.rotation {
+        if let Some(Rotation::Expected(lifetime)) = self.rotation {
             if lifetime < Duration::from_secs(1) {
                 return Err(Error::invalid_option(
                     "rotation",

@@ -61,6 +61,15 @@ pub fn redact(text: &str, mode: Diagnostics) -> String {
     }
 }
 
+/// Like [`redact`], but keeps the end of the text rather than its start: for a program's
+/// output, whose last lines usually say why it failed.
+pub(crate) fn redact_tail(text: &str, mode: Diagnostics) -> String {
+    match mode {
+        Diagnostics::Full => text.to_owned(),
+        Diagnostics::Safe => clip_start(&scrub(text), MAX_LEN),
+    }
+}
+
 /// Reduces a URL to `scheme://host[:port]`, clipped to [`MAX_LEN`] characters; text with no
 /// URL in it becomes `<url>`.
 pub fn redact_url(url: &str) -> String {
@@ -141,6 +150,17 @@ fn clip(text: &str, max: usize) -> String {
     }
     let mut out: String = text.chars().take(max - 1).collect();
     out.push('…');
+    out
+}
+
+/// Keeps the last `max` characters, marking the cut with `…`.
+fn clip_start(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let mut out = String::from('…');
+    out.extend(text.chars().skip(count - (max - 1)));
     out
 }
 

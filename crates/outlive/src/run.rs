@@ -61,6 +61,10 @@ pub(crate) trait LiveBrowser: Send {
     fn calls(&self) -> Option<crate::relay::Calls> {
         None
     }
+    /// The session's lifetime, when its provider states one ([`crate::Session::lifetime`]).
+    fn stated_lifetime(&self) -> Option<Duration> {
+        None
+    }
     /// Resolves with the first failure detected: the browser's death or the current page's.
     /// Cancel-safe.
     fn died(&self) -> impl Future<Output = Death> + Send;
@@ -617,6 +621,7 @@ where
                 if fresh {
                     self.lifetime.launched_in(launch_started.elapsed());
                 }
+                self.lifetime.stated(browser.stated_lifetime());
                 self.born = launch_started;
                 self.prior = restored;
                 Ok(Some(browser))

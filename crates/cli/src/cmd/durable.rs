@@ -10,7 +10,7 @@ use crate::worker::{self, WorkerSettings};
 /// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
 /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
 /// saved; a run whose worker died is taken over from its newest checkpoint. Without
-/// --solari-url, the worker runs its own Aurora Bank and a gateway whose sessions die.
+/// a provider flag, the worker runs its own Aurora Bank and a gateway whose sessions die.
 #[derive(Args)] // no Debug: it holds the API key
 pub struct WorkerArgs {
     /// PostgreSQL (`scripts/postgres` starts a local one and prints its URL).
@@ -19,12 +19,9 @@ pub struct WorkerArgs {
     /// A file holding the sealing key (64 hex digits); else $OUTLIVE_SEAL_KEY.
     #[arg(long)]
     pub key_file: Option<std::path::PathBuf>,
-    /// A Solari-compatible API base URL to launch browsers from.
-    #[arg(long, requires = "api_key")]
-    pub solari_url: Option<String>,
-    /// Its API key (or set SOLARI_API_KEY).
-    #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    /// Where browsers come from (none: the embedded test bed).
+    #[command(flatten)]
+    pub provider: super::ProviderArgs,
     /// The Aurora Bank for `bank` runs whose input names none.
     #[arg(long)]
     pub bank_url: Option<String>,
@@ -51,7 +48,7 @@ pub struct WorkerArgs {
     /// Interval of the automatic checkpoint.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub checkpoint_every: Duration,
-    /// Lifetime of the embedded gateway's sessions (without --solari-url).
+    /// Lifetime of the embedded gateway's sessions (without a provider flag).
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub lifetime: Duration,
     /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
@@ -104,10 +101,15 @@ impl WorkerArgs {
             Some(path) => outlive::SealKey::from_file(path),
             None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
         }?;
+        let provider = if self.provider.given() {
+            Some(self.provider.provider()?)
+        } else {
+            None
+        };
         let settings = WorkerSettings {
             database_url: self.database_url,
             key,
-            solari: self.solari_url.zip(self.api_key),
+            provider,
             bank_url: self.bank_url,
             max_sessions: self.max_sessions,
             max_sessions_per_run: self.max_sessions_per_run,

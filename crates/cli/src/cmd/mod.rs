@@ -16,26 +16,61 @@ use std::time::Duration;
 use clap::Args;
 use outlive::solari_browser::{Client, ClientOptions};
 use outlive::{
-    Diagnostics, Dialogs, Endpoint, LocalChromium, Options, Provider, Rotation, Solari, WideEvent,
+    Cloud, Diagnostics, Dialect, Dialogs, Endpoint, LocalChromium, Options, Provider,
+    ProviderCommand, Rotation, Solari, WideEvent,
 };
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ProviderArgs {
     /// A Solari-compatible API base URL to launch browsers from (key in SOLARI_API_KEY).
-    #[arg(long, conflicts_with = "cdp_url")]
+    #[arg(long, conflicts_with_all = ["cdp_url", "provider_cmd"])]
     pub solari_url: Option<String>,
     /// Its API key.
     #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Any CDP websocket URL (Browserless, Steel, …): each launch connects to it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "provider_cmd")]
     pub cdp_url: Option<String>,
+    /// A program that launches browsers: run as given, it prints one JSON line
+    /// {"cdpUrl": …, "id": …, "lifetimeMs"?: …}; run with `release ID` appended, it releases
+    /// that session. Split as a POSIX shell would (quotes; no variables or pipes).
+    #[arg(long, value_name = "'PROG ARGS…'", conflicts_with = "provider")]
+    pub provider_cmd: Option<String>,
+    /// A cloud, by name: browserbase, steel, browserless, hyperbrowser, anchor, kernel or
+    /// notte. Its key comes from its usual variable (BROWSERBASE_API_KEY, STEEL_API_KEY, …).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["solari_url", "cdp_url"])]
+    pub provider: Option<String>,
+    /// The cloud's API base URL (self-hosted, a proxy, a test bed).
+    #[arg(long, requires = "provider")]
+    pub provider_url: Option<String>,
+    /// Members of every session's create body, as a JSON object in the cloud's own names
+    /// (project id, region, proxy, …).
+    #[arg(long, value_name = "JSON", requires = "provider")]
+    pub session_options: Option<String>,
+    /// The lifetime each session asks for (its `timeout`, `ttl`, …); rotation leaves each
+    /// browser before it.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "provider")]
+    pub session_timeout: Option<Duration>,
 }
 
 impl ProviderArgs {
+    /// Whether a provider was named (else: local Chromium, or the worker's own test bed).
+    pub fn given(&self) -> bool {
+        self.solari_url.is_some()
+            || self.cdp_url.is_some()
+            || self.provider_cmd.is_some()
+            || self.provider.is_some()
+    }
+
     /// The provider the flags name.
     pub fn provider(&self) -> anyhow::Result<Box<dyn Provider>> {
+        if let Some(line) = &self.provider_cmd {
+            return Ok(Box::new(provider_command(line)?));
+        }
+        if let Some(name) = &self.provider {
+            return Ok(Box::new(self.cloud(name)?));
+        }
         match (&self.solari_url, &self.cdp_url) {
             (Some(url), _) => {
                 let Some(key) = &self.api_key else {
@@ -65,6 +100,64 @@ impl ProviderArgs {
             }
         }
     }
+}
+
+impl ProviderArgs {
+    /// The cloud of `--provider NAME`, its key from its variable.
+    fn cloud(&self, name: &str) -> anyhow::Result<Cloud> {
+        let Some(dialect) = Dialect::named(name) else {
+            let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+            anyhow::bail!(
+                "--provider {name}: no such provider; use one of {}",
+                known.join(", ")
+            );
+        };
+        let key = std::env::var(dialect.key_env()).unwrap_or_default();
+        if key.is_empty() {
+            anyhow::bail!(
+                "--provider {name} needs its API key in {}",
+                dialect.key_env()
+            );
+        }
+        let mut cloud = Cloud::new(dialect, key);
+        if let Some(url) = &self.provider_url {
+            url::Url::parse(url).map_err(|e| anyhow::anyhow!("--provider-url: {e}"))?;
+            cloud = cloud.base_url(url.clone());
+        }
+        if let Some(json) = &self.session_options {
+            let options: serde_json::Value = serde_json::from_str(json)
+                .map_err(|e| anyhow::anyhow!("--session-options is not JSON: {e}"))?;
+            let serde_json::Value::Object(options) = options else {
+                anyhow::bail!("--session-options must be a JSON object");
+            };
+            cloud = cloud.session_options(options);
+        }
+        if let Some(timeout) = self.session_timeout {
+            if !dialect.sets_lifetime() {
+                anyhow::bail!(
+                    "--session-timeout: {name} sessions take no lifetime at their create"
+                );
+            }
+            cloud = cloud.timeout(timeout);
+        }
+        Ok(cloud)
+    }
+}
+
+/// The provider of `--provider-cmd 'PROG ARGS…'`, its program found now.
+fn provider_command(line: &str) -> anyhow::Result<ProviderCommand> {
+    let words = shlex::split(line).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--provider-cmd does not parse (an unclosed quote or a trailing backslash?)"
+        )
+    })?;
+    let Some((program, args)) = words.split_first() else {
+        anyhow::bail!("--provider-cmd is empty: give the program that launches browsers");
+    };
+    outlive::Command::new(program)
+        .find_program()
+        .map_err(|why| anyhow::anyhow!("--provider-cmd: `{program}` {why}"))?;
+    Ok(ProviderCommand::new(program).args(args))
 }
 
 /// The run options of library mode, as flags (durations as `2s`, `500ms`).
@@ -169,10 +262,13 @@ impl RunOptionArgs {
             .max_sessions(self.max_sessions)
             .navigation_timeout(self.navigation_timeout)
             .standby(self.standby)
-            .rotation(self.rotate.unwrap_or(Rotation::Off))
             .relaunch_backoff(self.relaunch_backoff)
             .viewport(self.viewport.0, self.viewport.1)
             .diagnostics(self.diagnostics);
+        // Unset: a lifetime the provider's sessions state.
+        if let Some(rotation) = self.rotate {
+            o = o.rotation(rotation);
+        }
         if let Some(url) = &self.start_url {
             o = o.start_url(url.clone());
         }

@@ -4,21 +4,27 @@
 //! released through [`Session::release`], or — if the owner is dropped first — by the
 //! session's own `Drop`, so nothing leaks on any path.
 
+#[cfg(feature = "providers")]
+mod cloud;
 mod endpoint_fn;
 mod local;
+mod program;
 #[cfg(feature = "solari")]
 mod solari;
 
 use std::sync::Arc;
 
+#[cfg(feature = "providers")]
+pub use cloud::{Cloud, Dialect};
 pub use endpoint_fn::Endpoint;
 pub(crate) use local::cloexec_pipe;
 pub use local::{LocalBrowser, LocalChromium};
+pub use program::ProviderCommand;
 #[cfg(feature = "solari")]
 pub use solari::{Solari, SolariLaunch};
 
 use crate::endpoint::CdpEndpoint;
-use crate::error::Error;
+use crate::error::{Error, ProviderFailure};
 
 /// A boxed, sendable future; the return type of the object-safe traits here.
 pub use futures::future::BoxFuture;
@@ -32,6 +38,20 @@ pub trait Provider: Send + Sync {
     ///
     /// A launch that fails must clean up whatever it started before it returns.
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>>;
+
+    /// Releases a session of this provider by its [`Session::id`], without its
+    /// [`Session`]: one a process that died left behind (a durable run's takeover).
+    ///
+    /// # Default
+    ///
+    /// An error of kind [`Release`](crate::ErrorKind::Release): the provider has no ids.
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+        let message = format!(
+            "the {} provider cannot release a session by its id ({id})",
+            self.name()
+        );
+        Box::pin(async move { Err(Error::provider(ProviderFailure::Release, message)) })
+    }
 }
 
 /// One launched browser, owned. Dropping it without [`Session::release`] still ends it
@@ -54,6 +74,19 @@ pub trait Session: Send + Sync {
         None
     }
 
+    /// The provider's id of the session, for [`Provider::release_id`]; never a secret.
+    /// `None` for a session nothing else could release (a local browser).
+    fn id(&self) -> Option<&str> {
+        None
+    }
+
+    /// How long the session lives, when its own settings say so (a timeout asked for at its
+    /// create): rotation uses it when [`Options::rotation`](crate::Options::rotation) is not
+    /// set.
+    fn lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Ends the session and confirms it. Called once, after the last CDP message.
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
 }
@@ -65,6 +98,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
         (**self).launch()
     }
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+        (**self).release_id(id)
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
@@ -74,6 +110,9 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
         (**self).launch()
     }
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+        (**self).release_id(id)
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for &P {
@@ -82,6 +121,19 @@ impl<P: Provider + ?Sized> Provider for &P {
     }
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
         (**self).launch()
+    }
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+        (**self).release_id(id)
+    }
+}
+
+/// Runs a dropped session's `release` in the background, if a runtime is still there to run
+/// it: a session dropped unreleased (a cancelled run, a bad answer) still ends.
+pub(crate) fn release_later(release: impl Future<Output = Result<(), Error>> + Send + 'static) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(crate::quietly(async move {
+            let _ = release.await;
+        }));
     }
 }
 

@@ -218,6 +218,11 @@ fn solari_error(what: &str, e: &SolariError) -> Error {
     )
 }
 
+fn release_error(e: &SolariError) -> Error {
+    let err = solari_error("releasing a Solari session failed", e);
+    Error::new(ErrorKind::Release, err.to_string())
+}
+
 /// Opens the endpoint and asks for `Browser.getVersion`, within `timeout`.
 async fn probe(endpoint: &CdpEndpoint, timeout: Duration) -> Result<(), Error> {
     let attempt = async {
@@ -289,6 +294,17 @@ impl Provider for Solari {
                 .map_err(|(e, _)| e)
         })
     }
+
+    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            self.client
+                .sessions()
+                .release(&id)
+                .await
+                .map_err(|e| release_error(&e))
+        })
+    }
 }
 
 /// One Solari session, released with `DELETE /sessions/:id` (confirmed by its answer).
@@ -304,15 +320,19 @@ impl Session for SolariSession {
         &self.endpoint
     }
 
+    fn id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
     fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
         self.released = true;
         let (client, id) = (self.client.clone(), self.id.clone());
         Box::pin(async move {
-            client.sessions().release(&id).await.map_err(|e| {
-                let mut err = solari_error("releasing a Solari session failed", &e);
-                err = Error::new(ErrorKind::Release, err.to_string());
-                err
-            })
+            client
+                .sessions()
+                .release(&id)
+                .await
+                .map_err(|e| release_error(&e))
         })
     }
 }
@@ -322,14 +342,14 @@ impl Drop for SolariSession {
         if self.released {
             return;
         }
-        // Dropped without a release (the run was cancelled): release in the background, if
-        // a runtime is still there to do it.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (client, id) = (self.client.clone(), self.id.clone());
-            handle.spawn(crate::quietly(async move {
-                let _ = client.sessions().release(&id).await;
-            }));
-        }
+        let (client, id) = (self.client.clone(), self.id.clone());
+        super::release_later(async move {
+            client
+                .sessions()
+                .release(&id)
+                .await
+                .map_err(|e| release_error(&e))
+        });
     }
 }
 

@@ -280,6 +280,7 @@ where
                     standby: s.standby,
                 });
                 self.lifetime.launched_in(s.born.elapsed());
+                self.lifetime.stated(successor.stated_lifetime());
                 tracing::debug!(took = ?s.born.elapsed(), standby = s.standby, "successor ready");
                 Some(Successor {
                     state: Standing::Ready {
