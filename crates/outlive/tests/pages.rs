@@ -556,3 +556,41 @@ async fn a_string_with_a_lone_surrogate_comes_back_with_a_replacement_character(
     assert_eq!((event.attempts, event.page_recoveries), (1, 0), "{event:?}");
     profiles.assert_nothing_left();
 }
+
+/// A 2560 × 3200 canvas of noise: its PNG does not compress (about 33 MB of base64).
+const NOISE: &str = "data:text/html,<body style=margin:0><canvas id=c width=2560 height=3200></canvas><script>const c=document.getElementById('c').getContext('2d');const d=c.createImageData(2560,3200);for(let i=0;i<d.data.length;i+=65536)crypto.getRandomValues(d.data.subarray(i,i+65536));for(let i=3;i<d.data.length;i+=4)d.data[i]=255;c.putImageData(d,0,0)</script>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_busy_with_a_big_screenshot_is_not_taken_for_dead() {
+    // Chromium answers nothing, probes included, while it encodes this page's PNG: measured
+    // 1.1–1.3 s here, beyond the 850 ms after which a quiet browser under a waiting command
+    // was declared silent (then relaunched, and the task never finished).
+    // Local Chromium itself: the test's killable proxy caps frames at tungstenite's 16 MiB.
+    let profiles = support::Profiles::new();
+    let provider = outlive::LocalChromium::new().profile_root(profiles.path());
+    let outlive::Reported { result, event } = outlive_with_event(
+        &provider,
+        |page, _ctx| async move {
+            page.goto(NavigateParams::new(NOISE)).await?;
+            let mut sizes = Vec::new();
+            for _ in 0..3 {
+                let shot = outlive::chromiumoxide::page::ScreenshotParams::builder()
+                    .full_page(true)
+                    .build();
+                sizes.push(page.screenshot(shot).await?.len());
+            }
+            Ok::<_, CdpError>(sizes)
+        },
+        Options::new(),
+    )
+    .await;
+    let sizes = result.unwrap();
+    assert!(sizes.iter().all(|s| *s > 20 << 20), "{sizes:?}");
+    let e = event;
+    assert_eq!(
+        (e.attempts, e.page_recoveries, e.relaunches),
+        (1, 0, 0),
+        "{e:?}"
+    );
+    profiles.assert_nothing_left();
+}

@@ -40,6 +40,7 @@ impl ProgramCalls {
             conn: self.conn,
             id,
             target: head.session_id.as_deref().and_then(target_of),
+            busy: head.method.as_deref().is_some_and(wire::keeps_browser_busy),
             at: Instant::now(),
         });
     }

@@ -262,7 +262,10 @@ impl Driver {
             Some(Ok(_)) => {
                 self.dog.on_message(None, now);
             }
-            Some(Err(e)) => return Err(End::Died(classify(&e))),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "reading the browser's connection failed");
+                return Err(End::Died(classify(&e)));
+            }
         }
         Ok(())
     }

@@ -159,6 +159,8 @@ pub(crate) enum ProgramCall {
         conn: u64,
         id: u64,
         target: Option<String>,
+        /// Whether it keeps the browser busy ([`wire::keeps_browser_busy`]).
+        busy: bool,
         at: Instant,
     },
     /// The browser answered command `id` of connection `conn` `at`.

@@ -244,7 +244,8 @@ impl Watchdog {
                 .on_command(id, session, head.method.as_deref(), now);
         }
         if let Some(id) = head.id {
-            self.silence.sent(id, now);
+            let busy = head.method.as_deref().is_some_and(wire::keeps_browser_busy);
+            self.silence.sent(id, busy, now);
         }
         Outbound::Forward
     }
@@ -270,7 +271,7 @@ impl Watchdog {
 
     fn heartbeat_due(&self) -> Instant {
         match self.heartbeat_sent {
-            Some((id, sent)) => self.judged_at(id, sent, self.heartbeat.timeout),
+            Some((id, sent)) => self.judged_at(id, sent, self.silence.allowance(self.heartbeat)),
             None => self.last_heard + self.heartbeat.interval,
         }
     }
@@ -286,7 +287,7 @@ impl Watchdog {
 
     fn stall_due(&self) -> Option<Instant> {
         self.page.deadline(self.heartbeat, |id, sent| {
-            self.judged_at(id, sent, self.heartbeat.timeout)
+            self.judged_at(id, sent, self.silence.allowance(self.heartbeat))
         })
     }
 
@@ -310,7 +311,7 @@ impl Watchdog {
             return None;
         }
         if self.heartbeat_sent.is_some() {
-            tracing::debug!(timeout = ?self.heartbeat.timeout, "heartbeat unanswered");
+            tracing::debug!(timeout = ?self.silence.allowance(self.heartbeat), "heartbeat unanswered");
             return Some(Action::Silent);
         }
         let id = self.next_id();
@@ -322,12 +323,12 @@ impl Watchdog {
         match self.page.stall_probe.take() {
             // The page did not answer in time.
             Some(probe) if probe.browser_answered => {
-                tracing::debug!(timeout = ?self.heartbeat.timeout, "page probe unanswered while the browser answers");
+                tracing::debug!(timeout = ?self.silence.allowance(self.heartbeat), "page probe unanswered while the browser answers");
                 self.fail_page(DeathCause::PageHung).map(Action::PageFailed)
             }
             // Neither answered: the connection is silent, the browser is gone.
             Some(_) => {
-                tracing::debug!(timeout = ?self.heartbeat.timeout, "page and browser probes unanswered");
+                tracing::debug!(timeout = ?self.silence.allowance(self.heartbeat), "page and browser probes unanswered");
                 Some(Action::Silent)
             }
             // A command has been outstanding for half an interval: ask the page and the browser.

@@ -10,6 +10,18 @@ use crate::relay::{Heartbeat, ProgramCall};
 /// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
 const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
 
+/// How long a browser may say nothing while a command that keeps it busy waits
+/// ([`crate::relay::wire::keeps_browser_busy`]): Playwright's default timeout for one.
+const BUSY_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// A command in flight: when it went out, and whether the browser answers nothing else
+/// until it is done (measured: `Browser.getVersion` waits out a multi-MB screenshot).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sent {
+    pub at: Instant,
+    pub busy: bool,
+}
+
 /// Silence while the task waits. When commands are in flight and *nothing at all* has come
 /// from the browser for a few round trips, the relay asks the browser (`Browser.getVersion`)
 /// at once instead of waiting for the idle heartbeat. No answer and still nothing else from
@@ -17,11 +29,11 @@ const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);
 /// connection is left to the heartbeat: no extra traffic.
 #[derive(Default)]
 pub(super) struct Waiting {
-    /// Every client command in flight: id → when it was sent.
-    pub in_flight: HashMap<u64, Instant>,
+    /// Every client command in flight, by id.
+    pub in_flight: HashMap<u64, Sent>,
     /// A program's commands in flight on its own connections: (connection, id) → when sent,
     /// and the target of the page it was sent to, if known.
-    program: HashMap<(u64, u64), (Instant, Option<String>)>,
+    program: HashMap<(u64, u64), (Sent, Option<String>)>,
     /// Recent reply latencies; the smallest is the round trip (long-running commands only
     /// add large samples, which the minimum ignores).
     samples: VecDeque<Duration>,
@@ -48,9 +60,27 @@ impl Waiting {
     /// How long the fast probe may go unanswered (with nothing else heard) before the
     /// browser counts as silent.
     pub fn timeout(&self, heartbeat: Heartbeat) -> Duration {
+        if self.busy() {
+            return self.allowance(heartbeat);
+        }
         (self.rtt() * 8)
             .max(Duration::from_millis(600))
             .min(heartbeat.timeout)
+    }
+
+    /// How long any probe may go unanswered: the heartbeat's timeout, or longer while a
+    /// command that keeps the browser busy waits.
+    pub fn allowance(&self, heartbeat: Heartbeat) -> Duration {
+        if self.busy() {
+            heartbeat.timeout.max(BUSY_ALLOWANCE)
+        } else {
+            heartbeat.timeout
+        }
+    }
+
+    /// Whether a command that keeps the browser busy is in flight, outlive's or a program's.
+    pub fn busy(&self) -> bool {
+        self.in_flight.values().any(|s| s.busy) || self.program.values().any(|(s, _)| s.busy)
     }
 
     pub fn sample(&mut self, rtt: Duration) {
@@ -60,14 +90,14 @@ impl Waiting {
         self.samples.push_back(rtt);
     }
 
-    pub fn sent(&mut self, id: u64, now: Instant) {
-        self.in_flight.insert(id, now);
+    pub fn sent(&mut self, id: u64, busy: bool, now: Instant) {
+        self.in_flight.insert(id, Sent { at: now, busy });
     }
 
     /// A reply to a client command.
     pub fn replied(&mut self, id: u64, now: Instant) {
         if let Some(sent) = self.in_flight.remove(&id) {
-            self.sample(now - sent);
+            self.sample(now - sent.at);
             self.answered = 0;
         }
     }
@@ -80,13 +110,14 @@ impl Waiting {
                 conn,
                 id,
                 target,
+                busy,
                 at,
             } => {
-                self.program.insert((conn, id), (at, target));
+                self.program.insert((conn, id), (Sent { at, busy }, target));
             }
             ProgramCall::Answered { conn, id, at } => {
                 if let Some((sent, _)) = self.program.remove(&(conn, id)) {
-                    self.sample(at.saturating_duration_since(sent));
+                    self.sample(at.saturating_duration_since(sent.at));
                     self.answered = 0;
                 }
             }
@@ -121,15 +152,20 @@ impl Waiting {
         heartbeat: Heartbeat,
         now: Instant,
     ) -> Option<Instant> {
-        let young = |sent: &Instant| now.saturating_duration_since(*sent) < IN_FLIGHT_MAX_AGE;
+        let young = |sent: &Sent| now.saturating_duration_since(sent.at) < IN_FLIGHT_MAX_AGE;
         self.in_flight.retain(|_, sent| young(sent));
         self.program.retain(|_, (sent, _)| young(sent));
         // Until a reply has shown what a round trip costs, the heartbeat alone watches.
         if self.samples.is_empty() {
             return None;
         }
-        let programs = self.program.values().map(|(sent, _)| sent);
-        let oldest = *self.in_flight.values().chain(programs).min()?;
+        let programs = self.program.values().map(|(sent, _)| sent.at);
+        let oldest = self
+            .in_flight
+            .values()
+            .map(|s| s.at)
+            .chain(programs)
+            .min()?;
         Some(last_heard.max(oldest) + self.quiet(heartbeat))
     }
 }

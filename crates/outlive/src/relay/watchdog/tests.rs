@@ -570,14 +570,14 @@ fn an_idle_connection_is_left_to_the_heartbeat() {
     let mut w = Waiting::default();
     let now = Instant::now();
     assert_eq!(w.probe_due(now, HEARTBEAT, now), None);
-    w.sent(7, now);
+    w.sent(7, false, now);
     assert_eq!(
         w.probe_due(now, HEARTBEAT, now),
         None,
         "no round trip measured yet"
     );
     w.in_flight.clear();
-    w.sent(1, now);
+    w.sent(1, false, now);
     w.replied(1, now + ms(2));
     assert_eq!(w.probe_due(now, HEARTBEAT, now), None, "nothing in flight");
 }
@@ -587,11 +587,11 @@ fn a_waiting_command_on_a_quiet_browser_is_asked_about_within_a_second() {
     let mut w = Waiting::default();
     let t0 = Instant::now();
     // A measured round trip of 2 ms.
-    w.sent(1, t0);
+    w.sent(1, false, t0);
     w.replied(1, t0 + ms(2));
     assert_eq!(w.rtt(), ms(2));
     // A long command goes out; then nothing comes back.
-    w.sent(2, t0 + ms(10));
+    w.sent(2, false, t0 + ms(10));
     let probe_at = w.probe_due(t0, HEARTBEAT, t0).unwrap();
     assert_eq!(probe_at, t0 + ms(10 + 250));
     let silent_at = probe_at + w.timeout(HEARTBEAT);
@@ -603,7 +603,7 @@ fn a_waiting_command_on_a_quiet_browser_is_asked_about_within_a_second() {
 fn anything_heard_clears_the_probe_and_answers_back_off() {
     let mut w = Waiting::default();
     let t0 = Instant::now();
-    w.sent(1, t0);
+    w.sent(1, false, t0);
     w.probe = Some((99, t0));
     // An event (not the probe's reply): alive, and no back-off.
     assert!(!w.heard(None, t0 + ms(5)));
@@ -769,6 +769,7 @@ fn program_sent(conn: u64, id: u64, target: Option<&str>, at: Instant) -> Progra
     ProgramCall::Sent {
         conn,
         id,
+        busy: false,
         target: target.map(Into::into),
         at,
     }
@@ -855,4 +856,46 @@ fn a_programs_calls_wait_no_more_once_its_connection_or_page_is_gone() {
     sim.dog.on_program(program_sent(3, 7, Some("U"), t));
     assert!(matches!(sim.hear(crash), Verdict::Forward(Some(_))));
     assert!(sim.run_until(Duration::from_secs(10)).is_some());
+}
+
+#[test]
+fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before() {
+    let mut sim = Sim::new(None).watching();
+    sim.command(1, "Runtime.evaluate", Some("S"));
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    // A screenshot keeps the browser from answering anything, probes included.
+    sim.now = sim.at(ms(10));
+    sim.command(2, "Page.captureScreenshot", Some("S"));
+    assert_eq!(sim.run_until(ms(5_000)), None, "busy, not silent");
+    sim.hear(std::str::from_utf8(&reply(2)).unwrap());
+    // Done: a plain command on a browser gone quiet is judged by the fast rule again.
+    sim.command(3, "Runtime.evaluate", None);
+    let silent = sim.run_until(ms(60_000)).expect("silence");
+    assert!(silent <= ms(5_000 + 850), "{silent:?}");
+
+    // A screenshot on a browser that died: silent once the allowance is out.
+    let mut sim = Sim::new(None).watching();
+    sim.command(1, "Runtime.evaluate", Some("S"));
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.now = sim.at(ms(10));
+    sim.command(2, "Page.captureScreenshot", Some("S"));
+    // The fast probe goes at 260 ms and gets the 30 s allowance.
+    assert_eq!(sim.run_until(ms(60_000)), Some(ms(30_260)));
+}
+
+#[test]
+fn a_programs_screenshot_gets_the_same_allowance() {
+    let mut sim = slow_sim(ms(2));
+    let sent = sim.now + ms(10);
+    sim.dog.on_program(ProgramCall::Sent {
+        conn: 1,
+        id: 5,
+        busy: true,
+        target: Some("T".into()),
+        at: sent,
+    });
+    let silent = sim.run_until(ms(120_000)).expect("silence");
+    assert_eq!(silent, ms(2 + 10 + 250) + Duration::from_secs(30));
 }
