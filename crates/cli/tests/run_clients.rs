@@ -371,6 +371,32 @@ async fn a_playwright_script_survives_deaths_on_a_provider_command_and_a_cloud()
     tokio::join!(command, steel);
 }
 
+/// The Playwright script on every cloud's dialect, one after another (7 × about 45 s, so CI
+/// runs Steel's above; the library's bank task covers every dialect in `providers.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "seven Playwright runs: cargo test --test run_clients -- --ignored"]
+async fn a_playwright_script_survives_deaths_on_every_cloud() {
+    macro_rules! via {
+        ($name:literal, $key:literal) => {
+            playwright_via(|bed| {
+                let url = format!("{}/{}", bed.gateway.base_url(), $name);
+                let flags = ["--provider", $name, "--provider-url", &url]
+                    .map(str::to_owned)
+                    .to_vec();
+                (flags, vec![($key, bed.gateway.api_key().to_owned())])
+            })
+            .await
+        };
+    }
+    via!("browserbase", "BROWSERBASE_API_KEY");
+    via!("steel", "STEEL_API_KEY");
+    via!("browserless", "BROWSERLESS_TOKEN");
+    via!("hyperbrowser", "HYPERBROWSER_API_KEY");
+    via!("anchor", "ANCHORBROWSER_API_KEY");
+    via!("kernel", "KERNEL_API_KEY");
+    via!("notte", "NOTTE_API_KEY");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
     let clients = clients();
