@@ -160,6 +160,9 @@ fn provider_command(line: &str) -> anyhow::Result<ProviderCommand> {
     Ok(ProviderCommand::new(program).args(args))
 }
 
+/// The cap on sessions when `--max-sessions` is not given (the library's); `serve` has none.
+const DEFAULT_MAX_SESSIONS: u32 = 100;
+
 /// The run options of library mode, as flags (durations as `2s`, `500ms`).
 #[derive(Debug, Args)]
 pub struct RunOptionArgs {
@@ -174,9 +177,10 @@ pub struct RunOptionArgs {
     /// Page failures in a live browser, in a row without progress, before the run gives up.
     #[arg(long, default_value_t = 10)]
     pub max_page_recoveries: u32,
-    /// Browser sessions the whole run may use before it gives up, progress or not.
-    #[arg(long, default_value_t = 100)]
-    pub max_sessions: u32,
+    /// Browser sessions the whole run may use before it gives up, progress or not
+    /// [default: 100; no cap under `serve`, an endpoint left running].
+    #[arg(long)]
+    pub max_sessions: Option<u32>,
     /// The page's first URL (before any checkpoint).
     #[arg(long)]
     pub start_url: Option<String>,
@@ -259,7 +263,7 @@ impl RunOptionArgs {
             .checkpoint_every(self.checkpoint_every)
             .max_relaunches(self.max_relaunches)
             .max_page_recoveries(self.max_page_recoveries)
-            .max_sessions(self.max_sessions)
+            .max_sessions(self.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS))
             .navigation_timeout(self.navigation_timeout)
             .standby(self.standby)
             .relaunch_backoff(self.relaunch_backoff)

@@ -38,7 +38,11 @@ impl ServeArgs {
         if self.stdio {
             return super::stdio::serve(provider.as_ref(), &self.options).await;
         }
-        let options = self.options.options();
+        let mut options = self.options.options();
+        if self.options.max_sessions.is_none() {
+            // An endpoint an agent keeps working is no task that may never finish: no cap.
+            options = options.max_sessions(u32::MAX);
+        }
         if let Err(e) = options.validate() {
             eprintln!("outlive: {e}");
             return outlive::EXIT_USAGE;
