@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::lab::{bench, foreign, relay_bench, serve_soak, soak};
+use crate::lab::{bench, foreign, relay_bench, serve_soak, soak, tabs_bench};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// against the same through `outlive::outlive`'s relay.
     #[arg(long)]
     pub relay_only: bool,
+    /// Only the tabs figures: a checkpoint of a program's three tabs on three origins
+    /// (1 MiB of localStorage each) against one such tab's, rounds of --foreign-rounds.
+    #[arg(long)]
+    pub tabs_only: bool,
 }
 
 impl BenchArgs {
@@ -73,6 +77,11 @@ impl BenchArgs {
         if self.relay_only {
             let report = relay_bench::run(self.foreign_rounds, &self.out).await?;
             print!("{}", relay_bench::summary(&report));
+            return Ok(());
+        }
+        if self.tabs_only {
+            let report = tabs_bench::run(self.foreign_rounds, self.samples, &self.out).await?;
+            print!("{}", tabs_bench::summary(&report));
             return Ok(());
         }
         if self.foreign_only {

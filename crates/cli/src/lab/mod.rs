@@ -8,6 +8,8 @@
 //!   against the same script under `outlive run`.
 //! * [`relay_bench`] — `outlive bench --relay-only`: screenshots through the library's relay
 //!   against the same client straight to a session.
+//! * [`tabs_bench`] — `outlive bench --tabs-only`: a checkpoint of a program's three tabs
+//!   against one tab's.
 //! * [`timeline`] — the SVG timeline of benchmark runs.
 
 use std::path::Path;
@@ -21,6 +23,7 @@ pub mod foreign;
 pub mod relay_bench;
 pub mod serve_soak;
 pub mod soak;
+pub mod tabs_bench;
 pub mod timeline;
 
 /// Writes `value` as pretty JSON to `name` under `out`; see [`write_text`].
