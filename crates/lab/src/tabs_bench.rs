@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{create_out, write_json, write_text};
-use crate::bed::{TestBed, until_killed};
-use crate::error::{Error, ErrorKind};
 use crate::stats::median;
+use outlive_cli::bed::{TestBed, until_killed};
+use outlive_cli::{Error, ErrorKind};
 
 /// 16 localStorage items of 64 Ki characters: 1 MiB.
 const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorage.setItem('blob' + i, String(i % 10).repeat(65536)); return true; })()";
