@@ -192,6 +192,24 @@ impl BankTask {
             .await
     }
 
+    /// Reads the account page, and fails unless the session and the localStorage
+    /// preference survived.
+    pub async fn signed_in_account(&self, page: &Page) -> Result<AccountState, BankError> {
+        let state = self.account(page).await?;
+        if state.path != "/account" {
+            return Err(BankError::Unexpected(format!(
+                "signed out, on {}",
+                state.path
+            )));
+        }
+        if state.pref == "MISSING" {
+            return Err(BankError::Unexpected(
+                "the localStorage preference is missing".into(),
+            ));
+        }
+        Ok(state)
+    }
+
     /// Password, then TOTP, through the page's own `fetch` (so the browser stores the
     /// HttpOnly cookies), then the welcome page that writes the localStorage preference.
     pub async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
@@ -284,18 +302,7 @@ impl BankTask {
             }
         }
         while progress.polls_done() < self.polls {
-            state = self.account(page).await?;
-            if state.path != "/account" {
-                return Err(BankError::Unexpected(format!(
-                    "signed out, on {}",
-                    state.path
-                )));
-            }
-            if state.pref == "MISSING" {
-                return Err(BankError::Unexpected(
-                    "the localStorage preference is missing".into(),
-                ));
-            }
+            state = self.signed_in_account(page).await?;
             let done = progress.polls_done.fetch_add(1, Ordering::SeqCst) + 1;
             progress
                 .polls

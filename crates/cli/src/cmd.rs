@@ -330,3 +330,49 @@ pub fn interrupted() -> impl Future<Output = i32> + Send + 'static {
         }
     }
 }
+
+/// The command line as `C`, or the exit status to leave with: 0 after `--help` or
+/// `--version`, [`EXIT_USAGE`](outlive::EXIT_USAGE) after a bad command line (clap has printed
+/// either).
+pub fn parse<C: clap::Parser>() -> Result<C, std::process::ExitCode> {
+    C::try_parse().map_err(|e| {
+        let _ = e.print();
+        std::process::ExitCode::from(if e.use_stderr() {
+            outlive::EXIT_USAGE as u8
+        } else {
+            0
+        })
+    })
+}
+
+/// Sends tracing to stderr, filtered by `RUST_LOG`, when it is set.
+pub fn log_to_stderr() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+}
+
+/// An exit status as the process's.
+pub fn status(code: i32) -> std::process::ExitCode {
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Runs `work` until it ends or SIGINT/SIGTERM arrives. On a signal, `work` is dropped (and,
+/// as `main` returns, every task it spawned), which ends each browser it started and removes
+/// its profile; `program` says so, and the exit status is 128 + the signal's number.
+pub async fn until_interrupted(
+    program: &str,
+    work: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let interrupted = interrupted();
+    tokio::select! {
+        done = work => done.map(|()| std::process::ExitCode::SUCCESS),
+        signal = interrupted => {
+            eprintln!("{program}: interrupted; its browsers are closed");
+            Ok(status(128 + signal))
+        }
+    }
+}

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use outlive_cli::cmd;
 
 #[derive(Parser)]
 #[command(
@@ -46,35 +47,23 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match cmd::parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            // Help and version are not errors; a bad command line is a usage error (EX_USAGE).
-            return Ok(ExitCode::from(if e.use_stderr() {
-                outlive::EXIT_USAGE as u8
-            } else {
-                0
-            }));
-        }
+        Err(status) => return Ok(status),
     };
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
-        if !matches!(cli.command, Command::Gateway(_)) {
-            tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .init();
-        }
+    // The gateway sets up its own logging.
+    if !matches!(cli.command, Command::Gateway(_)) {
+        cmd::log_to_stderr();
     }
     // Returning (rather than `process::exit`) lets the runtime shut down: every task a command
     // spawned is dropped, and with it every browser it started and its profile.
     match cli.command {
         // These two end their command and browsers on SIGINT/SIGTERM themselves.
-        Command::Run(args) => Ok(status(args.run().await)),
-        Command::Serve(args) => Ok(status(args.run().await)),
-        Command::Demo(args) => until_interrupted(args.run()).await,
+        Command::Run(args) => Ok(cmd::status(args.run().await)),
+        Command::Serve(args) => Ok(cmd::status(args.run().await)),
+        Command::Demo(args) => cmd::until_interrupted("outlive", args.run()).await,
         Command::Gateway(args) => {
-            let interrupted = outlive_cli::cmd::interrupted();
+            let interrupted = cmd::interrupted();
             args.run(async {
                 interrupted.await;
             })
@@ -85,26 +74,5 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Submit(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Cancel(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-    }
-}
-
-/// An exit status as the process's.
-fn status(code: i32) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
-}
-
-/// Runs `work` until it ends or SIGINT/SIGTERM arrives. On a signal, `work` is dropped (and,
-/// as `main` returns, every task it spawned), which ends each browser it started and removes
-/// its profile; the exit status is 128 + the signal's number, as a shell's.
-async fn until_interrupted(
-    work: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<ExitCode> {
-    let interrupted = outlive_cli::cmd::interrupted();
-    tokio::select! {
-        done = work => done.map(|()| ExitCode::SUCCESS),
-        signal = interrupted => {
-            eprintln!("outlive: interrupted; its browsers are closed");
-            Ok(status(128 + signal))
-        }
     }
 }

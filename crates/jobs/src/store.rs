@@ -9,7 +9,7 @@ use outlive::{BoxFuture, CheckpointStore};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, db};
 
 /// The table, created by [`PgStore::setup`] if missing.
 const TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_checkpoints (
@@ -40,7 +40,8 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Database`] when the server cannot be reached or refuses the login.
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) when the server cannot be reached or
+    /// refuses the login.
     pub async fn connect(url: &str) -> Result<PgStore, Error> {
         Self::connect_with(url, 4).await
     }
@@ -51,7 +52,8 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Database`] when the server cannot be reached or refuses the login.
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) when the server cannot be reached or
+    /// refuses the login.
     pub async fn connect_with(url: &str, max_connections: u32) -> Result<PgStore, Error> {
         // One connection first: a server that is down, or a login it refuses, fails it at
         // once, where the pool's own first connection is retried until its acquire timeout.
@@ -77,7 +79,7 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Database`].
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database).
     pub async fn setup(&self) -> Result<(), Error> {
         sqlx::query(TABLE)
             .execute(&self.pool)
@@ -90,7 +92,7 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Database`].
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database).
     pub async fn load(&self, run_id: &str) -> Result<Option<Saved>, Error> {
         let row: Option<(Vec<u8>, i32)> =
             sqlx::query_as("SELECT sealed, attempt FROM outlive_checkpoints WHERE run_id = $1")
@@ -136,10 +138,6 @@ pub(crate) fn save_failed(e: sqlx::Error) -> outlive::Error {
         "PostgreSQL did not save the checkpoint",
     )
     .caused_by(e)
-}
-
-fn db(what: &'static str, e: sqlx::Error) -> Error {
-    Error::with(ErrorKind::Database { what }, e)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use outlive_cli::cmd;
 
 #[derive(Parser)]
 #[command(
@@ -36,50 +37,18 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match cmd::parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            // Help and version are not errors; a bad command line is a usage error (EX_USAGE).
-            return Ok(ExitCode::from(if e.use_stderr() {
-                outlive::EXIT_USAGE as u8
-            } else {
-                0
-            }));
-        }
+        Err(status) => return Ok(status),
     };
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    cmd::log_to_stderr();
+    const ME: &str = "outlive-lab";
     match cli.command {
-        Command::Bench(args) => until_interrupted(args.run()).await,
-        Command::Soak(args) => until_interrupted(args.run()).await,
-        Command::Probe(args) => until_interrupted(args.run()).await,
+        Command::Bench(args) => cmd::until_interrupted(ME, args.run()).await,
+        Command::Soak(args) => cmd::until_interrupted(ME, args.run()).await,
+        Command::Probe(args) => cmd::until_interrupted(ME, args.run()).await,
         // These two end their browsers on SIGINT/SIGTERM themselves, as under `outlive`.
-        Command::Serve(args) => Ok(status(args.run().await)),
+        Command::Serve(args) => Ok(cmd::status(args.run().await)),
         Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-    }
-}
-
-/// An exit status as the process's.
-fn status(code: i32) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
-}
-
-/// Runs `work` until it ends or SIGINT/SIGTERM arrives. On a signal, `work` is dropped (and,
-/// as `main` returns, every task it spawned), which ends each browser it started.
-async fn until_interrupted(
-    work: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<ExitCode> {
-    let interrupted = outlive_cli::cmd::interrupted();
-    tokio::select! {
-        done = work => done.map(|()| ExitCode::SUCCESS),
-        signal = interrupted => {
-            eprintln!("outlive-lab: interrupted; its browsers are closed");
-            Ok(status(128 + signal))
-        }
     }
 }

@@ -162,18 +162,7 @@ impl WizardTask {
             let started = Instant::now();
             let step = done + 1;
             progress.note(step, attempt, StepEvent::Started);
-            let state = self.bank.account(page).await?;
-            if state.path != "/account" {
-                return Err(BankError::Unexpected(format!(
-                    "signed out, on {}",
-                    state.path
-                )));
-            }
-            if state.pref == "MISSING" {
-                return Err(BankError::Unexpected(
-                    "the localStorage preference is missing".into(),
-                ));
-            }
+            self.bank.signed_in_account(page).await?;
             // Read the page until the step is due.
             let due = started + self.step;
             while let Some(left) = due.checked_duration_since(Instant::now()) {
