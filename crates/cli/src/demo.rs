@@ -142,7 +142,9 @@ pub async fn run(
     let provider = bed.provider();
 
     let (polls, every) = plan(config);
-    let task = bed.task(polls, every);
+    let mut task = bed.task(polls, every);
+    // Each poll saved with its checkpoint: a death redoes only what came after the last.
+    task.durable_progress = true;
     let progress = BankProgress::default();
     let lifetimes = (config.task.as_secs_f64() / config.lifetime.as_secs_f64()).ceil() as u32;
     let options = Options::new()
@@ -299,13 +301,26 @@ fn death_wording(cause: outlive::DeathCause) -> &'static str {
     }
 }
 
+/// A death mode in words.
+fn how_they_die(mode: DeathMode) -> &'static str {
+    match mode {
+        DeathMode::Close => "by closing their connection",
+        DeathMode::Reset => "by a connection reset",
+        DeathMode::Silence => "by going silent",
+        DeathMode::Mixed => "by a close, a reset or silence, at random",
+        DeathMode::Cycle => "by a close, a reset and silence in turn",
+    }
+}
+
 /// What the demo is about to do, for people.
 pub fn intro(config: &DemoConfig) -> String {
     let (polls, every) = plan(config);
     format!(
         "Aurora Bank task: sign in (password + TOTP), then {polls} polls every {every:?}.\n\
-         Browser sessions live {:?} (±{:?}) and die by {}; outlive keeps the task going.\n",
-        config.lifetime, config.jitter, config.death
+         Browser sessions live {:?} (±{:?}), then die {}; outlive keeps the task going.\n",
+        config.lifetime,
+        config.jitter,
+        how_they_die(config.death)
     )
 }
 
