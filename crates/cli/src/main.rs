@@ -51,6 +51,9 @@ enum Command {
     Runs(outlive_cli::cmd::durable::RunsArgs),
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway(outlive_cli::cmd::gateway::GatewayArgs),
+    /// The program `bench --silence-only` runs under `run`.
+    #[command(name = "silence-program", hide = true)]
+    SilenceProgram(outlive_cli::cmd::lab::SilenceProgramArgs),
 }
 
 #[tokio::main]
@@ -97,6 +100,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Submit(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Cancel(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::SilenceProgram(args) => args.run().await,
     }
 }
 

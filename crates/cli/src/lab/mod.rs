@@ -1,7 +1,8 @@
 //! The lab: measurements of outlive, kept apart from the product surface. Each runs on the
 //! shared [`TestBed`](crate::bed::TestBed) and reports [`Error`].
 //!
-//! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements.
+//! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements;
+//!   `--silence-only`: a silent death under a waiting call in library mode, `serve` and `run`.
 //! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
 //!   audit; [`serve_soak`] — `outlive soak --serve-for`: `serve` for hours, sampled.
 //! * [`foreign`] — `outlive bench --foreign-only`: a Playwright script straight to a session
