@@ -130,10 +130,13 @@ pub enum BankError {
 
 /// What the account page shows (or the sign-in page it redirected to).
 #[derive(Deserialize)]
-pub(crate) struct AccountState {
-    pub(crate) path: String,
-    pub(crate) polls: String,
-    pub(crate) pref: String,
+pub struct AccountState {
+    /// The page's path: `/account`, or `/login` when signed out.
+    pub path: String,
+    /// The poll counter's text.
+    pub polls: String,
+    /// The localStorage preference the welcome page wrote.
+    pub pref: String,
 }
 
 const ACCOUNT_STATE: &str = r#"({
@@ -154,7 +157,9 @@ impl BankTask {
         }
     }
 
-    pub(crate) async fn eval<T: serde::de::DeserializeOwned>(
+    /// Evaluates `js` on `page` (awaiting a promise) and answers its value; `what` names the
+    /// step in a timeout.
+    pub async fn eval<T: serde::de::DeserializeOwned>(
         &self,
         page: &Page,
         what: &'static str,
@@ -172,14 +177,16 @@ impl BankTask {
             .map_err(|e| BankError::Unexpected(format!("{what}: {e}")))
     }
 
-    pub(crate) async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
+    /// Navigates `page` to `path` on the bank.
+    pub async fn goto(&self, page: &Page, path: &str) -> Result<(), BankError> {
         let url = format!("{}{path}", self.base_url);
         self.step("navigate", page.goto(NavigateParams::new(url)))
             .await?;
         Ok(())
     }
 
-    pub(crate) async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
+    /// Opens the account page and reads it.
+    pub async fn account(&self, page: &Page) -> Result<AccountState, BankError> {
         self.goto(page, "/account").await?;
         self.eval(page, "read the account page", ACCOUNT_STATE)
             .await
@@ -187,7 +194,7 @@ impl BankTask {
 
     /// Password, then TOTP, through the page's own `fetch` (so the browser stores the
     /// HttpOnly cookies), then the welcome page that writes the localStorage preference.
-    pub(crate) async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
+    pub async fn sign_in(&self, page: &Page) -> Result<(), BankError> {
         self.goto(page, "/login").await?;
         let body = |pairs: &[(&str, &str)]| {
             form_urlencoded::Serializer::new(String::new())

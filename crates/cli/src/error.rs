@@ -67,7 +67,7 @@ pub enum ErrorKind {
 
 impl Error {
     /// An error of `kind` without a cause.
-    pub(crate) fn new(kind: ErrorKind) -> Self {
+    pub fn new(kind: ErrorKind) -> Self {
         Error {
             kind,
             source: None,
@@ -76,7 +76,7 @@ impl Error {
     }
 
     /// An error of `kind` caused by `source`.
-    pub(crate) fn with(kind: ErrorKind, source: impl Into<Cause>) -> Self {
+    pub fn with(kind: ErrorKind, source: impl Into<Cause>) -> Self {
         Error {
             source: Some(source.into()),
             ..Error::new(kind)
@@ -84,7 +84,7 @@ impl Error {
     }
 
     /// A run that did not complete.
-    pub(crate) fn run(event: WideEvent) -> Self {
+    pub fn run(event: WideEvent) -> Self {
         Error {
             event: Some(Box::new(event)),
             ..Error::new(ErrorKind::Run)
@@ -141,12 +141,6 @@ impl fmt::Display for Error {
 impl From<outlive_jobs::Error> for Error {
     fn from(e: outlive_jobs::Error) -> Self {
         Error::with(ErrorKind::Jobs, e)
-    }
-}
-
-impl From<outlive_testkit::ScratchError> for Error {
-    fn from(e: outlive_testkit::ScratchError) -> Self {
-        Error::with(ErrorKind::Bench, e)
     }
 }
 

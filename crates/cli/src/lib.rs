@@ -8,19 +8,16 @@
 //! * [`bank`] — the Aurora Bank task (sign in with TOTP, checkpoint, poll), re-entry safe;
 //!   used by the demo, the lab and the end-to-end tests.
 //! * [`bed`] — the [`TestBed`](bed::TestBed): Aurora Bank, a gateway and a Solari client,
-//!   shared by the demo and the lab.
+//!   shared by the demo and the lab (the `outlive-lab` crate).
 //! * [`demo`] — `outlive demo`: the task through outlive on an embedded gateway.
 //! * [`setup`] — finding (or installing) Chromium for the demo.
-//! * [`probe`] — `outlive probe`: how long a provider's sessions really live.
 //! * [`worker`] — `outlive worker`: an [`outlive_jobs::Worker`] for the tasks declared on
 //!   the command line and the bank task, on a provider or an embedded gateway. Durable runs
 //!   themselves (the queue, the store, the lease, the session limit) are the `outlive-jobs`
 //!   crate.
 //! * [`error`] — the one [`Error`] type.
-//! * [`stats`] — the median the probe and the lab share.
 //!
-//! The lab, in [`lab`]: `outlive bench` (survival benchmark and micro-measurements),
-//! `outlive soak` (random deaths, then a leak audit) and the SVG timeline.
+//! The lab (`bench`, `soak`, `probe`) is the `outlive-lab` crate, built on this one.
 #![forbid(unsafe_code)]
 
 pub mod bank;
@@ -28,10 +25,7 @@ pub mod bed;
 pub mod cmd;
 pub mod demo;
 pub mod error;
-pub mod lab;
-pub mod probe;
 pub mod setup;
-pub mod stats;
 pub mod worker;
 
 pub use error::{Error, ErrorKind};

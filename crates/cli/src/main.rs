@@ -1,5 +1,5 @@
-//! `outlive`: the command. Parses arguments with clap and calls `outlive_cli`: `demo`, `probe`
-//! and `gateway` are the product; `bench` and `soak` are the lab (`outlive_cli::lab`).
+//! `outlive`: the command. Parses arguments with clap and calls `outlive_cli`. The lab's
+//! commands (`bench`, `soak`, `probe`) are the `outlive-lab` binary.
 
 use std::process::ExitCode;
 
@@ -28,15 +28,6 @@ enum Command {
     Serve(outlive_cli::cmd::serve::ServeArgs),
     /// Run the Aurora Bank task through outlive on an embedded gateway whose sessions die.
     Demo(outlive_cli::cmd::demo::DemoArgs),
-    /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
-    /// raw JSON and a summary under --out.
-    Bench(outlive_cli::cmd::lab::BenchArgs),
-    /// Measure how long a provider's sessions really live: create, hold idle, note when the
-    /// connection dies, repeat. Without --base-url, probes an embedded gateway.
-    Probe(outlive_cli::cmd::probe::ProbeArgs),
-    /// Many short runs with random deaths of every mode, then a leak audit (sessions,
-    /// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
-    Soak(outlive_cli::cmd::lab::SoakArgs),
     /// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
     /// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
     /// saved; a run whose worker died is taken over from its newest checkpoint. Without
@@ -51,9 +42,6 @@ enum Command {
     Runs(outlive_cli::cmd::durable::RunsArgs),
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway(outlive_cli::cmd::gateway::GatewayArgs),
-    /// The program `bench --silence-only` runs under `run`.
-    #[command(name = "silence-program", hide = true)]
-    SilenceProgram(outlive_cli::cmd::lab::SilenceProgramArgs),
 }
 
 #[tokio::main]
@@ -85,9 +73,6 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Run(args) => Ok(status(args.run().await)),
         Command::Serve(args) => Ok(status(args.run().await)),
         Command::Demo(args) => until_interrupted(args.run()).await,
-        Command::Bench(args) => until_interrupted(args.run()).await,
-        Command::Soak(args) => until_interrupted(args.run()).await,
-        Command::Probe(args) => until_interrupted(args.run()).await,
         Command::Gateway(args) => {
             let interrupted = outlive_cli::cmd::interrupted();
             args.run(async {
@@ -100,7 +85,6 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Submit(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Cancel(args) => args.run().await.map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-        Command::SilenceProgram(args) => args.run().await,
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use outlive::{Command, Options, Provider, RunError, WideEvent};
 use tokio::sync::watch;
 
-use super::{Finished, stopped};
 use crate::error::{Error, ErrorKind};
+use crate::task::{Finished, stopped};
 
 /// The most bytes a run's input may take, as JSON. Commands get it in one environment variable
 /// (`OUTLIVE_INPUT`), and Linux refuses to start a program with one over 128 KiB; a task with

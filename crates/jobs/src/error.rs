@@ -123,6 +123,11 @@ impl std::error::Error for Error {
     }
 }
 
+/// A database step that failed: `what` it was doing.
+pub(crate) fn db(what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with(ErrorKind::Database { what }, e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

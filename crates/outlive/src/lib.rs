@@ -90,7 +90,8 @@
 //! * [`wire`] — the relay's reading of a CDP frame (in `relay/wire.rs`), for other CDP clients.
 //! * `options`, `error`, `endpoint` — the typed edges: [`Options`], [`Error`] and
 //!   [`RunError`], [`CdpEndpoint`]; `setters` — the `setters!` macro behind their plain
-//!   chainable setters.
+//!   chainable setters; `websocket` — the one websocket config and connector; `sync` — the
+//!   poison-tolerant lock.
 //!
 //! Every type has one public path, at the crate root; [`redact`] and [`wire`] are the public
 //! modules (their functions).
@@ -128,6 +129,8 @@ mod run;
 #[cfg(feature = "durable")]
 mod seal;
 mod setters;
+mod sync;
+mod websocket;
 
 pub mod wire {
     //! Reading a CDP frame the way outlive's relay does. It reads on bytes, never slicing text

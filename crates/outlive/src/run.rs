@@ -32,8 +32,10 @@ mod budget;
 mod entry;
 mod failure;
 mod schedule;
+mod spares;
 
 use budget::Budget;
+use spares::{Launch, NextBrowser, Spares, Standing, Successor, Turn};
 
 /// Where browsers come from, for the run loop.
 pub(crate) trait Backend: Sync {
@@ -302,12 +304,10 @@ where
         store,
         reporter,
         last_failure: None,
-        spare: None,
+        spares: Spares::default(),
         launches: 0,
         lifetime: Lifetime::new(options.rotation),
         born: Instant::now(),
-        successor: None,
-        stale: None,
         releasing: FuturesUnordered::new(),
         deferred: Vec::new(),
         prior: None,
@@ -316,10 +316,6 @@ where
     };
     run.drive().instrument(span).await
 }
-
-/// A launch in progress, boxed so it can wait in [`Run::spare`]: the browser, and the
-/// checkpoint already restored into it (a successor's), if any.
-type Launch<'r, B> = BoxFuture<'r, Result<(B, Option<Arc<Checkpoint>>), Error>>;
 
 /// A release in progress, capped by `release_timeout`.
 type Release<'r> = BoxFuture<'r, Result<Result<(), Error>, tokio::time::error::Elapsed>>;
@@ -333,20 +329,14 @@ struct Run<'r, B: Backend, F> {
     reporter: Reporter<'r>,
     /// When the last failure was detected: what the next entry's `replaced_in` counts from.
     last_failure: Option<Instant>,
-    /// A browser launched during a dead entry's grace, taken by the next [`Run::next_browser`]:
-    /// since when, and whether it was launched then (rather than a standby already up).
-    spare: Option<(Instant, Launch<'r, B::Browser>, bool)>,
+    /// The browsers kept beside the task's: for the next entry, for a rotation, on standby.
+    spares: Spares<'r, B::Browser>,
     /// Launches so far (the spare counts when it is used).
     launches: u32,
     /// The lifetime learned and declared, for rotations.
     lifetime: Lifetime,
     /// When the current browser's launch started: its age counts from there.
     born: Instant,
-    /// A browser launched beside the current one: a rotation's successor or a standby.
-    successor: Option<Successor<'r, B::Browser>>,
-    /// A standby past its age, kept until the fresh one replacing it is ready: a death in
-    /// between still finds a browser up.
-    stale: Option<Successor<'r, B::Browser>>,
     /// Releases going on in the background (old browsers left at a rotation, dead successors).
     releasing: FuturesUnordered<Release<'r>>,
     /// Releases not started yet. Those due while the next entry is prepared wait for it to be
@@ -362,80 +352,6 @@ struct Run<'r, B: Backend, F> {
     /// An entry ended without a checkpoint of the task's own: the task may never make one,
     /// so a rotation need not wait for its first (see [`crate::lifetime::SafePoints::blind`]).
     blind: bool,
-}
-
-/// A browser launched beside the task's, ahead of need.
-struct Successor<'r, B> {
-    /// When its launch started.
-    born: Instant,
-    /// Kept for unplanned deaths (`Options::standby`), not only for a rotation.
-    standby: bool,
-    state: Standing<'r, B>,
-}
-
-enum Standing<'r, B> {
-    /// Launching, then restoring the newest checkpoint.
-    Launching(Launch<'r, B>),
-    /// Ready: restored with `restored` (if there was a checkpoint).
-    Ready {
-        browser: B,
-        restored: Option<Arc<Checkpoint>>,
-    },
-}
-
-/// What happened to a successor.
-enum Turn<B> {
-    Launched(Result<(B, Option<Arc<Checkpoint>>), Error>),
-    Died(Death),
-}
-
-impl<'r, B: LiveBrowser + 'r> Successor<'r, B> {
-    /// Waits for the launch to end, or for the ready browser to die. Cancel-safe.
-    async fn turn(&mut self) -> Turn<B> {
-        match &mut self.state {
-            Standing::Launching(launch) => Turn::Launched(launch.await),
-            Standing::Ready { browser, .. } => Turn::Died(browser.died().await),
-        }
-    }
-
-    fn is_ready(&self) -> bool {
-        matches!(self.state, Standing::Ready { .. })
-    }
-
-    /// Resolves when a ready browser dies; never while launching. Cancel-safe.
-    async fn standing_death(&mut self) -> Death {
-        match &self.state {
-            Standing::Ready { browser, .. } => browser.died().await,
-            Standing::Launching(_) => std::future::pending().await,
-        }
-    }
-
-    /// As a launch that also brings a ready browser's restore up to date with `latest`
-    /// (storage only, no request to a site): to replace a dead browser with, while the dead
-    /// entry has its grace.
-    fn into_update(self, latest: Option<Arc<Checkpoint>>) -> Launch<'r, B> {
-        match (self.state, latest) {
-            (Standing::Ready { browser, restored }, Some(cp)) => async move {
-                match browser.restore(&cp, restored.as_deref()).await {
-                    Ok(_) => Ok((browser, Some(cp))),
-                    // The restore before the entry tries again, from what was there.
-                    Err(_) => Ok((browser, restored)),
-                }
-            }
-            .boxed(),
-            (state, _) => Successor { state, ..self }.into_launch(),
-        }
-    }
-
-    /// As a launch: to replace a dead browser with.
-    fn into_launch(self) -> Launch<'r, B> {
-        match self.state {
-            Standing::Launching(launch) => launch,
-            Standing::Ready { browser, restored } => {
-                futures::future::ready(Ok((browser, restored))).boxed()
-            }
-        }
-    }
 }
 
 /// An entry that a failure or a rotation cut.
@@ -583,27 +499,31 @@ where
     /// launch failed and the backoff has passed; try again.
     async fn next_browser(&mut self) -> Result<Option<B::Browser>, RunError<E>> {
         // `fresh`: launched for this, so its time is a launch's (a standby's is its age).
-        let (launch_started, launch, fresh) = match (self.spare.take(), self.successor.take()) {
-            (Some(spare), successor) => {
-                self.successor = successor;
-                spare
-            }
-            (None, successor) => {
-                self.successor = successor;
-                match self.take_standby() {
-                    Some(s) => {
-                        self.reporter.tally.standby += s.born.elapsed();
-                        (s.born, s.into_launch(), false)
-                    }
-                    None if self.reporter.budget.may_launch() => {
-                        (Instant::now(), self.launch(), true)
-                    }
-                    None => {
-                        let gave_up = self.reporter.budget.out_of_sessions();
-                        return Err(self.give_up(gave_up.into_error()).await);
+        let NextBrowser {
+            since: launch_started,
+            launch,
+            fresh,
+        } = match self.spares.next.take() {
+            Some(next) => next,
+            None => match self.take_standby() {
+                Some(s) => {
+                    self.reporter.tally.standby += s.born.elapsed();
+                    NextBrowser {
+                        since: s.born,
+                        launch: s.into_launch(),
+                        fresh: false,
                     }
                 }
-            }
+                None if self.reporter.budget.may_launch() => NextBrowser {
+                    since: Instant::now(),
+                    launch: self.launch(),
+                    fresh: true,
+                },
+                None => {
+                    let gave_up = self.reporter.budget.out_of_sessions();
+                    return Err(self.give_up(gave_up.into_error()).await);
+                }
+            },
         };
         // Every launch but the first replaces something.
         if self.launches > 0 {
@@ -780,47 +700,25 @@ where
         );
     }
 
-    /// The browser to replace a dead one with, if one is up or coming: a ready successor, else
-    /// the old standby (the fresh one, still launching, stays for the next entry), else the
-    /// successor still launching.
+    /// The browser to replace a dead one with, if one is up or coming (see
+    /// [`Spares::take_standby`]); those let go are released in the background.
     fn take_standby(&mut self) -> Option<Successor<'r, B::Browser>> {
-        // A standby or successor close to its own death would only bring the next one: past
-        // three quarters of the lifetime known, it is let go.
-        if let Some(life) = self.lifetime.for_standby() {
-            for old in [
-                self.stale.take_if(|s| s.born.elapsed() > life * 3 / 4),
-                self.successor.take_if(|s| s.born.elapsed() > life * 3 / 4),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.discard_successor(old);
-            }
+        let (taken, gone) = self.spares.take_standby(self.lifetime.for_standby());
+        for old in gone {
+            self.discard_successor(old);
         }
-        match (self.stale.take(), self.successor.take()) {
-            (Some(old), Some(new)) if new.is_ready() => {
-                self.discard_successor(old);
-                Some(new)
-            }
-            (Some(old), new) => {
-                self.successor = new;
-                Some(old)
-            }
-            (None, new) => new,
-        }
+        taken
     }
 
     /// Before the run returns: the successor discarded, every release (the task's browser's
     /// among them) finished — side by side, so the run does not wait for one after another.
     async fn settle_background(&mut self) {
-        for s in [self.successor.take(), self.stale.take()]
-            .into_iter()
-            .flatten()
-        {
+        let (kept, next) = self.spares.drain();
+        for s in kept {
             self.discard_successor(s);
         }
-        if let Some((_, spare, _)) = self.spare.take() {
-            discard(spare, &mut self.reporter).await;
+        if let Some(next) = next {
+            discard(next, &mut self.reporter).await;
         }
         self.start_deferred();
         while let Some(released) = self.releasing.next().await {

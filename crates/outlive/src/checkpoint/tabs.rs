@@ -11,7 +11,7 @@ use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
 use chromiumoxide::{Browser, Page};
 
-use super::capture::{CaptureOptions, WarmUp, capture_page};
+use super::capture::{CaptureOptions, Cookies, WarmUp, capture_page};
 use super::{
     Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie, TabState,
 };
@@ -96,7 +96,14 @@ pub(crate) async fn capture_tabs(
     }
     let (targets, own, reads, cookies) = futures::join!(
         at.browser.execute(GetTargetsParams::default()),
-        capture_page(at.own, at.calls, at.cache, at.own_idb, options),
+        capture_page(
+            at.own,
+            at.calls,
+            at.cache,
+            at.own_idb,
+            options,
+            Cookies::Read
+        ),
         futures::future::join_all(pages.iter().map(|p| read_tab(&at, p, options))),
         futures::future::join_all(made.iter().map(|id| context_cookies(at.browser, id))),
     );
@@ -143,7 +150,14 @@ async fn read_tab(at: &Browsing<'_>, page: &Page, options: CaptureOptions) -> Op
     let tab = at.tabs.of(page, at.own_idb);
     let read = async {
         let (checkpoint, ()) = futures::join!(
-            capture_page(page, at.calls, at.cache, &tab.idb, options),
+            capture_page(
+                page,
+                at.calls,
+                at.cache,
+                &tab.idb,
+                options,
+                Cookies::LeaveToOwnPage
+            ),
             tab.warm.arm(page, at.calls),
         );
         checkpoint

@@ -24,7 +24,7 @@ use async_tungstenite::tokio::TokioAdapter;
 use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use async_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use async_tungstenite::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, Limited};
@@ -49,16 +49,8 @@ use tokio_util::task::AbortOnDropHandle;
 
 /// The most progress a checkpoint request may carry.
 pub const MAX_PROGRESS_BYTES: usize = 1 << 20;
-/// CDP messages (screenshots, DOM snapshots) can be large.
-const MAX_MESSAGE: usize = 256 << 20;
 /// How long a closing connection waits for its close frame to go out.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-
-fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE))
-}
 
 /// The browser the front serves now: one entry's.
 #[derive(Clone)]
@@ -397,7 +389,7 @@ fn upgrade(state: Arc<State>, mut req: Request<Incoming>) -> Reply {
         let client = WebSocketStream::from_raw_socket(
             TokioAdapter::new(TokioIo::new(upgraded)),
             Role::Server,
-            Some(ws_config()),
+            Some(crate::websocket::config()),
         )
         .await;
         client_connection(state, client).await;
@@ -718,24 +710,11 @@ where
     }
 }
 
-/// A websocket to the browser, `TCP_NODELAY` set (see `accept`).
+/// A websocket to the browser; `None` if it cannot be opened.
 async fn connect_upstream(endpoint: &CdpEndpoint) -> Option<WebSocketStream<ConnectStream>> {
-    let url = url::Url::parse(endpoint.expose()).ok()?;
-    let host = url
-        .host_str()?
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let port = url.port_or_known_default()?;
-    let socket = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-    let _ = socket.set_nodelay(true);
-    let (ws, _) = async_tungstenite::tokio::client_async_tls_with_config(
-        endpoint.expose(),
-        socket,
-        Some(ws_config()),
-    )
-    .await
-    .ok()?;
-    Some(ws)
+    crate::websocket::connect(endpoint, |socket| socket)
+        .await
+        .ok()
 }
 
 async fn close<S>(client: &mut WebSocketStream<S>, code: CloseCode, reason: &str)

@@ -4,7 +4,7 @@
 //! which; the front uses it to show a reconnecting client its tabs in that order.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use serde::Deserialize;
 
@@ -54,7 +54,7 @@ impl Usage {
     }
 
     fn seen(&self) -> MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.seen)
     }
 
     /// A new browser is served: what was seen of the last one means nothing in it.
@@ -63,7 +63,7 @@ impl Usage {
     }
 
     fn browsers(&self) -> MutexGuard<'_, HashMap<String, Browser>> {
-        self.browsers.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.browsers)
     }
 
     /// Contexts made again in the browser at `endpoint`, in the client's order; they replace

@@ -413,7 +413,7 @@ fn lock(file: File) -> std::io::Result<Flock<File>> {
 async fn sweep_once(root: &Path) {
     static SWEPT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     {
-        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+        let mut swept = crate::sync::lock(&SWEPT);
         if swept.iter().any(|r| r == root) {
             return;
         }

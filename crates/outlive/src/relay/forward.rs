@@ -134,11 +134,11 @@ pub(super) struct Flows(Arc<Mutex<Flow>>);
 
 impl Flows {
     pub fn now(&self) -> Flow {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *crate::sync::lock(&self.0)
     }
 
     fn update(&self, f: impl FnOnce(&mut Flow)) {
-        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut crate::sync::lock(&self.0));
     }
 }
 

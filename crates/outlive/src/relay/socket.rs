@@ -4,7 +4,6 @@
 use async_tungstenite::WebSocketStream;
 use async_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use async_tungstenite::tungstenite::http::StatusCode;
-use async_tungstenite::tungstenite::protocol::WebSocketConfig;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -27,39 +26,12 @@ pub(super) type UpstreamRx = async_tungstenite::WebSocketReceiver<
 pub(super) type ClientRx =
     async_tungstenite::WebSocketReceiver<async_tungstenite::tokio::TokioAdapter<QuickAck>>;
 
-pub(super) fn ws_config() -> WebSocketConfig {
-    // CDP messages (screenshots, big DOMs) can be far larger than the 64 MiB default.
-    WebSocketConfig::default()
-        .max_message_size(Some(512 << 20))
-        .max_frame_size(Some(512 << 20))
-}
-
-/// Opens the upstream websocket with `TCP_NODELAY`: CDP sends small messages back to back
-/// (a checkpoint is three at once), and Nagle's algorithm against a delayed ACK would hold
-/// the second one back ~40 ms. Its socket's writes keep `flows`.
+/// Opens the upstream websocket; its socket's writes keep `flows`.
 pub(super) async fn connect_upstream(
     upstream: &CdpEndpoint,
     flows: Flows,
 ) -> Result<Upstream, WsError> {
-    use async_tungstenite::tungstenite::error::UrlError;
-    let url = url::Url::parse(upstream.expose()).map_err(|_| WsError::Url(UrlError::NoHostName))?;
-    let host = url
-        .host_str()
-        .ok_or(WsError::Url(UrlError::NoHostName))?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let port = url.port_or_known_default().unwrap_or(80);
-    let socket = TcpStream::connect((host.as_str(), port)).await?;
-    socket.set_nodelay(true)?;
-    let (ws, _) = async_tungstenite::tokio::client_async_tls_with_connector_and_config(
-        upstream.expose(),
-        Draining::new(socket, flows),
-        None,
-        Some(ws_config()),
-    )
-    .await?;
-    Ok(ws)
+    crate::websocket::connect(upstream, |socket| Draining::new(socket, flows)).await
 }
 
 /// tungstenite's HTTP error carries the response, which may echo the request URL; keep only
@@ -136,7 +108,7 @@ async fn handshake(stream: TcpStream, path: &str) -> Option<Client> {
     async_tungstenite::tokio::accept_hdr_async_with_config(
         QuickAck(stream),
         check,
-        Some(ws_config()),
+        Some(crate::websocket::config()),
     )
     .await
     .ok()

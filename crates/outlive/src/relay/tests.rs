@@ -64,10 +64,12 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             pause: None,
             slow,
         };
-        let mut ws =
-            async_tungstenite::tokio::accept_async_with_config(stream, Some(socket::ws_config()))
-                .await
-                .unwrap();
+        let mut ws = async_tungstenite::tokio::accept_async_with_config(
+            stream,
+            Some(crate::websocket::config()),
+        )
+        .await
+        .unwrap();
         let mut commands = 0;
         while let Some(Ok(m)) = ws.next().await {
             let Message::Text(text) = m else { continue };

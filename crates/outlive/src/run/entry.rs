@@ -12,12 +12,14 @@ use std::time::Duration;
 use futures::future::{BoxFuture, CatchUnwind, OptionFuture};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::instrument::{Instrumented, WithDispatch};
 
-use super::schedule::{Arm, Schedule};
-use super::{Backend, Ended, EntryEnd, LiveBrowser, Run, Standing, Successor, Turn, type_name_of};
+use super::schedule::{Arm, Doing, Schedule, Timer};
+use super::{
+    Backend, Ended, EntryEnd, LiveBrowser, Run, Spares, Standing, Successor, Turn, type_name_of,
+};
 use crate::ctx::{Ctx, EntryLink, ResumedFrom};
 use crate::error::RunError;
 use crate::lifetime::{Plan, SafePoints};
@@ -49,10 +51,8 @@ struct Watch<'r, Br> {
     periodic: Option<BoxFuture<'static, bool>>,
     /// When the last automatic checkpoint was due (at first, the entry's start).
     last_periodic: Instant,
-    /// The successor (or standby) launched beside the entry's browser.
-    succ: Option<Successor<'r, Br>>,
-    /// A standby past its age, kept until the fresh one replacing it is ready.
-    stale: Option<Successor<'r, Br>>,
+    /// The run's spares, while the entry has them (its successor and old standby).
+    spares: Spares<'r, Br>,
     /// From when another successor may be launched (a failed launch's backoff).
     retry_at: Instant,
     /// Bumped when a checkpoint is kept: the entry's first is what a standby waits for.
@@ -105,8 +105,7 @@ where
         let mut w = Watch {
             periodic: None,
             last_periodic: entry.started,
-            succ: self.successor.take(),
-            stale: self.stale.take(),
+            spares: std::mem::take(&mut self.spares),
             retry_at: entry.started,
             kept: self.store.watch_kept(),
         };
@@ -117,8 +116,12 @@ where
             Stop::Switch => {
                 // At a safe point: the entry ends here, before anything after the checkpoint.
                 drop(entry.task);
-                let s = w.succ.take().expect("armed only with a successor");
-                self.rotate(browser, &entry.ctx, s, w.stale.take(), entry.started)
+                let s = w
+                    .spares
+                    .successor
+                    .take()
+                    .expect("armed only with a successor");
+                self.rotate(browser, &entry.ctx, s, w.spares.stale.take(), entry.started)
             }
             Stop::Returned(out) => {
                 let cut = self.leave(&entry, &mut w);
@@ -200,19 +203,22 @@ where
         loop {
             // While the entry runs, nothing waits: releases start as they come.
             self.start_deferred();
+            let doing = Doing {
+                checkpointing: w.periodic.is_some(),
+                switch_armed: ctx.is_switch_armed(),
+            };
             let Schedule {
-                due,
                 rotate_from,
-                launch_successor_at,
-                stale_at,
                 arm,
+                timers,
             } = self.schedule(
                 ctx,
                 entry.plan,
-                &w.succ,
+                &w.spares.successor,
                 started,
                 w.last_periodic,
                 w.retry_at,
+                doing,
             );
             tokio::select! {
                 biased;
@@ -221,24 +227,21 @@ where
                 // A kept checkpoint moves the expected switch and may let a standby launch.
                 _ = w.kept.changed() => {}
                 death = browser.died() => return Stop::Died(death),
-                turn = async { w.succ.as_mut().expect("checked").turn().await }, if w.succ.is_some() => {
+                turn = async { w.spares.successor.as_mut().expect("checked").turn().await }, if w.spares.successor.is_some() => {
                     self.on_successor_turn(w, turn, rotate_from, ctx);
                 }
-                death = async { w.stale.as_mut().expect("checked").standing_death().await }, if w.stale.is_some() => {
+                death = async { w.spares.stale.as_mut().expect("checked").standing_death().await }, if w.spares.stale.is_some() => {
                     self.on_stale_death(w, death);
                 }
                 Some(released) = self.releasing.next(), if !self.releasing.is_empty() => {
                     self.reporter.note_release(released);
                 }
-                _ = sleep_until(launch_successor_at.unwrap_or(started)), if launch_successor_at.is_some() => {
-                    w.succ = Some(self.launch_successor());
-                }
-                _ = sleep_until(stale_at.unwrap_or(started)), if stale_at.is_some() && !ctx.is_switch_armed() => {
-                    self.on_standby_old(w);
-                }
-                _ = sleep_until(arm.map_or(started, |a| a.at)), if arm.is_some() => {
-                    self.on_arm(w, arm.expect("checked"), entry.born, ctx);
-                }
+                timer = timers.expired() => match timer {
+                    Timer::LaunchSuccessor => w.spares.successor = Some(self.launch_successor()),
+                    Timer::StandbyStale => self.on_standby_old(w),
+                    Timer::Arm => self.on_arm(w, arm.expect("set with its arming"), entry.born, ctx),
+                    Timer::Checkpoint => w.checkpoint_due(ctx),
+                },
                 Some(_) = OptionFuture::from(w.periodic.as_mut()), if w.periodic.is_some() => {
                     w.checkpoint_done();
                 }
@@ -249,9 +252,6 @@ where
                         tracing::debug!("the newest checkpoint may lack a change reported after it; taking another");
                         w.checkpoint_due(ctx);
                     }
-                }
-                _ = sleep_until(due), if w.periodic.is_none() => {
-                    w.checkpoint_due(ctx);
                 }
             }
         }
@@ -266,13 +266,13 @@ where
         rotate_from: Option<Instant>,
         ctx: &Ctx,
     ) {
-        let s = w.succ.take().expect("checked");
+        let s = w.spares.successor.take().expect("checked");
         let rotating = rotate_from.is_some_and(|at| Instant::now() >= at);
-        w.succ = match turn {
+        w.spares.successor = match turn {
             Turn::Launched(Ok((successor, restored))) => {
                 // The old standby goes now, unless this is the rotation's successor: then at
                 // the switch, so its teardown does not slow the safe point's checkpoint.
-                if let Some(old) = w.stale.take_if(|_| !rotating) {
+                if let Some(old) = w.spares.stale.take_if(|_| !rotating) {
                     self.discard_successor(old);
                 }
                 self.options.note(Milestone::SuccessorReady {
@@ -312,7 +312,7 @@ where
     /// The old standby died while the fresh one was launching: let go.
     fn on_stale_death(&mut self, w: &mut Watch<'r, B::Browser>, death: Death) {
         tracing::info!(cause = death.cause.as_str(), "the old standby died");
-        let old = w.stale.take().expect("checked");
+        let old = w.spares.stale.take().expect("checked");
         self.discard_successor(old);
     }
 
@@ -348,8 +348,7 @@ where
     /// The successor becomes the old standby, kept until a fresh one (launched now) is ready;
     /// an older one still kept goes.
     fn renew_standby(&mut self, w: &mut Watch<'r, B::Browser>) {
-        let s = w.succ.take().expect("checked");
-        if let Some(older) = w.stale.replace(s) {
+        if let Some(older) = w.spares.renew_standby() {
             self.discard_successor(older);
         }
         w.retry_at = Instant::now();
@@ -359,8 +358,7 @@ where
     /// standby kept for the next entry. Answers where the entry was cut.
     fn leave(&mut self, entry: &Entry<Fut>, w: &mut Watch<'r, B::Browser>) -> EntryEnd {
         entry.ctx.disarm_switch();
-        self.successor = w.succ.take();
-        self.stale = w.stale.take();
+        self.spares = std::mem::take(&mut w.spares);
         let cut = EntryEnd::of(&entry.ctx, entry.started);
         self.blind |= !cut.checkpointed;
         cut

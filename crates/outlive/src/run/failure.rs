@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::OptionFuture;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use super::{Backend, Ended, EntryEnd, LiveBrowser, Run, discard};
+use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, discard};
 use crate::ctx::Ctx;
 use crate::error::{Error, RunError};
 use crate::redact::redact;
@@ -105,7 +105,11 @@ where
             Some(Ok(Err(_))) | None => {}
         }
         drop(entry);
-        self.spare = spare.map(|spare| (spare_started, spare, fresh));
+        self.spares.next = spare.map(|launch| NextBrowser {
+            since: spare_started,
+            launch,
+            fresh,
+        });
         Ended::Failed {
             browser,
             death,
@@ -309,7 +313,7 @@ where
         // not wait for a provider's DELETE. Before a launch it is awaited, so the launch does
         // not meet the provider's concurrency limit with the dead session still counted.
         browser.cut();
-        if matches!(self.spare, Some((_, _, false))) {
+        if self.spares.next_is_standby() {
             self.release_later(browser);
         } else {
             self.reporter.release(browser).await;

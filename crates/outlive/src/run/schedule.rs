@@ -1,6 +1,7 @@
 //! When the clocks of a running entry are due: the automatic checkpoint, a successor's launch,
 //! the standby's replacement, the rotation's arming. Synchronous and pure: read from the run's
-//! state, nothing changed.
+//! state, nothing changed. The clocks go into one [`Timers`] table; the entry's select waits
+//! for its earliest.
 
 use tokio::time::Instant;
 
@@ -8,18 +9,78 @@ use super::{Backend, LiveBrowser, Run, Successor};
 use crate::ctx::Ctx;
 use crate::lifetime::Plan;
 
+/// The clocks of a running entry, in the order they are taken when due at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// A successor (or standby) is launched.
+    LaunchSuccessor,
+    /// The standby is replaced by a younger one.
+    StandbyStale,
+    /// The ready successor is armed as the rotation's (see [`Arm`]).
+    Arm,
+    /// The automatic checkpoint.
+    Checkpoint,
+}
+
+impl Timer {
+    const ALL: [Timer; 4] = [
+        Timer::LaunchSuccessor,
+        Timer::StandbyStale,
+        Timer::Arm,
+        Timer::Checkpoint,
+    ];
+}
+
+/// When each clock is due; an unset one is not running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Timers([Option<Instant>; 4]);
+
+impl Timers {
+    pub(super) fn set(&mut self, timer: Timer, at: Option<Instant>) {
+        self.0[timer as usize] = at;
+    }
+
+    pub(super) fn get(&self, timer: Timer) -> Option<Instant> {
+        self.0[timer as usize]
+    }
+
+    /// The earliest clock set, the first in [`Timer`]'s order on a tie.
+    pub(super) fn next(&self) -> Option<(Timer, Instant)> {
+        Timer::ALL
+            .into_iter()
+            .filter_map(|t| Some((t, self.get(t)?)))
+            .min_by_key(|&(t, at)| (at, t as usize))
+    }
+
+    /// Waits for the earliest clock and answers it; never, with none set. Cancel-safe.
+    pub(super) async fn expired(&self) -> Timer {
+        match self.next() {
+            Some((timer, at)) => {
+                tokio::time::sleep_until(at).await;
+                timer
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// When the clocks of a running entry are due (see `Run::schedule`).
 pub(super) struct Schedule {
-    /// The next automatic checkpoint.
-    pub(super) due: Instant,
     /// From when a rotation's successor is to be launched.
     pub(super) rotate_from: Option<Instant>,
-    /// When a successor (or standby) is launched, if one is to be.
-    pub(super) launch_successor_at: Option<Instant>,
-    /// When the standby is replaced by a younger one.
-    pub(super) stale_at: Option<Instant>,
-    /// When the ready successor is armed as the rotation's.
+    /// The ready successor's arming, if it is to be (its time is [`Timer::Arm`]'s).
     pub(super) arm: Option<Arm>,
+    /// Every clock that runs now.
+    pub(super) timers: Timers,
+}
+
+/// What the entry is doing that stops some clocks.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Doing {
+    /// An automatic checkpoint is being taken: the next is not due.
+    pub(super) checkpointing: bool,
+    /// The switch is armed: the standby is not replaced.
+    pub(super) switch_armed: bool,
 }
 
 /// A ready successor's arming: when, and whether it is too old to rotate to.
@@ -33,6 +94,7 @@ pub(super) struct Arm {
 impl<'r, B: Backend, F> Run<'r, B, F> {
     /// When each of the entry's clocks is due: the automatic checkpoint, a successor's launch,
     /// the standby's replacement, the rotation's arming.
+    #[allow(clippy::too_many_arguments)] // the entry's state, read as it stands
     pub(super) fn schedule(
         &self,
         ctx: &Ctx,
@@ -41,6 +103,7 @@ impl<'r, B: Backend, F> Run<'r, B, F> {
         entry_started: Instant,
         last_periodic: Instant,
         retry_at: Instant,
+        doing: Doing,
     ) -> Schedule {
         let due = self.checkpoint_due(ctx, entry_started, last_periodic);
         // The switch is expected at the task's last own checkpoint before the browser is
@@ -56,12 +119,21 @@ impl<'r, B: Backend, F> Run<'r, B, F> {
             self.successor_launch_at(succ, rotate_from, entry_started, retry_at);
         let stale_at = self.standby_stale_at(succ, plan);
         let arm = arming(ctx, succ, rotate_from, expected, plan);
+        let mut timers = Timers::default();
+        timers.set(Timer::LaunchSuccessor, launch_successor_at);
+        timers.set(
+            Timer::StandbyStale,
+            stale_at.filter(|_| !doing.switch_armed),
+        );
+        timers.set(Timer::Arm, arm.map(|a| a.at));
+        timers.set(
+            Timer::Checkpoint,
+            Some(due).filter(|_| !doing.checkpointing),
+        );
         Schedule {
-            due,
             rotate_from,
-            launch_successor_at,
-            stale_at,
             arm,
+            timers,
         }
     }
 
@@ -159,5 +231,47 @@ fn arming<'r, Br: LiveBrowser + 'r>(
             })
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_earliest_clock_is_next_and_ties_go_in_order() {
+        let t0 = Instant::now();
+        let mut timers = Timers::default();
+        assert_eq!(timers.next(), None);
+        timers.set(Timer::Checkpoint, Some(t0 + Duration::from_secs(30)));
+        timers.set(Timer::Arm, Some(t0 + Duration::from_secs(5)));
+        assert_eq!(
+            timers.next(),
+            Some((Timer::Arm, t0 + Duration::from_secs(5)))
+        );
+        timers.set(Timer::LaunchSuccessor, Some(t0 + Duration::from_secs(5)));
+        assert_eq!(
+            timers.next(),
+            Some((Timer::LaunchSuccessor, t0 + Duration::from_secs(5))),
+            "a tie: the launch first, as the select took it"
+        );
+        timers.set(Timer::LaunchSuccessor, None);
+        timers.set(Timer::Arm, None);
+        assert_eq!(timers.next().map(|n| n.0), Some(Timer::Checkpoint));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_waits_for_the_earliest() {
+        let t0 = Instant::now();
+        let mut timers = Timers::default();
+        timers.set(Timer::Checkpoint, Some(t0 + Duration::from_secs(30)));
+        timers.set(Timer::StandbyStale, Some(t0 + Duration::from_secs(10)));
+        assert_eq!(timers.expired().await, Timer::StandbyStale);
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(10));
+        let none = Timers::default();
+        let waited = tokio::time::timeout(Duration::from_secs(3600), none.expired()).await;
+        assert!(waited.is_err(), "no clock set: never");
     }
 }

@@ -48,6 +48,14 @@ pub(crate) struct CaptureOptions {
     pub(crate) indexed_db_in_full: bool,
 }
 
+/// Whether a capture reads its page's cookies: a tab beside the task's page leaves them to
+/// it (a page session's `Storage.getCookies` answers for the whole context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cookies {
+    Read,
+    LeaveToOwnPage,
+}
+
 impl FrameRead {
     /// The frame's storage: each part as sent, or the one `cache` holds by its hash.
     fn state(self, cache: &PartCache) -> Result<FrameState, Error> {
@@ -87,7 +95,7 @@ pub(crate) async fn capture(
     idb: &IdbWatch,
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
-    let checkpoint = capture_page(page, calls, cache, idb, options).await?;
+    let checkpoint = capture_page(page, calls, cache, idb, options, Cookies::Read).await?;
     cache.remember(&checkpoint);
     Ok(checkpoint)
 }
@@ -100,22 +108,32 @@ pub(crate) async fn capture_page(
     cache: &PartCache,
     idb: &IdbWatch,
     options: CaptureOptions,
+    cookies: Cookies,
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
     let begun = idb.begin(cache, options.indexed_db_in_full);
     let arguments = capture_arguments(&cache.known(), options, begun.offered());
+    let read_cookies = async {
+        match cookies {
+            Cookies::Read => Some(page.execute(GetCookiesParams::default()).await),
+            Cookies::LeaveToOwnPage => None,
+        }
+    };
     let (cookies, top, tree, remote) = futures::join!(
-        page.execute(GetCookiesParams::default()),
+        read_cookies,
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
         read_remote_frames(page, calls, &arguments, options.frame_timeout),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
-    let cookies = cookies
-        .map_err(|e| cdp_error("Storage.getCookies", e))?
-        .result
-        .cookies;
+    let cookies = match cookies {
+        Some(read) => {
+            let cookies = read.map_err(|e| cdp_error("Storage.getCookies", e))?;
+            cookies.result.cookies
+        }
+        None => Vec::new(),
+    };
     let reads = Reads { page, calls, cache };
     let (top, remote) = reads
         .again_if_moved(idb, &begun, (top?, remote), options, taken)

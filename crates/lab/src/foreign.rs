@@ -1,4 +1,4 @@
-//! The foreign-client benchmark (`outlive bench --foreign-only`): a Playwright (Python) script
+//! The foreign-client benchmark (`outlive-lab bench --foreign-only`): a Playwright (Python) script
 //! connected straight to a gateway session against the same script under `outlive run`, side
 //! by side in one run, round by round:
 //!
@@ -20,9 +20,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{create_out, write_json, write_text};
-use crate::bed::TestBed;
-use crate::error::{Error, ErrorKind};
 use crate::stats::median;
+use outlive_cli::bed::TestBed;
+use outlive_cli::{Error, ErrorKind};
 
 const SCRIPT: &str = include_str!("foreign_client.py");
 
@@ -93,7 +93,7 @@ pub async fn run(config: &ForeignConfig) -> Result<ForeignReport, Error> {
     std::fs::write(script.path(), SCRIPT).map_err(|e| Error::with(ErrorKind::Bench, e))?;
     let mut runs = Vec::new();
     {
-        let bed = TestBed::start(crate::bed::until_killed(Duration::ZERO)).await?;
+        let bed = TestBed::start(outlive_cli::bed::until_killed(Duration::ZERO)).await?;
         for round in 0..config.rounds {
             for phase in ["pace", "screenshots", "screencast"] {
                 // Alternate which arm goes first.
@@ -254,7 +254,7 @@ async fn replace_phase(
     config: &ForeignConfig,
     script: &Path,
 ) -> Result<(Vec<Replacement>, Vec<f64>), Error> {
-    let dying = crate::bed::dying(
+    let dying = outlive_cli::bed::dying(
         Duration::from_secs(8),
         Duration::ZERO,
         gateway::DeathMode::Close,
@@ -311,7 +311,7 @@ async fn replace_phase(
     let outlive::Reported { result: r, .. } = task
         .outlive(
             &bed.provider(),
-            &crate::bank::BankProgress::default(),
+            &outlive_cli::bank::BankProgress::default(),
             options,
         )
         .await;

@@ -1,4 +1,4 @@
-//! `outlive soak`: many short runs with random deaths of every mode, then a leak audit —
+//! `outlive-lab soak`: many short runs with random deaths of every mode, then a leak audit —
 //! sessions, Chromium processes, temp profiles, file descriptors and memory, measured.
 
 use std::path::Path;
@@ -11,10 +11,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{create_out, write_json};
-use crate::bank::{BankProgress, BankTask};
-use crate::bed::{TestBed, dying};
-use crate::error::{Error, ErrorKind};
 use outlive::Solari;
+use outlive_cli::bank::{BankProgress, BankTask};
+use outlive_cli::bed::{TestBed, dying};
+use outlive_cli::{Error, ErrorKind};
 
 /// Soak settings.
 #[derive(Debug, Clone, Serialize)]
@@ -189,7 +189,7 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
     }
 }
 
-/// `outlive soak`: checks for Chromium, runs the soak printing every tenth run and every
+/// `outlive-lab soak`: checks for Chromium, runs the soak printing every tenth run and every
 /// run that did not complete, prints the summary and writes `soak.json` under `out`.
 ///
 /// # Errors
@@ -197,7 +197,7 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
 /// [`ErrorKind::NoChromium`] or [`ErrorKind::ChromiumInstall`]; whatever [`soak()`]
 /// reports; [`ErrorKind::Write`] if `out` or the report cannot be written.
 pub async fn run(config: &SoakConfig, out: &Path) -> Result<SoakReport, Error> {
-    crate::setup::ensure_chromium()?;
+    outlive_cli::setup::ensure_chromium()?;
     create_out(out)?;
     println!(
         "soak: {} runs, {} at once, sessions live {:?} ± half, deaths of every mode",

@@ -1,4 +1,4 @@
-//! `outlive probe`: how long a provider's browser sessions really live.
+//! `outlive-lab probe`: how long a provider's browser sessions really live.
 //!
 //! For each session in turn: create it through the Solari control plane, open its CDP
 //! websocket and hold it idle with a `Browser.getVersion` heartbeat. Then time its death: a
@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::error::{Error, ErrorKind};
 use crate::stats::median;
+use outlive_cli::{Error, ErrorKind};
 
 /// How long the websocket handshake to a new session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -174,7 +174,7 @@ impl Cause {
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), outlive_cli::Error> {
-/// use outlive_cli::probe::{probe, summary, ProbeConfig};
+/// use outlive_lab::probe::{probe, summary, ProbeConfig};
 ///
 /// let config = ProbeConfig::new("https://api.solari.dev", "sk-…");
 /// let samples = probe(&config, |s| println!("{s:?}")).await?;
@@ -426,7 +426,7 @@ impl fmt::Display for Sample {
     }
 }
 
-/// Whose sessions `outlive probe` measures.
+/// Whose sessions `outlive-lab probe` measures.
 #[derive(Clone)]
 pub enum Target {
     /// A Solari-compatible control plane.
@@ -461,14 +461,14 @@ impl fmt::Debug for Target {
     }
 }
 
-/// `outlive probe`: probes `target`'s sessions with the [`ProbeConfig`] settings given,
+/// `outlive-lab probe`: probes `target`'s sessions with the [`ProbeConfig`] settings given,
 /// printing each sample as it comes and then the [`summary`]. An embedded gateway is shut
 /// down at the end.
 ///
 /// # Errors
 ///
 /// What [`probe`] reports; for an embedded gateway also what
-/// [`ensure_chromium`](crate::setup::ensure_chromium) reports, and [`ErrorKind::Gateway`] if
+/// [`ensure_chromium`](outlive_cli::setup::ensure_chromium) reports, and [`ErrorKind::Gateway`] if
 /// the gateway does not start or stop cleanly.
 pub async fn run(
     target: Target,
@@ -479,7 +479,7 @@ pub async fn run(
     let (base_url, api_key, embedded) = match target {
         Target::Provider { base_url, api_key } => (base_url, api_key, None),
         Target::Embedded { lifetime } => {
-            crate::setup::ensure_chromium()?;
+            outlive_cli::setup::ensure_chromium()?;
             let gw = gateway::spawn(
                 gateway::Config::new()
                     .lifetime(lifetime)

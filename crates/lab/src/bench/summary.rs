@@ -6,8 +6,8 @@ use super::records::*;
 use crate::stats::median;
 
 /// The first run of each arm as timeline lanes, for the SVG picture.
-pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::lab::timeline::TimelineRun> {
-    use crate::lab::timeline::{Arm, SessionSpan, TimelineRun};
+pub fn timeline_runs(report: &SurvivalReport) -> Vec<crate::timeline::TimelineRun> {
+    use crate::timeline::{Arm, SessionSpan, TimelineRun};
     let to_ms = |v: f64| v.max(0.0).round() as u64;
     [ArmKind::Baseline, ArmKind::Outlive]
         .into_iter()

@@ -1,4 +1,4 @@
-//! `outlive soak --serve-for DURATION`: `outlive serve` left running for hours, as people
+//! `outlive-lab soak --serve-for DURATION`: `outlive serve` left running for hours, as people
 //! leave an agent's browser, under a client that reconnects and works while its sessions die
 //! every few seconds. `serve`'s RSS, descriptors and threads are sampled as it goes; the
 //! growth per 100 deaths after a warm-up is reported, and after SIGTERM the gateway must hold
@@ -15,11 +15,11 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use super::{create_out, write_json, write_text};
-use crate::bed::{TestBed, dying};
-use crate::error::{Error, ErrorKind};
+use outlive_cli::bed::{TestBed, dying};
+use outlive_cli::{Error, ErrorKind};
 
 /// The reconnecting raw-CDP agent the `serve_long` test uses too.
-const AGENT: &str = include_str!("../../tests/clients/serve_agent.py");
+const AGENT: &str = include_str!("../../cli/tests/clients/serve_agent.py");
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -123,6 +123,7 @@ struct Serve {
 
 impl Serve {
     async fn start(bed: &TestBed, event_file: &Path) -> Result<Serve, Error> {
+        // This binary's hidden `serve` command: the product's own code.
         let exe = std::env::current_exe().map_err(bench_error)?;
         let gw = bed.gateway();
         let mut child = Command::new(exe)
@@ -237,7 +238,7 @@ fn growth(samples: &[Sample], measure: impl Fn(&Sample) -> f64) -> Growth {
 /// [`ErrorKind::Bench`] when the bed, `serve` or the agent cannot start;
 /// [`ErrorKind::Write`] when the results cannot be written.
 pub async fn run(config: &ServeSoakConfig, out: &Path) -> Result<ServeSoakReport, Error> {
-    crate::setup::ensure_chromium()?;
+    outlive_cli::setup::ensure_chromium()?;
     create_out(out)?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let script = dir.path().join("serve_agent.py");

@@ -1,27 +1,36 @@
-//! The lab: measurements of outlive, kept apart from the product surface. Each runs on the
-//! shared [`TestBed`](crate::bed::TestBed) and reports [`Error`].
+//! The lab: measurements of outlive, kept apart from the product (`outlive-lab`, never
+//! published). Each runs on the `outlive` command's [`TestBed`](outlive_cli::bed::TestBed)
+//! and reports its [`Error`].
 //!
-//! * [`bench`](mod@bench) — `outlive bench`: the survival benchmark and micro-measurements;
+//! # Layout
+//!
+//! * [`cmd`] — the `outlive-lab` commands' arguments: `bench`, `soak` and `probe`.
+//! * [`bench`](mod@bench) — `bench`: the survival benchmark and micro-measurements;
 //!   `--silence-only`: a silent death under a waiting call in library mode, `serve` and `run`.
-//! * [`soak`](mod@soak) — `outlive soak`: many runs with random deaths, then a measured leak
-//!   audit; [`serve_soak`] — `outlive soak --serve-for`: `serve` for hours, sampled.
-//! * [`foreign`] — `outlive bench --foreign-only`: a Playwright script straight to a session
-//!   against the same script under `outlive run`.
-//! * [`relay_bench`] — `outlive bench --relay-only`: screenshots through the library's relay
-//!   against the same client straight to a session.
-//! * [`timeline`] — the SVG timeline of benchmark runs.
+//! * [`soak`](mod@soak) — `soak`: many runs with random deaths, then a leak audit;
+//!   [`serve_soak`] — `soak --serve-for`: `outlive serve` for hours, sampled.
+//! * [`foreign`] — `bench --foreign-only`: a Playwright script with and without outlive.
+//! * [`relay_bench`] — `bench --relay-only`: screenshots with and without the relay.
+//! * [`tabs_bench`] — `bench --tabs-only`: a checkpoint of three tabs against one tab's.
+//! * [`probe`] — `probe`: how long a provider's sessions really live.
+//! * [`timeline`] — the SVG timeline of benchmark runs; [`stats`] — medians, percentiles.
+#![forbid(unsafe_code)]
 
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{Error, ErrorKind};
+use outlive_cli::{Error, ErrorKind};
 
 pub mod bench;
+pub mod cmd;
 pub mod foreign;
+pub mod probe;
 pub mod relay_bench;
 pub mod serve_soak;
 pub mod soak;
+pub mod stats;
+pub mod tabs_bench;
 pub mod timeline;
 
 /// Writes `value` as pretty JSON to `name` under `out`; see [`write_text`].

@@ -8,10 +8,10 @@ use gateway::DeathMode;
 use outlive::{DeathCause, Milestone, Options, Solari};
 
 use super::records::*;
-use crate::bank::BankProgress;
-use crate::bed::{Recording, TestBed, until_killed};
-use crate::error::Error;
 use crate::stats::median;
+use outlive_cli::Error;
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::{Recording, TestBed, until_killed};
 
 /// `(took in ms, bytes)` of each checkpoint, oldest first.
 pub(super) type Costs = Arc<Mutex<Vec<(f64, usize)>>>;
@@ -55,7 +55,7 @@ async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, 
                 for _ in 0..samples {
                     ctx.checkpoint().await;
                 }
-                Ok::<_, crate::bank::BankError>(())
+                Ok::<_, outlive_cli::bank::BankError>(())
             }
         },
         options,

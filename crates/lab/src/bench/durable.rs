@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use outlive::{BoxFuture, CheckpointStore, Durable, Milestone, Options, SealKey, Sealer};
 use outlive_jobs::{self as jobs, PgStore};
-use outlive_testkit::ScratchDatabase;
+use outlive_testkit::{ScratchDatabase, ScratchError};
 use serde::Serialize;
 
 use super::records::ms;
-use crate::bank::BankProgress;
-use crate::bed::{TestBed, until_killed};
-use crate::error::{Error, ErrorKind};
 use crate::stats::{median, percentile};
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::{TestBed, until_killed};
+use outlive_cli::{Error, ErrorKind};
 
 /// Checkpoints of one arm of the persistence measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -200,7 +200,9 @@ fn rand_key() -> [u8; 32] {
 /// gateway and the runs' rows.
 async fn throughput(base: &str, shape: Shape, input: Input) -> Result<Throughput, Error> {
     let bed = TestBed::start(until_killed(Duration::ZERO).max_sessions(GATEWAY_SESSIONS)).await?;
-    let db = ScratchDatabase::create(base, "outlive_bench").await?;
+    let db = ScratchDatabase::create(base, "outlive_bench")
+        .await
+        .map_err(scratch_error)?;
     let store = PgStore::connect(db.url()).await?;
     jobs::setup(&store).await?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
@@ -212,7 +214,7 @@ async fn throughput(base: &str, shape: Shape, input: Input) -> Result<Throughput
         children.push(spawn_worker(&bed, db.url(), &key, shape)?);
     }
     wait_for_workers(&store, shape.workers).await;
-    let tasks = crate::bank::tasks(None);
+    let tasks = outlive_cli::bank::tasks(None);
     let input = serde_json::json!({
         "bank_url": bed.bank().base_url(),
         "polls": input.polls,
@@ -239,7 +241,7 @@ async fn throughput(base: &str, shape: Shape, input: Input) -> Result<Throughput
     let timings = run_timings(&store).await?;
     stop_workers(&mut children).await;
     store.pool().close().await;
-    db.drop_now().await?;
+    db.drop_now().await.map_err(scratch_error)?;
     let peak_sessions = bed.gateway().status().peak_sessions;
     bed.shutdown().await?;
     let queue_wait_ms: Vec<f64> = timings.iter().map(|t| t.0).collect();
@@ -270,6 +272,12 @@ struct Input {
     poll_every_ms: u64,
 }
 
+/// The scratch database could not be created or dropped.
+fn scratch_error(e: ScratchError) -> Error {
+    Error::with(ErrorKind::Bench, e)
+}
+
+/// A worker: this binary's hidden `worker` command, the product's own code.
 fn spawn_worker(
     bed: &TestBed,
     database_url: &str,
@@ -369,13 +377,15 @@ pub const SCALE: Shape = Shape {
 pub async fn durable(base: &str, runs: u32) -> Result<DurableReport, Error> {
     let (polls, every) = (20, Duration::from_millis(200));
     let bed = TestBed::start(until_killed(Duration::ZERO).max_sessions(8)).await?;
-    let db = ScratchDatabase::create(base, "outlive_bench").await?;
+    let db = ScratchDatabase::create(base, "outlive_bench")
+        .await
+        .map_err(scratch_error)?;
     let store = PgStore::connect(db.url()).await?;
     store.setup().await?;
     let memory = checkpoint_arm(&bed, None, polls, every).await?;
     let postgres = checkpoint_arm(&bed, Some(&store), polls, every).await?;
     store.pool().close().await;
-    db.drop_now().await?;
+    db.drop_now().await.map_err(scratch_error)?;
     bed.shutdown().await?;
     let input = Input {
         polls: 10,

@@ -90,19 +90,19 @@ pub(crate) trait Notes: Send + 'static {
 /// every milestone noted into `notes`: answers the result, the event, the task's progress and
 /// when the run started.
 pub(crate) async fn bank_outlive<P: outlive::Provider + ?Sized, N: Notes>(
-    bed: &crate::bed::TestBed,
+    bed: &outlive_cli::bed::TestBed,
     config: &SurvivalConfig,
     provider: &P,
     options: outlive::Options,
     notes: &std::sync::Arc<std::sync::Mutex<N>>,
 ) -> (
-    Result<u32, outlive::RunError<crate::bank::BankError>>,
+    Result<u32, outlive::RunError<outlive_cli::bank::BankError>>,
     WideEvent,
-    crate::bank::BankProgress,
+    outlive_cli::bank::BankProgress,
     tokio::time::Instant,
 ) {
     let task = bed.task(config.polls, config.lifetime / 30);
-    let progress = crate::bank::BankProgress::default();
+    let progress = outlive_cli::bank::BankProgress::default();
     let sink = notes.clone();
     let started = tokio::time::Instant::now();
     let outlive::Reported { result, event } = task

@@ -5,8 +5,6 @@
 pub mod demo;
 pub mod durable;
 pub mod gateway;
-pub mod lab;
-pub mod probe;
 pub mod run;
 pub mod serve;
 pub mod stdio;

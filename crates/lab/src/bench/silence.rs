@@ -1,4 +1,4 @@
-//! `outlive bench --silence-only`: a silent death while a call waits, side by side. The
+//! `outlive-lab bench --silence-only`: a silent death while a call waits, side by side. The
 //! same gateway kill (silence: the connection stays open, nothing more comes) lands while
 //!
 //! * **library** — the task's own command waits (`outlive::outlive`);
@@ -21,9 +21,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::micro::{detection, kill_each_entry, killable_bed};
 use super::records::{Detection, ms};
-use crate::error::{Error, ErrorKind};
-use crate::lab::{create_out, write_json, write_text};
 use crate::stats::median;
+use crate::{create_out, write_json, write_text};
+use outlive_cli::{Error, ErrorKind};
 
 /// The heartbeat of every arm: the micro-measurements' (idle silence is noticed in 3 s).
 const HEARTBEAT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
@@ -241,7 +241,7 @@ const WAITING_ENV: &str = "OUTLIVE_LAB_WAITING";
 /// The attempt at which the program only says so and exits.
 const LAST_ENV: &str = "OUTLIVE_LAB_LAST_ATTEMPT";
 
-/// The program `run`'s arm starts (`outlive silence-program`): reads `OUTLIVE_CDP_URL` and
+/// The program `run`'s arm starts (`outlive-lab silence-program`): reads `OUTLIVE_CDP_URL` and
 /// `OUTLIVE_ATTEMPT` as any program does, and the bench's two variables. `true` at the last
 /// attempt (it only says its call waits); `false` once the browser's death cut its
 /// connection under the waiting call, the expected end of every other attempt.

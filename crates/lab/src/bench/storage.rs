@@ -18,9 +18,9 @@ use serde::Serialize;
 
 use super::micro::measured_checkpoints;
 use super::records::ms;
-use crate::bed::{Recording, TestBed, until_killed};
-use crate::error::{Error, ErrorKind};
 use crate::stats::median;
+use outlive_cli::bed::{Recording, TestBed, until_killed};
+use outlive_cli::{Error, ErrorKind};
 
 /// 16 localStorage items of 64 KiB characters: 1 MiB.
 const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorage.setItem('blob' + i, String(i % 10).repeat(65536)); return true; })()";

@@ -1,4 +1,4 @@
-//! `outlive bench`: the survival benchmark (baseline against outlive, side by side) and the
+//! `outlive-lab bench`: the survival benchmark (baseline against outlive, side by side) and the
 //! micro-measurements (checkpoint cost against RTT, death-detection latency, replace time).
 //!
 //! Everything runs on 127.0.0.1: an embedded gateway whose sessions die on schedule and an
@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 
 use super::{create_out, timeline, write_json, write_text};
-use crate::error::Error;
+use outlive_cli::Error;
 
 pub mod durable;
 mod micro;
@@ -33,7 +33,7 @@ pub use records::*;
 pub use summary::{micro_summary, summary, timeline_runs};
 pub use survival::survival;
 
-/// What `outlive bench` measures, and where the results go.
+/// What `outlive-lab bench` measures, and where the results go.
 #[derive(Debug, Clone)]
 pub struct BenchPlan {
     /// The survival benchmark's settings; `None` skips it.
@@ -62,7 +62,7 @@ pub struct MicroConfig {
     pub kills: u32,
 }
 
-/// `outlive bench`: runs what `plan` asks for, printing progress. It writes
+/// `outlive-lab bench`: runs what `plan` asks for, printing progress. It writes
 /// `survival.json` and `timeline.svg`, `micro.json`, and `summary.txt` (or
 /// `micro-summary.txt` without the survival benchmark) under `plan.out`.
 ///
@@ -71,7 +71,7 @@ pub struct MicroConfig {
 /// Whatever [`survival()`] or [`micro()`] report, and [`ErrorKind::Write`] if the output
 /// directory or a result cannot be written.
 ///
-/// [`ErrorKind::Write`]: crate::ErrorKind::Write
+/// [`ErrorKind::Write`]: outlive_cli::ErrorKind::Write
 pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
     let out = &plan.out;
     create_out(out)?;

@@ -11,9 +11,9 @@ use outlive::{Milestone, Options, Outcome};
 use tokio::time::Instant;
 
 use super::records::*;
-use crate::bank::BankProgress;
-use crate::bed::{TestBed, dying};
-use crate::error::Error;
+use outlive_cli::Error;
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::{TestBed, dying};
 
 /// Collects milestones into a run record.
 #[derive(Default)]

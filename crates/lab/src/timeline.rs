@@ -112,7 +112,7 @@ const STANDBY: &str = "#c4b0f0";
 ///
 /// ```
 /// use outlive::Outcome;
-/// use outlive_cli::lab::timeline::{render, Arm, SessionSpan, TimelineRun};
+/// use outlive_lab::timeline::{render, Arm, SessionSpan, TimelineRun};
 ///
 /// let run = TimelineRun {
 ///     label: "outlive #1".into(),

@@ -18,7 +18,7 @@ use outlive::{Ctx, Page};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::bank::{BankError, BankTask};
+use outlive_cli::bank::{BankError, BankTask};
 
 /// The task.
 #[derive(Debug, Clone)]

@@ -491,10 +491,7 @@ impl IdbFeeds {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Feeds>> {
-        // Nothing panics while holding it; a poisoned map is still a map.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.0)
     }
 
     /// Whether some session's changes are asked for (the relay reads no event for them
@@ -709,10 +706,7 @@ impl Calls {
 
     /// The replies awaited after their timeout (see [`Unanswered`]).
     fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
-        // Nothing panics while holding it; a poisoned map is still a map.
-        self.unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.unanswered)
     }
 }
 

@@ -40,10 +40,10 @@ use tokio::time::Instant;
 
 use super::records::{ArmKind, SurvivalConfig, ms};
 use super::wizard::{StepEvent, StepMark, WizardProgress, WizardTask};
-use crate::bank::BankProgress;
-use crate::bed::TestBed;
-use crate::error::Error;
 use crate::stats::median;
+use outlive_cli::Error;
+use outlive_cli::bank::BankProgress;
+use outlive_cli::bed::TestBed;
 
 /// Steps of the long-step task.
 pub const LONG_STEPS: u32 = 3;
@@ -725,7 +725,7 @@ pub async fn rotation(
     // Three arms at once, each with up to a task's browser, a successor, a standby and one
     // on its way out.
     let bed = TestBed::start(
-        crate::bed::dying(config.lifetime, config.jitter, config.death).max_sessions(12),
+        outlive_cli::bed::dying(config.lifetime, config.jitter, config.death).max_sessions(12),
     )
     .await?;
     for i in 0..long.runs {
@@ -862,8 +862,8 @@ pub fn targets(report: &RotationReport) -> Vec<Target> {
 
 /// The timeline's lanes: the short task's runs with an unplanned death (runs 1 and 2) of every
 /// arm, then the long-step task's first three runs of every arm.
-pub fn rotation_timeline(report: &RotationReport) -> Vec<crate::lab::timeline::TimelineRun> {
-    use crate::lab::timeline::{Arm, SessionSpan, TimelineRun};
+pub fn rotation_timeline(report: &RotationReport) -> Vec<crate::timeline::TimelineRun> {
+    use crate::timeline::{Arm, SessionSpan, TimelineRun};
     let to_ms = |v: f64| v.max(0.0).round() as u64;
     let spans = |v: &[(f64, f64)]| {
         v.iter()

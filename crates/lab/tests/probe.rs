@@ -1,4 +1,4 @@
-//! `outlive probe` against the in-process gateway: it times each session's death, names its
+//! `outlive-lab probe` against the in-process gateway: it times each session's death, names its
 //! cause, shows the control plane calling the dead session active, and releases everything.
 
 use std::ops::RangeInclusive;
@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive_cli::probe::{ProbeConfig, Sample, probe, summary};
+use outlive_lab::probe::{ProbeConfig, Sample, probe, summary};
 
 /// Probes two sessions of a gateway whose sessions die by `death` after 2 s, and checks that
 /// the probe released them all; returns the samples and those `on_sample` saw.

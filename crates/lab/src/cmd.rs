@@ -1,11 +1,12 @@
-//! The lab's commands: `outlive bench` (the benchmarks, raw data and summaries under `--out`)
-//! and `outlive soak` (many short runs, then a leak audit).
+//! The lab's commands, one `#[derive(Args)]` struct each: `outlive-lab bench` (raw data and
+//! summaries under `--out`), `outlive-lab soak` (many short runs, then a leak audit) and
+//! `outlive-lab probe` (how long a provider's sessions really live).
 
 use std::time::Duration;
 
 use clap::Args;
 
-use crate::lab::{bench, foreign, relay_bench, serve_soak, soak};
+use crate::{bench, foreign, probe, relay_bench, serve_soak, soak, tabs_bench};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
@@ -65,6 +66,10 @@ pub struct BenchArgs {
     /// against the same through `outlive::outlive`'s relay.
     #[arg(long)]
     pub relay_only: bool,
+    /// Only the tabs figures: a checkpoint of a program's three tabs on three origins
+    /// (1 MiB of localStorage each) against one such tab's, rounds of --foreign-rounds.
+    #[arg(long)]
+    pub tabs_only: bool,
     /// Only the silence figures: a silent death while a call waits, in library mode, under
     /// `serve` and under `run` (--kills deaths per arm, --foreign-rounds rounds).
     #[arg(long)]
@@ -82,6 +87,11 @@ impl BenchArgs {
         if self.relay_only {
             let report = relay_bench::run(self.foreign_rounds, &self.out).await?;
             print!("{}", relay_bench::summary(&report));
+            return Ok(());
+        }
+        if self.tabs_only {
+            let report = tabs_bench::run(self.foreign_rounds, self.samples, &self.out).await?;
+            print!("{}", tabs_bench::summary(&report));
             return Ok(());
         }
         if self.foreign_only {
@@ -184,6 +194,45 @@ impl SoakArgs {
             ..soak::SoakConfig::default()
         };
         soak::run(&config, &self.out).await?;
+        Ok(())
+    }
+}
+
+/// Measure how long a provider's sessions really live: create, hold idle, note when the
+/// connection dies, repeat. Without --base-url, probes an embedded gateway.
+#[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
+pub struct ProbeArgs {
+    /// A Solari-compatible API base URL (e.g. `https://api.solari.example`).
+    #[arg(long, requires = "api_key")]
+    pub base_url: Option<String>,
+    /// The API key (or set SOLARI_API_KEY).
+    #[arg(long, env = "SOLARI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Sessions to hold, one after another.
+    #[arg(long, default_value_t = 3)]
+    pub sessions: u32,
+    /// Give up waiting for a death after this long.
+    #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
+    pub max_hold: Duration,
+    /// CDP heartbeat interval (a heartbeat unanswered for this long is a silent death).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub heartbeat: Duration,
+    /// Lifetime of the embedded gateway's sessions (without --base-url).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lifetime: Duration,
+}
+
+impl ProbeArgs {
+    /// Holds the sessions and prints what it saw.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let target = match (self.base_url, self.api_key) {
+            (None, _) => probe::Target::Embedded {
+                lifetime: self.lifetime,
+            },
+            (Some(base_url), Some(api_key)) => probe::Target::Provider { base_url, api_key },
+            (Some(_), None) => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
+        };
+        probe::run(target, self.sessions, self.max_hold, self.heartbeat).await?;
         Ok(())
     }
 }

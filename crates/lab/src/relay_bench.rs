@@ -1,4 +1,4 @@
-//! `outlive bench --relay-only`: what the library's relay costs on bulk traffic. The same
+//! `outlive-lab bench --relay-only`: what the library's relay costs on bulk traffic. The same
 //! chromiumoxide takes 60 full-page screenshots connected straight to a gateway session, and
 //! as a task under `outlive::outlive` (through the relay); arms alternate, several rounds.
 //! Two pages: the bank's login page (a small PNG, the case) and a 1280 × 1600 canvas of
@@ -16,9 +16,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{create_out, write_json, write_text};
-use crate::bed::TestBed;
-use crate::error::{Error, ErrorKind};
 use crate::stats::median;
+use outlive_cli::bed::TestBed;
+use outlive_cli::{Error, ErrorKind};
 
 /// Screenshots per arm and page.
 const SHOTS: u32 = 60;
@@ -61,7 +61,7 @@ fn bench_error(what: impl std::fmt::Display) -> Error {
 /// [`ErrorKind::Bench`] when an arm fails or the bed does not start.
 pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Error> {
     create_out(out)?;
-    let bed = TestBed::start(crate::bed::until_killed(Duration::ZERO)).await?;
+    let bed = TestBed::start(outlive_cli::bed::until_killed(Duration::ZERO)).await?;
     let login = format!("{}/login", bed.bank().base_url());
     let mut runs = Vec::new();
     for round in 0..rounds {
