@@ -59,7 +59,7 @@ pub struct BenchArgs {
     /// The Python with Playwright the foreign-client figures run.
     #[arg(long, default_value = "target/clients/venv/bin/python")]
     pub python: std::path::PathBuf,
-    /// Rounds of the foreign-client and relay figures (each phase once per arm).
+    /// Rounds of the foreign-client, relay and silence figures (each phase once per arm).
     #[arg(long, default_value_t = 3)]
     pub foreign_rounds: u32,
     /// Only the relay figures: chromiumoxide's full-page screenshots straight to a session
@@ -70,11 +70,20 @@ pub struct BenchArgs {
     /// (1 MiB of localStorage each) against one such tab's, rounds of --foreign-rounds.
     #[arg(long)]
     pub tabs_only: bool,
+    /// Only the silence figures: a silent death while a call waits, in library mode, under
+    /// `serve` and under `run` (--kills deaths per arm, --foreign-rounds rounds).
+    #[arg(long)]
+    pub silence_only: bool,
 }
 
 impl BenchArgs {
     /// Runs the benchmarks the flags select.
     pub async fn run(self) -> anyhow::Result<()> {
+        if self.silence_only {
+            let report = bench::silence::run(self.foreign_rounds, self.kills, &self.out).await?;
+            print!("{}", bench::silence::summary(&report));
+            return Ok(());
+        }
         if self.relay_only {
             let report = relay_bench::run(self.foreign_rounds, &self.out).await?;
             print!("{}", relay_bench::summary(&report));
@@ -225,5 +234,22 @@ impl ProbeArgs {
         };
         probe::run(target, self.sessions, self.max_hold, self.heartbeat).await?;
         Ok(())
+    }
+}
+
+/// The program the silence figures' `run` arm starts: it leaves a call waiting on the
+/// browser at `$OUTLIVE_CDP_URL`, then says so to the bench (not for use by hand).
+#[derive(Debug, Args)]
+pub struct SilenceProgramArgs {}
+
+impl SilenceProgramArgs {
+    /// Runs the program: exit status 0 at the last attempt, 1 (and nothing printed) when
+    /// the browser's death cut its connection, as the bench expects.
+    pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        Ok(if bench::silence::program().await? {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        })
     }
 }

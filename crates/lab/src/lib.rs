@@ -5,7 +5,8 @@
 //! # Layout
 //!
 //! * [`cmd`] — the `outlive-lab` commands' arguments: `bench`, `soak` and `probe`.
-//! * [`bench`](mod@bench) — `bench`: the survival benchmark and micro-measurements.
+//! * [`bench`](mod@bench) — `bench`: the survival benchmark and micro-measurements;
+//!   `--silence-only`: a silent death under a waiting call in library mode, `serve` and `run`.
 //! * [`soak`](mod@soak) — `soak`: many runs with random deaths, then a leak audit;
 //!   [`serve_soak`] — `soak --serve-for`: `outlive serve` for hours, sampled.
 //! * [`foreign`] — `bench --foreign-only`: a Playwright script with and without outlive.

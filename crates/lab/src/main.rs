@@ -33,6 +33,9 @@ enum Command {
     /// `outlive worker`, for the durable bench, which starts this binary as its workers.
     #[command(hide = true)]
     Worker(outlive_cli::cmd::durable::WorkerArgs),
+    /// The program `bench --silence-only` runs under `run`.
+    #[command(name = "silence-program", hide = true)]
+    SilenceProgram(outlive_lab::cmd::SilenceProgramArgs),
 }
 
 #[tokio::main]
@@ -50,5 +53,6 @@ async fn main() -> anyhow::Result<ExitCode> {
         // These two end their browsers on SIGINT/SIGTERM themselves, as under `outlive`.
         Command::Serve(args) => Ok(cmd::status(args.run().await)),
         Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::SilenceProgram(args) => args.run().await,
     }
 }

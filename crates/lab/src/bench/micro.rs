@@ -32,7 +32,7 @@ pub(super) fn measured_checkpoints() -> (Options, Costs) {
 
 /// A test bed whose sessions only die when killed, and a provider on it that remembers the
 /// sessions it launched.
-async fn killable_bed() -> Result<(TestBed, Recording<Solari>), Error> {
+pub(super) async fn killable_bed() -> Result<(TestBed, Recording<Solari>), Error> {
     let bed = TestBed::start(until_killed(Duration::ZERO)).await?;
     let provider = Recording::new(bed.provider());
     Ok((bed, provider))
@@ -77,7 +77,7 @@ async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, 
 /// Kills the session `kills` times in `mode` while the task idles — or, with
 /// `command_waiting`, while it waits on a command that never completes — and times each
 /// detection.
-async fn detection(
+pub(super) async fn detection(
     mode: DeathMode,
     kills: u32,
     heartbeat: (Duration, Duration),
@@ -144,11 +144,11 @@ async fn detection(
 }
 
 /// The detection timings of one case: latency, kill call, after the call returned, causes.
-type Timed = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<DeathCause>);
+pub(super) type Timed = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<DeathCause>);
 
 /// Kills the newest session `mode`'s way each time an entry begins, `kills` times, and times
 /// how long outlive takes to report each death; then waits for the entry after the last.
-async fn kill_each_entry(
+pub(super) async fn kill_each_entry(
     bed: &TestBed,
     provider: &Recording<Solari>,
     mode: DeathMode,

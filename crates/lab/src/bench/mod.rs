@@ -10,6 +10,7 @@
 //! * [`rotation`] — reactive against rotation against rotation + standby, on a short-poll task
 //!   and a long-step one (`wizard`);
 //! * `micro` — checkpoint cost, detection latency and page recovery: [`micro()`];
+//! * [`silence`] — a silent death under a waiting call: library mode, `serve` and `run`;
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
 
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ pub mod durable;
 mod micro;
 pub mod records;
 pub mod rotation;
+pub mod silence;
 pub mod storage;
 mod summary;
 mod survival;
