@@ -1,20 +1,15 @@
 """Do Chromium's IndexedDB tracking events (Storage.trackIndexedDBForStorageKey) report every
-change a capture's databases() check catches — a database created, deleted, upgraded with no
-content change — and before the page's own request completes (the event on the connection
-before the reply of the evaluate that awaited it)? Raw CDP, Debian Chromium."""
-import asyncio, json, os, shutil, subprocess, tempfile, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-import websockets
-FLAGS = ["--headless", "--no-sandbox", "--remote-debugging-port=0", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--disable-default-apps", "--disable-dev-shm-usage",
-         "--no-first-run", "--no-default-browser-check", "--mute-audio"]
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        data = b"<title>p</title>"
-        self.send_response(200); self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(data))); self.end_headers(); self.wfile.write(data)
-    def log_message(self, *a): pass
+change a capture's databases() check catches? Cases: a database created, deleted, upgraded with
+no content change. And do they come before the page's own request completes, that is, on the
+connection before the reply of the evaluate that awaited it? Raw CDP, Debian Chromium.
+
+Results: docs/measurements/README.md ("The capture script installed as each document starts").
+Run: target/clients/venv/bin/python crates/lab/experiments/navigated-capture-2026-12-02/idb_list_events.py
+"""
+import asyncio, json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cdp_lab as lab
+
 OPEN = """(name, version, upgrade) => new Promise((res, rej) => { const r = version ? indexedDB.open(name, version) : indexedDB.open(name);
   r.onupgradeneeded = () => upgrade(r.result, r.transaction); r.onsuccess = () => { r.result.close(); res(1); }; r.onerror = () => rej(r.error); })"""
 CASES = {
@@ -26,37 +21,33 @@ CASES = {
   "delete db": lambda i: f"new Promise((res, rej) => {{ const r = indexedDB.deleteDatabase('c{i}'); r.onsuccess = () => res(1); r.onerror = () => rej(r.error); }})",
   "put a record (control)": lambda i: f"({OPEN})('base', undefined, () => {{}}).then(() => new Promise((res) => {{ const r = indexedDB.open('base'); r.onsuccess = () => {{ const db = r.result; const tx = db.transaction(db.objectStoreNames[0], 'readwrite'); tx.objectStore(db.objectStoreNames[0]).put({i}, 'k'); tx.oncomplete = () => {{ db.close(); res(1); }}; }}; }}))",
 }
+
+
+class Cdp(lab.Cdp):
+    """Keeps the IndexedDB events' methods; a reply records how many had come before it."""
+
+    def __init__(self, ws):
+        self.idb_events = []
+        super().__init__(ws)
+
+    def on_reply(self, msg):
+        return len(self.idb_events)
+
+    def on_event(self, msg):
+        if msg.get("method", "").startswith("Storage.indexedDB"):
+            self.idb_events.append(msg["method"])
+
+
 async def main():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H); threading.Thread(target=srv.serve_forever, daemon=True).start()
-    a = f"http://127.0.0.1:{srv.server_address[1]}"
-    d = tempfile.mkdtemp()
-    p = subprocess.Popen(["/usr/bin/chromium", *FLAGS, f"--user-data-dir={d}", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pf = os.path.join(d, "DevToolsActivePort")
-    while not (os.path.exists(pf) and len(open(pf).read().split("\n")) >= 2): await asyncio.sleep(0.01)
-    port, path = open(pf).read().split("\n")[:2]
+    srv, a = lab.serve("<title>p</title>")
     try:
-        async with websockets.connect(f"ws://127.0.0.1:{port}{path}", max_size=None) as ws:
-            n = 0; events = []; waiting = {}
-            async def reader():
-                async for m in ws:
-                    msg = json.loads(m)
-                    if "id" in msg: waiting.pop(msg["id"]).set_result((msg, len(events)))
-                    elif msg.get("method", "").startswith("Storage.indexedDB"): events.append(msg["method"])
-            asyncio.create_task(reader())
-            async def send(m, params=None, s=None):
-                nonlocal n; n += 1; f = asyncio.get_running_loop().create_future(); waiting[n] = f
-                msg = {"id": n, "method": m, "params": params or {}}
-                if s: msg["sessionId"] = s
-                await ws.send(json.dumps(msg)); r, seen = await f
-                if "error" in r: raise RuntimeError(r)
-                return r.get("result"), seen
-            t, _ = await send("Target.getTargets")
-            page = next(x for x in t["targetInfos"] if x["type"] == "page")
-            s = (await send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True}))[0]["sessionId"]
-            await send("Page.navigate", {"url": a + "/p"}, s); await asyncio.sleep(0.5)
-            ev = lambda e: send("Runtime.evaluate", {"expression": e, "awaitPromise": True, "returnByValue": True}, s)
-            r, _ = await ev(f"({OPEN})('base', 1, (db) => db.createObjectStore('first'))")
-            await send("Storage.trackIndexedDBForStorageKey", {"storageKey": a + "/"}, s)
+        async with lab.browser(lab.FLAGS, graceful=True, cdp=Cdp) as c:
+            events = c.idb_events
+            s = await c.first_page()
+            await c.send("Page.navigate", {"url": a + "/p"}, s); await asyncio.sleep(0.5)
+            ev = lambda e: c.send_with_state("Runtime.evaluate", {"expression": e, "awaitPromise": True, "returnByValue": True}, s)
+            await ev(f"({OPEN})('base', 1, (db) => db.createObjectStore('first'))")
+            await c.send("Storage.trackIndexedDBForStorageKey", {"storageKey": a + "/"}, s)
             for name, make in CASES.items():
                 before_reply = after = 0; kinds = set()
                 for i in range(20):
@@ -69,5 +60,7 @@ async def main():
                     kinds.update(events[start:])
                 print(f"{name:26s} event before reply {before_reply}/20, any event within 50 ms {after}/20, kinds {sorted(kinds)}", flush=True)
     finally:
-        p.terminate(); p.wait(); shutil.rmtree(d, ignore_errors=True); srv.shutdown()
-asyncio.run(main())
+        srv.shutdown()
+
+if __name__ == "__main__":
+    asyncio.run(main())

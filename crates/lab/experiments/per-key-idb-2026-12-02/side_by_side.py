@@ -1,3 +1,10 @@
+"""Side by side: the storage bench's per-key cases of every run under the folders named.
+
+Each folder holds bench output folders named <build>-1 and <build>-2 (storage.json inside).
+A cell: the unchanged checkpoint's median [measured RTT / target], ms; then the fresh restore.
+Results: docs/measurements/per-key-idb-2026-12-02/side-by-side.txt (and late-idb-reports-2026-12-03's).
+Run: python3 crates/lab/experiments/per-key-idb-2026-12-02/side_by_side.py /tmp/ab2 /tmp/ab3
+"""
 import json, sys, glob
 for d in sys.argv[1:]:
     for f in sorted(glob.glob(d + "/*-[12]/storage.json")):

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""The last N fresh restores' phases from a debug log (RUST_LOG=outlive::checkpoint=debug):
-'restore phases' (planned, enabled, written, done) and 'restore document done' (navigated:
+"""The last N fresh restores' phases from a debug log (RUST_LOG=outlive::checkpoint=debug).
+Its lines 'restore phases' (planned, enabled, written, done) and 'restore document done' (navigated:
 when the navigation answered — loaded for A/B, committed for C's handed-over documents —,
 written, in-page areas / idb / children / sinceStart), medians. The storage bench's last
-restore case is the two-site one, so the last 20 are its."""
+restore case is the two-site one, so the last 20 are its.
+
+Results: docs/measurements/realistic-2026-12-02/restore-phases-two-site.txt.
+Run: python3 crates/lab/experiments/realistic-2026-12-02/restore_phases.py docs/measurements/realistic-2026-12-02/storage-*-debug.log
+"""
+import json
 import re
 import statistics
 import sys
@@ -27,7 +32,6 @@ def main(path, n=20):
         elif "restore document done" in line:
             f = dict(re.findall(r"(\w+)=([\d.]+(?:µs|ms|s))\b", line))
             page = re.search(r"in_page=(\{.*\})", line).group(1)
-            import json
             p = json.loads(page)
             # `loaded` before the handover at commit, `navigated` (committed) after it.
             nav = f.get("navigated", f.get("loaded"))

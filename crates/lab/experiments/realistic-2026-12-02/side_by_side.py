@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
-"""Side by side: every storage bench case of the runs in run-order.txt (B1 A1 B2 A2), medians."""
+"""Side by side: every storage bench case of the runs named (B1 A1 B2 A2 by default), medians.
+
+Reads storage-<run>.json from docs/measurements/realistic-2026-12-02, where ab.sh and ab2.sh
+put them, and prints the table of side-by-side.txt there.
+Run: python3 crates/lab/experiments/realistic-2026-12-02/side_by_side.py B1 A1 B2 A2
+"""
 import json
+import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cdp_lab as lab
+
+RESULTS = lab.MEASUREMENTS / "realistic-2026-12-02"
 runs = sys.argv[1:] or ["B1", "A1", "B2", "A2"]
-data = {r: json.load(open(f"storage-{r}.json")) for r in runs}
+data = {r: json.load(open(RESULTS / f"storage-{r}.json")) for r in runs}
 
 
 def name(c):

@@ -1,9 +1,19 @@
-import subprocess, sys, json, statistics, time
+"""1 000 puts of the bench's records into a new database, on a warm page: the records in their
+own readwrite transaction after the upgrade, or inside the upgrade, the index made before or
+after, or no index. Playwright (not raw CDP) against Debian Chromium; 4 pages, 3 rounds each.
+It serves /tmp/exp on port 8765: that folder must exist.
+
+Results: docs/measurements/restore-handover-2026-12-02/experiments.txt.
+Run: target/clients/venv/bin/python crates/lab/experiments/restore-handover-2026-12-02/idb_exp.py
+"""
+import os, subprocess, sys, statistics, time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cdp_lab as lab
 from playwright.sync_api import sync_playwright
 srv = subprocess.Popen([sys.executable, "-m", "http.server", "8765", "--bind", "127.0.0.1", "-d", "/tmp/exp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(0.5)
 JS = r"""async (variant) => {
-  const recs = []; for (let i = 0; i < 1000; i++) recs.push({ id: i, tag: 't' + (i % 7), name: 'record number ' + i, at: new Date(1700000000000 + i), tags: ['a', 'b'], n: i * 1.5 });
+  const recs = []; for (let i = 0; i < 1000; i++) recs.push(""" + lab.RECORD_JS + r""");
   const req = (r) => new Promise((res, rej) => { r.onsuccess = () => res(r.result); r.onerror = () => rej(r.error); });
   const name = variant + Math.random();
   const t0 = performance.now();
@@ -29,7 +39,7 @@ JS = r"""async (variant) => {
   return performance.now() - t0;
 }"""
 with sync_playwright() as p:
-    b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--headless"])
+    b = p.chromium.launch(executable_path=lab.CHROMIUM, args=["--no-sandbox", "--headless"])
     out = {}
     for cold in range(4):
         pg = b.new_context().new_page()

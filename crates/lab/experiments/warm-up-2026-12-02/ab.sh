@@ -1,6 +1,8 @@
 #!/bin/bash
 # Alternating storage benches: before (9f0fc2f) and warm (the warm-up), 3 pairs.
-cd /work/main
+# The two release builds are /tmp/ab/outlive-before and /tmp/ab/outlive-warm.
+# Results: docs/measurements/warm-up-2026-12-02 (run-order.txt, side-by-side.txt).
+cd "$(dirname "$0")/../../../.."
 for i in 1 2 3; do
   for v in before warm; do
     mkdir -p /tmp/ab/$v$i
