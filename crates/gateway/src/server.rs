@@ -195,6 +195,17 @@ impl Gateway {
         self.shared.status()
     }
 
+    /// The ids of the sessions whose browser is alive, oldest first: what a test from outside
+    /// the process that made them can kill.
+    pub fn live_sessions(&self) -> Vec<String> {
+        self.shared
+            .list()
+            .into_iter()
+            .filter(|s| s.phase == crate::session::Phase::Live)
+            .map(|s| s.id.to_string())
+            .collect()
+    }
+
     /// Kills a live session's browser now, the way `mode` says, and returns once Chromium is
     /// gone; the answer is the mode applied ([`DeathMode::Mixed`] resolved).
     ///

@@ -1,35 +1,26 @@
 """A client of `outlive serve` that reconnects by itself, as Playwright MCP or browser-use
-would: it signs in to Aurora Bank, asks for a checkpoint, works until the browser goes away
-("Target page, context or browser has been closed"), then connects to the same URL again and
-checks it is still signed in, on the same page.
+would: it signs in to Aurora Bank, asks for a checkpoint and prints `checkpointed` (the test
+then kills the browser). It works until the browser goes away ("Target page, context or
+browser has been closed"), connects to the same URL again and checks it is still signed in,
+on the same page.
 
 Env: OUTLIVE_CDP_URL, OUTLIVE_CONTROL_URL, BANK_URL, BANK_USER, BANK_PASSWORD,
 BANK_TOTP_SECRET, RESULT_DIR. Writes RESULT_DIR/serve.json.
 """
 
-import base64
-import hashlib
-import hmac
 import json
 import os
-import struct
 import time
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import Error, sync_playwright
+from playwright.sync_api import TimeoutError as HungConnect
+
+from bank_login import BANK, sign_in
 
 env = os.environ
-BANK = env["BANK_URL"].rstrip("/")
 RESULT = Path(env.get("RESULT_DIR", ".")) / "serve.json"
-
-
-def totp(secret: str) -> str:
-    key = base64.b32decode(secret.upper() + "=" * (-len(secret) % 8))
-    digest = hmac.new(key, struct.pack(">Q", int(time.time()) // 30), hashlib.sha1).digest()
-    offset = digest[-1] & 0x0F
-    code = struct.unpack(">I", digest[offset : offset + 4])[0] & 0x7FFFFFFF
-    return f"{code % 1_000_000:06d}"
 
 
 def checkpoint() -> bool:
@@ -38,23 +29,27 @@ def checkpoint() -> bool:
         return json.load(r)["checkpointed"]
 
 
-def sign_in(page) -> None:
-    page.goto(f"{BANK}/login")
-    page.fill("#username", env["BANK_USER"])
-    page.fill("#password", env["BANK_PASSWORD"])
-    page.click("#submit")
-    page.wait_for_url("**/totp")
-    page.fill("#code", totp(env["BANK_TOTP_SECRET"]))
-    page.click("#submit")
-    page.wait_for_url("**/account*")
+def work_until_closed(page) -> dict:
+    """Evaluates on `page` every 100 ms until the browser goes away (or 60 s pass)."""
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 60:
+            page.evaluate("1 + 1")
+            time.sleep(0.1)
+        return {"error": "the browser never went away"}
+    except Error as e:
+        return {"closedWith": str(e).splitlines()[0]}
 
 
 def reconnect(pw):
-    """The same URL, again, until the restored browser is served."""
+    """The same URL, again, until the restored browser is served. A refused connect is tried
+    again; one that hangs is a failure: the front handed out a browser it had lost."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            return pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
+            return pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"], timeout=20_000)
+        except HungConnect:
+            raise
         except Error:
             if time.monotonic() > deadline:
                 raise
@@ -68,16 +63,9 @@ def main() -> None:
         page = browser.contexts[0].pages[0]
         sign_in(page)
         out["checkpointed"] = checkpoint()
+        print("checkpointed", flush=True)
 
-        # Work until the browser goes away.
-        started = time.monotonic()
-        try:
-            while time.monotonic() - started < 60:
-                page.evaluate("1 + 1")
-                time.sleep(0.1)
-            out["error"] = "the browser never went away"
-        except Error as e:
-            out["closedWith"] = str(e).splitlines()[0]
+        out.update(work_until_closed(page))
 
         browser = reconnect(pw)
         pages = [p for c in browser.contexts for p in c.pages]

@@ -1,7 +1,8 @@
 """A client of `outlive serve` with two tabs, as an agent keeps them: it signs in to Aurora
-Bank in the first, opens the twosite app in a second, gives each tab a sessionStorage value,
-works in the second until the browser goes away, then reconnects and reports the tabs it
-finds: their order, URLs and sessionStorage.
+Bank in the first, opens the twosite app in a second and gives each tab a sessionStorage
+value. It checkpoints and prints `checkpointed` (the test then kills the browser), works in
+the second tab until the browser goes away, then reconnects and reports the tabs it finds:
+their order, URLs and sessionStorage.
 
 Env: OUTLIVE_CDP_URL, OUTLIVE_CONTROL_URL, BANK_URL, BANK_USER, BANK_PASSWORD,
 BANK_TOTP_SECRET, TWOSITE_URL, RESULT_DIR. Writes RESULT_DIR/tabs.json.
@@ -9,15 +10,14 @@ BANK_TOTP_SECRET, TWOSITE_URL, RESULT_DIR. Writes RESULT_DIR/tabs.json.
 
 import json
 import os
-import time
 from pathlib import Path
 
 from playwright.sync_api import Error, sync_playwright
 
-from serve_client import checkpoint, reconnect, sign_in
+from bank_login import BANK, sign_in
+from serve_client import checkpoint, reconnect, work_until_closed
 
 env = os.environ
-BANK = env["BANK_URL"].rstrip("/")
 RESULT = Path(env["RESULT_DIR"]) / "tabs.json"
 
 
@@ -35,20 +35,19 @@ with sync_playwright() as pw:
     sign_in(bank)
     bank.evaluate("sessionStorage.setItem('tab', 'bank')")
     other = browser.contexts[0].new_page()
-    other.goto(env["TWOSITE_URL"])
+    try:
+        other.goto(env["TWOSITE_URL"], timeout=10_000)
+    except Error:
+        # A known race, not this test's subject: outlive's own connection attaches to the new
+        # tab while its cross-site iframe navigates, and Chromium can leave that navigation
+        # waiting (see the session note of 2026-12-05). Loading the page again gets past it.
+        other.goto(env["TWOSITE_URL"])
     other.evaluate("sessionStorage.setItem('tab', 'twosite')")
     out["before"] = tabs(browser)
     out["checkpointed"] = checkpoint()
+    print("checkpointed", flush=True)
 
-    # Work in the second tab until the browser goes away.
-    started = time.monotonic()
-    try:
-        while time.monotonic() - started < 60:
-            other.evaluate("1 + 1")
-            time.sleep(0.1)
-        out["error"] = "the browser never went away"
-    except Error as e:
-        out["closedWith"] = str(e).splitlines()[0]
+    out.update(work_until_closed(other))
 
     browser = reconnect(pw)
     out["after"] = tabs(browser)

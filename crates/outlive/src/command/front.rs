@@ -8,7 +8,7 @@
 //!   both ways, holding back outlive's isolated worlds ([`WorldFilter`]). When the entry ends
 //!   (a death, a page failure, a rotation), every client connection is closed at once, so
 //!   the client's pending calls fail instead of hanging. A client that connects while no
-//!   browser is up waits for the next one (bounded).
+//!   browser is up, or while the entry's has failed, waits for the next one (bounded).
 //! * `POST /<token>/checkpoint` (optional JSON body: the task's progress), `POST
 //!   /<token>/hold`, `POST /<token>/release`: the control, for scripts in any language.
 //!
@@ -426,11 +426,13 @@ where
 {
     let mut serving = state.serving.subscribe();
     let mut closed = state.closed.subscribe();
-    let current =
-        match tokio::time::timeout(state.wait_limit, serving.wait_for(Option::is_some)).await {
-            Ok(Ok(s)) => s.clone(),
-            _ => None,
-        };
+    // An entry already retired (its browser failed) is not handed out: a client connecting
+    // during its grace would be cut at once, and Playwright then hangs in its connect for 30 s.
+    let live = |s: &Option<Serving>| s.as_ref().is_some_and(|s| !s.ctx.is_retired());
+    let current = match tokio::time::timeout(state.wait_limit, serving.wait_for(live)).await {
+        Ok(Ok(s)) => s.clone(),
+        _ => None,
+    };
     let current = match current {
         Some(s) => s,
         None => {
