@@ -256,9 +256,21 @@ impl BankTask {
         progress: &BankProgress,
         options: Options,
     ) -> outlive::Reported<u32, BankError> {
+        self.outlive_watched(provider, progress, &|_| {}, options)
+            .await
+    }
+
+    /// [`BankTask::outlive`], telling `on_event` what the task does.
+    pub async fn outlive_watched<P: Provider + ?Sized>(
+        &self,
+        provider: &P,
+        progress: &BankProgress,
+        on_event: &(dyn Fn(BankEvent) + Send + Sync),
+        options: Options,
+    ) -> outlive::Reported<u32, BankError> {
         outlive::outlive_with_event(
             provider,
-            |page, ctx| async move { self.run(&page, Some(&ctx), progress, &|_| {}).await },
+            |page, ctx| async move { self.run(&page, Some(&ctx), progress, on_event).await },
             options,
         )
         .await

@@ -172,15 +172,9 @@ pub async fn run(
     });
     let on_task = move |e: BankEvent| on_event(DemoEvent::Task(e));
 
-    let outlive::Reported { result, event } = outlive::outlive_with_event(
-        &provider,
-        |page, ctx| {
-            let (task, progress, on_task) = (&task, &progress, &on_task);
-            async move { task.run(&page, Some(&ctx), progress, on_task).await }
-        },
-        options,
-    )
-    .await;
+    let outlive::Reported { result, event } = task
+        .outlive_watched(&provider, &progress, &on_task, options)
+        .await;
 
     let totps_accepted = bed.bank().counters().totps_accepted;
     let gateway_after = bed.shutdown().await?;

@@ -121,15 +121,7 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
     }
     // The killed worker's session was released by the one that took over: nothing is left.
     support::assert_gateway_clean(bed.gateway()).await;
-    let status = bed.shutdown().await.unwrap();
-    assert_eq!(
-        (
-            status.live_sessions,
-            status.dead_sessions,
-            status.chromium_processes
-        ),
-        (0, 0, 0)
-    );
+    support::shutdown_released(bed).await;
     db.drop_now(store).await;
 }
 

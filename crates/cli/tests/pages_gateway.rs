@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gateway::PageFault;
 use outlive::{Milestone, Options};
-use outlive_cli::bank::{BankEvent, BankProgress};
+use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::TestBed;
 use support::Tracked;
 
@@ -27,19 +27,12 @@ async fn page_fails_mid_task(fault: PageFault) {
     let causes: Arc<Mutex<Vec<outlive::DeathCause>>> = Arc::default();
     let seen = causes.clone();
     // The fifth poll of the first entry asks for the fault (after the sign-in's checkpoint).
-    let (fault_tx, mut fault_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let on_event = move |e: BankEvent| {
-        if let BankEvent::Polled { done: 5, .. } = e {
-            let _ = fault_tx.send(());
-        }
-    };
+    let (on_event, mut fault_rx) = support::signal_at_polls(&[5]);
 
-    let run = outlive::outlive_with_event(
+    let run = task.outlive_watched(
         &provider,
-        |page, ctx| {
-            let (task, progress, on_event) = (&task, &progress, &on_event);
-            async move { task.run(&page, Some(&ctx), progress, on_event).await }
-        },
+        &progress,
+        &on_event,
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
             // Not a test of detection: a browser slow to answer its probe on a loaded machine

@@ -8,9 +8,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outlive::{ErrorKind, Options, Provider, ProviderCommand, WideEvent};
-use outlive_cli::bank::BankProgress;
+use outlive::{ErrorKind, Provider, ProviderCommand, WideEvent};
 use outlive_cli::bed::TestBed;
+use support::BANK_POLLS as POLLS;
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -18,27 +18,11 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Polls every 100 ms: 7.5 s of work, more than two 3 s lifetimes.
-const POLLS: u32 = 75;
-
 /// The bank task through `provider` on `bed`; every session released afterwards.
 async fn bank_through(bed: &TestBed, provider: &impl Provider) -> WideEvent {
-    let task = bed.task(POLLS, Duration::from_millis(100));
-    let progress = BankProgress::default();
-    let outlive::Reported { result, event } = outlive::outlive_with_event(
-        provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        Options::new()
-            .checkpoint_every(Duration::from_millis(500))
-            .max_relaunches(40)
-            .relaunch_backoff(Duration::from_millis(200)),
-    )
-    .await;
+    let (result, event, progress) = support::bank_run(bed, provider).await;
     eprintln!("{}", event.to_json());
-    assert_eq!(result.map_err(|e| e.to_string()), Ok(POLLS));
+    assert_eq!(result, Ok(POLLS));
     assert_eq!(event.release_failed, 0, "{}", event.to_json());
     assert_eq!(bed.bank().counters().totps_accepted, 1, "one sign-in");
     assert_eq!(progress.sign_ins(), 1);

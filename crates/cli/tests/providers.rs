@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use outlive::{Cloud, Dialect, Options};
-use outlive_cli::bank::{BankEvent, BankProgress};
+use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{Recording, TestBed};
 
 /// Polls every 100 ms; the browser is killed after the 15th and the 30th.
 const POLLS: u32 = 45;
-const KILL_AT: [u32; 2] = [15, 30];
+const KILL_AT: &[u32] = &[15, 30];
 
 /// The bank task through `dialect` on a bed of its own, its browser killed twice through the
 /// gateway; answers what went wrong, if anything.
@@ -26,20 +26,11 @@ async fn survives(dialect: Dialect) -> Result<(), String> {
     let provider = Recording::new(Cloud::new(dialect, bed.gateway().api_key()).base_url(url));
     let task = bed.task(POLLS, Duration::from_millis(100));
     let progress = BankProgress::default();
-    let (kill, mut kills) = tokio::sync::mpsc::unbounded_channel();
-    let on_event = move |e: BankEvent| {
-        if let BankEvent::Polled { done, .. } = e {
-            if KILL_AT.contains(&done) {
-                let _ = kill.send(());
-            }
-        }
-    };
-    let run = outlive::outlive_with_event(
+    let (on_event, mut kills) = support::signal_at_polls(KILL_AT);
+    let run = task.outlive_watched(
         &provider,
-        |page, ctx| {
-            let (task, progress, on_event) = (&task, &progress, &on_event);
-            async move { task.run(&page, Some(&ctx), progress, on_event).await }
-        },
+        &progress,
+        &on_event,
         Options::new()
             .checkpoint_every(Duration::from_millis(500))
             .max_relaunches(10)

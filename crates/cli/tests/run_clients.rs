@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,6 +20,16 @@ use tokio::process::Command;
 /// Polls of the bank scripts, 400 ms apart: at least 24 s of the script's own sleeping, so
 /// that its sessions of 12 s die twice under it however fast the machine is.
 const POLLS: u32 = 60;
+
+/// The flags the bank scripts run with: sessions of 12 s, dying twice under the script.
+const SURVIVE: [&str; 6] = [
+    "--checkpoint-every",
+    "1s",
+    "--heartbeat",
+    "500ms",
+    "--max-relaunches",
+    "20",
+];
 
 /// Where `scripts/clients` installs the clients.
 fn clients() -> PathBuf {
@@ -66,12 +77,18 @@ impl Bed {
 
     /// `outlive run` over the gateway's Solari API with `flags`, running `cmd` with the bank's
     /// details in its environment; answers its exit code, stderr and result directory.
-    async fn run(&self, flags: &[&str], cmd: &[&str], polls: u32) -> Outcome {
+    async fn run(&self, flags: &[&str], cmd: &[impl AsRef<OsStr>], polls: u32) -> Outcome {
         self.run_shaped(flags, cmd, polls, "first").await
     }
 
     /// [`Bed::run`] with the scripts' `PAGE_SHAPE`: where they open the page they work in.
-    async fn run_shaped(&self, flags: &[&str], cmd: &[&str], polls: u32, shape: &str) -> Outcome {
+    async fn run_shaped(
+        &self,
+        flags: &[&str],
+        cmd: &[impl AsRef<OsStr>],
+        polls: u32,
+        shape: &str,
+    ) -> Outcome {
         let solari = [
             "--solari-url".to_owned(),
             self.gateway.base_url().to_owned(),
@@ -85,7 +102,7 @@ impl Bed {
         provider: &[String],
         env: &[(&str, String)],
         flags: &[&str],
-        cmd: &[&str],
+        cmd: &[impl AsRef<OsStr>],
         polls: u32,
         shape: &str,
     ) -> Outcome {
@@ -279,30 +296,7 @@ fn marker() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_playwright_script_survives_deaths_and_a_page_crash() {
-    let clients = clients();
-    let bed = Bed::start(dying(gateway::DeathMode::Cycle, Duration::from_secs(12))).await;
-    let marker = marker();
-    let python = clients.join("venv/bin/python");
-    let run = bed
-        .run(
-            &[
-                "--checkpoint-every",
-                "1s",
-                "--heartbeat",
-                "500ms",
-                "--max-relaunches",
-                "20",
-            ],
-            &[
-                python.to_str().unwrap(),
-                script("bank_playwright.py").to_str().unwrap(),
-                &marker,
-            ],
-            POLLS,
-        )
-        .await;
-    assert_survived(&bed, &run, POLLS, 2, &marker).await;
-    bed.finish().await;
+    playwright_shaped("first", &[]).await;
 }
 
 /// A provider's flags and environment, for a bed.
@@ -311,30 +305,12 @@ type ProviderFlags = fn(&Bed) -> (Vec<String>, Vec<(&'static str, String)>);
 /// A Playwright script through deaths and a page crash, browsers from the provider that
 /// `provider` names on `bed`'s gateway (its flags and environment).
 async fn playwright_via(provider: ProviderFlags) {
-    let python = clients().join("venv/bin/python");
     let bed = Bed::start(dying(gateway::DeathMode::Close, Duration::from_secs(12))).await;
     let marker = marker();
     let (flags, env) = provider(&bed);
+    let cmd = playwright_cmd(&marker);
     let run = bed
-        .run_via(
-            &flags,
-            &env,
-            &[
-                "--checkpoint-every",
-                "1s",
-                "--heartbeat",
-                "500ms",
-                "--max-relaunches",
-                "20",
-            ],
-            &[
-                python.to_str().unwrap(),
-                script("bank_playwright.py").to_str().unwrap(),
-                &marker,
-            ],
-            POLLS,
-            "first",
-        )
+        .run_via(&flags, &env, &SURVIVE, &cmd, POLLS, "first")
         .await;
     assert_survived(&bed, &run, POLLS, 2, &marker).await;
     let event = run.json("event.json");
@@ -399,91 +375,65 @@ async fn a_playwright_script_survives_deaths_on_every_cloud() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_puppeteer_script_survives_silent_deaths_and_a_page_crash() {
-    let clients = clients();
     let bed = Bed::start(dying(gateway::DeathMode::Silence, Duration::from_secs(12))).await;
-    let marker = marker();
-    // Node resolves puppeteer-core from the script's own directory upwards.
-    let copy = clients.join(format!("node/{marker}.mjs"));
-    std::fs::copy(script("bank_puppeteer.mjs"), &copy).unwrap();
-    let run = bed
-        .run(
-            &[
-                "--checkpoint-every",
-                "1s",
-                "--heartbeat",
-                "500ms",
-                "--max-relaunches",
-                "20",
-            ],
-            &["node", copy.to_str().unwrap()],
-            POLLS,
-        )
-        .await;
-    let _ = std::fs::remove_file(&copy);
-    assert_survived(&bed, &run, POLLS, 2, &marker).await;
+    puppeteer_on(&bed, "first", &[]).await;
     bed.finish().await;
 }
 
-/// The flags every client run below uses: sessions of 12 s, dying twice under the script.
-const SURVIVE: [&str; 6] = [
-    "--checkpoint-every",
-    "1s",
-    "--heartbeat",
-    "500ms",
-    "--max-relaunches",
-    "20",
-];
-
 /// Runs the Puppeteer script shaped `shape` through deaths of every kind and a page crash.
 async fn puppeteer_shaped(shape: &str, may_lack: &[&str]) {
-    let clients = clients();
     let bed = Bed::start(dying(gateway::DeathMode::Cycle, Duration::from_secs(12))).await;
+    puppeteer_on(&bed, shape, may_lack).await;
+    bed.finish().await;
+}
+
+/// Runs the Puppeteer script shaped `shape` on `bed` and checks it survived.
+async fn puppeteer_on(bed: &Bed, shape: &str, may_lack: &[&str]) {
     let marker = marker();
-    let copy = clients.join(format!("node/{marker}.mjs"));
+    // Node resolves puppeteer-core from the script's own directory upwards.
+    let copy = clients().join(format!("node/{marker}.mjs"));
     std::fs::copy(script("bank_puppeteer.mjs"), &copy).unwrap();
     let cmd = ["node", copy.to_str().unwrap()];
     let run = bed.run_shaped(&SURVIVE, &cmd, POLLS, shape).await;
     let _ = std::fs::remove_file(&copy);
-    assert_survived_in(&bed, &run, POLLS, 2, &marker, may_lack).await;
-    bed.finish().await;
+    assert_survived_in(bed, &run, POLLS, 2, &marker, may_lack).await;
+}
+
+/// The Playwright bank script's command line, with `marker`.
+fn playwright_cmd(marker: &str) -> [String; 3] {
+    let python = clients().join("venv/bin/python");
+    let bank = script("bank_playwright.py");
+    let [python, bank] = [python, bank].map(|p| p.display().to_string());
+    [python, bank, marker.to_owned()]
 }
 
 /// Runs the Playwright script shaped `shape` through deaths of every kind and a page crash.
 async fn playwright_shaped(shape: &str, may_lack: &[&str]) {
-    let clients = clients();
     let bed = Bed::start(dying(gateway::DeathMode::Cycle, Duration::from_secs(12))).await;
     let marker = marker();
-    let python = clients.join("venv/bin/python");
-    let bank = script("bank_playwright.py");
-    let cmd = [python.to_str().unwrap(), bank.to_str().unwrap(), &marker];
-    let run = bed.run_shaped(&SURVIVE, &cmd, POLLS, shape).await;
+    let run = bed
+        .run_shaped(&SURVIVE, &playwright_cmd(&marker), POLLS, shape)
+        .await;
     assert_survived_in(&bed, &run, POLLS, 2, &marker, may_lack).await;
     bed.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn puppeteer_new_page_and_browser_close_keep_every_state() {
-    puppeteer_shaped("new", &["session"]).await;
+/// One test per script shape, each losing nothing but a new tab's sessionStorage.
+macro_rules! shaped {
+    ($($name:ident: $runner:ident($shape:literal);)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            $runner($shape, &["session"]).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn puppeteer_two_tabs_on_two_origins_keep_every_state() {
-    puppeteer_shaped("two_tabs", &["session"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn playwright_new_page_in_the_default_context_keeps_every_state() {
-    playwright_shaped("context_new_page", &["session"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn playwright_new_context_keeps_every_state() {
-    playwright_shaped("new_context", &["session"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn playwright_browser_new_page_keeps_every_state() {
-    playwright_shaped("browser_new_page", &["session"]).await;
+shaped! {
+    puppeteer_new_page_and_browser_close_keep_every_state: puppeteer_shaped("new");
+    puppeteer_two_tabs_on_two_origins_keep_every_state: puppeteer_shaped("two_tabs");
+    playwright_new_page_in_the_default_context_keeps_every_state: playwright_shaped("context_new_page");
+    playwright_new_context_keeps_every_state: playwright_shaped("new_context");
+    playwright_browser_new_page_keeps_every_state: playwright_shaped("browser_new_page");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,10 +502,13 @@ impl Serving {
         Serving { child, urls }
     }
 
-    /// Runs the client `name` against it; answers its result file `result`.
+    /// Runs the client `name` against it and answers its result file `result`. When the client
+    /// prints `checkpointed`, the test kills the session it works in: the death comes after
+    /// the checkpoint however slow the machine.
     async fn client(&self, bed: &Bed, name: &str, result: &str) -> Value {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
         let dir = tempfile::tempdir().unwrap();
-        let client = Command::new(clients().join("venv/bin/python"))
+        let mut client = Command::new(clients().join("venv/bin/python"))
             .arg(script(name))
             .env("OUTLIVE_CDP_URL", &self.urls["OUTLIVE_CDP_URL"])
             .env("OUTLIVE_CONTROL_URL", &self.urls["OUTLIVE_CONTROL_URL"])
@@ -568,17 +521,37 @@ impl Serving {
             )
             .env("TWOSITE_URL", bed.twosite.app_url())
             .env("RESULT_DIR", dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(150), client)
-            .await
-            .expect("the client ends")
+            .spawn()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut stderr = client.stderr.take().unwrap();
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        let run = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line == "checkpointed" {
+                    // The oldest live session is the one serving the client; spares come later.
+                    let id = bed.gateway.live_sessions().into_iter().next();
+                    let id = id.expect("a live session serves the client");
+                    bed.gateway
+                        .kill(&id, gateway::DeathMode::Close)
+                        .await
+                        .unwrap();
+                }
+            }
+            client.wait().await.unwrap()
+        };
+        let status = tokio::time::timeout(Duration::from_secs(150), run)
+            .await
+            .expect("the client ends");
+        let stderr = stderr.await.unwrap();
+        assert!(status.success(), "{stderr}");
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
     }
 
@@ -599,8 +572,8 @@ impl Serving {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_keeps_one_endpoint_across_a_death() {
-    // Its first session has to outlast a sign-in on a loaded machine (the client does not retry one).
-    let bed = Bed::start(lasting(Duration::from_secs(16))).await;
+    // Sessions outlast the test: it kills the first once the client has checkpointed.
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
     let serve = Serving::start(&bed).await;
     let result = serve.client(&bed, "serve_client.py", "serve.json").await;
     assert_eq!(result["checkpointed"], true, "{result}");
@@ -617,8 +590,8 @@ async fn serve_keeps_one_endpoint_across_a_death() {
 /// each at its URL with its sessionStorage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reopens_every_tab_in_order_after_a_death() {
-    // Its first session has to outlast a sign-in and a second tab on a loaded machine.
-    let bed = Bed::start(lasting(Duration::from_secs(24))).await;
+    // Sessions outlast the test: it kills the first once the client has checkpointed.
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
     let serve = Serving::start(&bed).await;
     let result = serve.client(&bed, "serve_tabs.py", "tabs.json").await;
     assert_eq!(result["checkpointed"], true, "{result}");

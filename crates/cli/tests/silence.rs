@@ -16,8 +16,8 @@ use std::time::Duration;
 use async_tungstenite::tungstenite::Message;
 use futures::StreamExt as _;
 use gateway::DeathMode;
+use outlive::DeathCause;
 use outlive::chromiumoxide::error::CdpError;
-use outlive::{DeathCause, Milestone};
 use serde_json::{Value, json};
 use std::time::Instant;
 
@@ -61,14 +61,7 @@ async fn a_silent_death_during_a_waiting_command_is_noticed_fast() {
     .await;
     assert_eq!(result.unwrap(), 2);
     assert_eq!(event.relaunches, 1);
-    let died = loop {
-        match milestones.recv().await.expect("a death milestone") {
-            Milestone::Died {
-                cause, detected_at, ..
-            } => break (cause, detected_at),
-            _ => continue,
-        }
-    };
+    let died = support::next_death(&mut milestones).await;
     assert_eq!(died.0, DeathCause::Silence);
     let killed_at = killed_at.lock().unwrap().expect("the kill returned");
     let noticed = died.1.saturating_duration_since(killed_at);
@@ -163,14 +156,7 @@ async fn a_silent_death_while_a_programs_call_waits_is_noticed_fast() {
             .await
             .unwrap();
         let killed_at = Instant::now();
-        let died = loop {
-            match milestones.recv().await.expect("a death milestone") {
-                Milestone::Died {
-                    cause, detected_at, ..
-                } => break (cause, detected_at),
-                _ => continue,
-            }
-        };
+        let died = support::next_death(&mut milestones).await;
         let _ = stop_tx.send(());
         (died, killed_at)
     };

@@ -6,10 +6,11 @@ mod support;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{Options, Provider, SolariLaunch, WideEvent};
+use outlive::{Options, SolariLaunch};
 use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{Recording, TestBed};
 use outlive_testkit::Captured;
+use support::{BANK_POLLS as POLLS, bank_run as run_outlive};
 
 async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> TestBed {
     TestBed::start(
@@ -21,32 +22,6 @@ async fn bed(death: DeathMode, lifetime: Duration, doa: f64) -> TestBed {
     )
     .await
     .unwrap()
-}
-
-/// Polls every 100 ms: 7.5 s of work, more than two 3 s lifetimes.
-const POLLS: u32 = 75;
-
-async fn run_outlive<P: Provider>(
-    bed: &TestBed,
-    provider: &P,
-) -> (Result<u32, String>, WideEvent, BankProgress) {
-    let task = bed.task(POLLS, Duration::from_millis(100));
-    let progress = BankProgress::default();
-    let outlive::Reported { result, event } = outlive::outlive_with_event(
-        provider,
-        |page, ctx| {
-            let (task, progress) = (&task, &progress);
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        Options::new()
-            .checkpoint_every(Duration::from_millis(500))
-            // A survival test, not an efficiency one: on a loaded 2-core machine a launch can
-            // take most of a 3 s lifetime, so the budget is generous.
-            .max_relaunches(40)
-            .relaunch_backoff(Duration::from_millis(200)),
-    )
-    .await;
-    (result.map_err(|e| e.to_string()), event, progress)
 }
 
 /// The survival runs go one at a time: each keeps a gateway busy relaunching Chromium every
@@ -73,15 +48,7 @@ async fn completes_in(death: DeathMode, doa: f64) {
         "the login survived every relaunch"
     );
     assert_eq!(progress.sign_ins(), 1);
-    let status = bed.shutdown().await.unwrap();
-    assert_eq!(
-        (
-            status.live_sessions,
-            status.dead_sessions,
-            status.chromium_processes
-        ),
-        (0, 0, 0)
-    );
+    support::shutdown_released(bed).await;
 }
 
 /// One test per way of dying, each a [`completes_in`] run.

@@ -222,20 +222,18 @@ pub async fn run(config: &SoakConfig, out: &Path) -> Result<SoakReport, Error> {
 /// many times it signed in more than once (a death between a sign-in and its checkpoint).
 async fn one_run(provider: &Solari, task: &BankTask, config: &SoakConfig) -> (WideEvent, u32) {
     let progress = BankProgress::default();
-    let outlive::Reported { result: _, event } = outlive::outlive_with_event(
-        provider,
-        |page, ctx| {
-            let progress = &progress;
-            async move { task.run(&page, Some(&ctx), progress, &|_| {}).await }
-        },
-        Options::new()
-            .checkpoint_every(Duration::from_millis(300))
-            .max_relaunches(config.max_relaunches)
-            .heartbeat_interval(config.heartbeat_interval)
-            .heartbeat_timeout(config.heartbeat_timeout)
-            .relaunch_backoff(Duration::from_millis(100)),
-    )
-    .await;
+    let outlive::Reported { result: _, event } = task
+        .outlive(
+            provider,
+            &progress,
+            Options::new()
+                .checkpoint_every(Duration::from_millis(300))
+                .max_relaunches(config.max_relaunches)
+                .heartbeat_interval(config.heartbeat_interval)
+                .heartbeat_timeout(config.heartbeat_timeout)
+                .relaunch_backoff(Duration::from_millis(100)),
+        )
+        .await;
     (event, progress.sign_ins().saturating_sub(1))
 }
 

@@ -110,21 +110,18 @@ async fn run_task(breaks: &[Break], checkpoint_before_break: bool) -> Outcome {
                 whoami(&page, site).await
             }
         },
-        Options::new()
-            .heartbeat_interval(Duration::from_millis(500))
-            .heartbeat_timeout(Duration::from_secs(1))
-            .on_milestone(move |m| match m {
-                Milestone::PageFailed { cause, .. } => {
-                    milestones.lock().unwrap().page_failures.push(*cause)
-                }
-                Milestone::Died { cause, .. } => milestones.lock().unwrap().deaths.push(*cause),
-                Milestone::Launched { took } => milestones
-                    .lock()
-                    .unwrap()
-                    .launch_began
-                    .push(Instant::now() - *took),
-                _ => {}
-            }),
+        probing(500, 1000).on_milestone(move |m| match m {
+            Milestone::PageFailed { cause, .. } => {
+                milestones.lock().unwrap().page_failures.push(*cause)
+            }
+            Milestone::Died { cause, .. } => milestones.lock().unwrap().deaths.push(*cause),
+            Milestone::Launched { took } => milestones
+                .lock()
+                .unwrap()
+                .launch_began
+                .push(Instant::now() - *took),
+            _ => {}
+        }),
     )
     .await;
 
@@ -163,45 +160,22 @@ async fn break_page(how: Break, page: &Page, ctx: &outlive::Ctx, provider: &Kill
             assert!(crashed.is_err());
         }
         Break::CrashThenCrashTheFreshPage => {
-            let mut second = SecondClient::connect(&provider.upstream()).await;
-            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-            tokio::spawn(async move {
-                second
-                    .call(
-                        "Target.setDiscoverTargets",
-                        serde_json::json!({ "discover": true }),
-                        None,
-                    )
-                    .await;
-                let _ = ready_tx.send(());
+            crash_and_watch(page, provider, |mut second| async move {
                 // outlive restores localStorage on a document it serves at this path.
                 second.crash_page_at("__outlive_restore").await;
                 // Keep the connection until the crash is delivered.
                 tokio::time::sleep(Duration::from_secs(5)).await;
-            });
-            ready_rx.await.unwrap();
-            assert!(page.execute(CrashParams::default()).await.is_err());
+            })
+            .await;
         }
         Break::CrashThenCrashTheFreshPageAtBirth => {
-            let mut second = SecondClient::connect(&provider.upstream()).await;
-            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let old = target.clone();
-            tokio::spawn(async move {
-                second
-                    .call(
-                        "Target.setDiscoverTargets",
-                        serde_json::json!({ "discover": true }),
-                        None,
-                    )
-                    .await;
-                let _ = ready_tx.send(());
+            crash_and_watch(page, provider, |mut second| async move {
                 second.crash_next_page(&old).await;
                 *FRESH_PAGE_CRASHED_AT.lock().unwrap() = Some(Instant::now());
-                // Keep the connection until the crash is delivered.
                 tokio::time::sleep(Duration::from_secs(5)).await;
-            });
-            ready_rx.await.unwrap();
-            assert!(page.execute(CrashParams::default()).await.is_err());
+            })
+            .await;
         }
         Break::CrashAndKillTheBrowser => {
             let mut second = SecondClient::connect(&provider.upstream()).await;
@@ -209,6 +183,22 @@ async fn break_page(how: Break, page: &Page, ctx: &outlive::Ctx, provider: &Kill
             provider.kill(Kill::Sigkill);
         }
     }
+}
+
+/// Crashes `page` once a second client sees every target, and leaves that client to `watch`
+/// (which crashes the fresh page) on a task of its own.
+async fn crash_and_watch<F, Fut>(page: &Page, provider: &Killable, watch: F)
+where
+    F: FnOnce(SecondClient) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut second = SecondClient::connect(&provider.upstream()).await;
+    let discover = serde_json::json!({ "discover": true });
+    second
+        .call("Target.setDiscoverTargets", discover, None)
+        .await;
+    tokio::spawn(watch(second));
+    assert!(page.execute(CrashParams::default()).await.is_err());
 }
 
 fn assert_restored(out: &Outcome) {
@@ -333,6 +323,19 @@ async fn a_page_failure_racing_a_browser_death_relaunches() {
     assert!(!out.seen.deaths.is_empty() || !out.seen.page_failures.is_empty());
 }
 
+/// Options that probe a page after `interval_ms` of quiet and give it `timeout_ms` to answer.
+fn probing(interval_ms: u64, timeout_ms: u64) -> Options {
+    Options::new()
+        .heartbeat_interval(Duration::from_millis(interval_ms))
+        .heartbeat_timeout(Duration::from_millis(timeout_ms))
+}
+
+/// One attempt, with no page recovery or relaunch, and nothing of it left behind.
+fn assert_untouched(e: &outlive::WideEvent, profiles: &support::Profiles) {
+    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
+    profiles.assert_nothing_left();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_navigation_is_not_a_hung_page() {
     // The server takes 3 s, twice the heartbeat interval + timeout: Chromium holds the page's
@@ -361,14 +364,11 @@ async fn a_slow_navigation_is_not_a_hung_page() {
                 text(&page, "#name").await
             }
         },
-        Options::new()
-            .heartbeat_interval(Duration::from_millis(500))
-            .heartbeat_timeout(Duration::from_secs(1)),
+        probing(500, 1000),
     )
     .await;
     assert_eq!(name.unwrap(), "slow 3000");
-    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
-    profiles.assert_nothing_left();
+    assert_untouched(&e, &profiles);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,9 +401,7 @@ async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
             }
         },
         // Half a second of stall is probed; a page with an open dialog would be "hung" at 1.5 s.
-        Options::new()
-            .heartbeat_interval(Duration::from_millis(1000))
-            .heartbeat_timeout(Duration::from_millis(1000)),
+        probing(1000, 1000),
     )
     .await;
     let (alert, confirm, prompt_null, took) = answers.unwrap();
@@ -414,8 +412,7 @@ async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
     );
     assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
     assert_eq!(entries.load(Ordering::SeqCst), 1, "the step is not redone");
-    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
-    profiles.assert_nothing_left();
+    assert_untouched(&e, &profiles);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,15 +450,11 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
                 Ok::<_, CdpError>(confirmed)
             }
         },
-        Options::new()
-            .dialogs(outlive::Dialogs::Leave)
-            .heartbeat_interval(Duration::from_millis(1000))
-            .heartbeat_timeout(Duration::from_millis(1000)),
+        probing(1000, 1000).dialogs(outlive::Dialogs::Leave),
     )
     .await;
     assert!(answer.unwrap(), "the task's own answer");
-    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
-    profiles.assert_nothing_left();
+    assert_untouched(&e, &profiles);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

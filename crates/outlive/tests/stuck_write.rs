@@ -11,8 +11,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_tungstenite::tungstenite::Message;
-use futures::StreamExt;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{
     BoxFuture, CdpEndpoint, DeathCause, LocalBrowser, LocalChromium, Milestone, Provider, Session,
@@ -107,36 +105,10 @@ async fn proxy(
     freeze: Arc<Notify>,
     frozen_at: Arc<Mutex<Option<Instant>>>,
 ) {
-    let Ok((stream, _)) = listener.accept().await else {
-        return;
-    };
-    let Ok(client) = async_tungstenite::tokio::accept_async(stream).await else {
-        return;
-    };
-    let Ok((up, _)) = async_tungstenite::tokio::connect_async(upstream).await else {
-        return;
-    };
-    let (mut c_tx, mut c_rx) = client.split();
-    let (mut u_tx, mut u_rx) = up.split();
-    loop {
-        tokio::select! {
-            biased;
-            _ = freeze.notified() => {
-                *frozen_at.lock().unwrap() = Some(Instant::now());
-                let _held = (c_tx, c_rx, u_tx, u_rx);
-                return std::future::pending().await;
-            }
-            m = c_rx.next() => match m {
-                Some(Ok(m)) if m.is_text() || m.is_binary() => { if u_tx.send(m).await.is_err() { return } }
-                Some(Ok(_)) => {}
-                _ => return,
-            },
-            m = u_rx.next() => match m {
-                Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => { if c_tx.send(m).await.is_err() { return } }
-                Some(Ok(_)) => {}
-                _ => return,
-            },
-        }
+    let held = support::proxy_until(listener, upstream, freeze.notified()).await;
+    if held.is_some() {
+        *frozen_at.lock().unwrap() = Some(Instant::now());
+        std::future::pending::<()>().await;
     }
 }
 

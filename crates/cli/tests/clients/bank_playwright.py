@@ -9,20 +9,17 @@ POLLS, POLL_MS, TWOSITE_URL (optional), RESULT_DIR. Run as a durable task (`outl
 --task`), it takes `polls` and `poll_ms` from its input ($OUTLIVE_INPUT) instead.
 """
 
-import base64
-import hashlib
-import hmac
 import json
 import os
-import struct
 import time
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from bank_login import BANK, sign_in
+
 env = os.environ
-BANK = env["BANK_URL"].rstrip("/")
 TWOSITE = env.get("TWOSITE_URL")
 INPUT = json.loads(env.get("OUTLIVE_INPUT") or "{}")
 POLLS = int(INPUT.get("polls", env.get("POLLS", "6")))
@@ -34,15 +31,6 @@ ATTEMPT = int(env["OUTLIVE_ATTEMPT"])
 SHAPE = env.get("PAGE_SHAPE", "first")
 RESULT_DIR = Path(env["RESULT_DIR"])
 TRANSFER_CENTS = 1234
-
-
-def totp(secret_b32: str) -> str:
-    """RFC 6238: HMAC-SHA1, 30 s step, 6 digits."""
-    secret = secret_b32.upper().replace(" ", "").rstrip("=")
-    key = base64.b32decode(secret + "=" * (-len(secret) % 8))
-    mac = hmac.new(key, struct.pack(">Q", int(time.time()) // 30), hashlib.sha1).digest()
-    offset = mac[-1] & 0x0F
-    return "%06d" % ((struct.unpack(">I", mac[offset : offset + 4])[0] & 0x7FFFFFFF) % 1_000_000)
 
 
 def control(action: str, body: dict | None = None) -> dict:
@@ -119,18 +107,15 @@ with sync_playwright() as p:
             progress["signedIn"] = True
             checkpoint()
     if not progress.get("signedIn"):
-        page.goto(f"{BANK}/login")
-        page.fill("#username", env["BANK_USER"])
-        page.fill("#password", env["BANK_PASSWORD"])
-        page.click("#submit")
-        page.wait_for_url("**/totp")
-        page.fill("#code", totp(env["BANK_TOTP_SECRET"]))
-        # From here until the checkpoint below, a browser death loses the session the bank
-        # is about to grant: the next entry has to sign in again. Said first, so it is seen.
-        seen["totpSent"] = True
-        record()
-        page.click("#submit")
-        page.wait_for_url("**/account*")
+
+        def code_typed():
+            # From here until the checkpoint below, a browser death loses the session the
+            # bank is about to grant: the next entry has to sign in again. Said first, so
+            # it is seen.
+            seen["totpSent"] = True
+            record()
+
+        sign_in(page, code_typed)
         seen["signedInHere"] = progress["signedIn"] = True
         checkpoint()
 

@@ -165,10 +165,74 @@ pub fn milestones() -> (
     (move |m: &Milestone| drop(tx.send(m.clone())), rx)
 }
 
+/// Polls of [`bank_run`], 100 ms apart: 7.5 s of work, more than two 3 s lifetimes.
+pub const BANK_POLLS: u32 = 75;
+
+/// The bank task of [`BANK_POLLS`] through `provider` on `bed`, checkpointing every 500 ms:
+/// its result, wide event and sign-ins. A survival run, not an efficiency one: on a loaded
+/// 2-core machine a launch can take most of a 3 s lifetime, so the budget is generous.
+pub async fn bank_run(
+    bed: &outlive_cli::bed::TestBed,
+    provider: &impl Provider,
+) -> (
+    Result<u32, String>,
+    outlive::WideEvent,
+    outlive_cli::bank::BankProgress,
+) {
+    let task = bed.task(BANK_POLLS, Duration::from_millis(100));
+    let progress = outlive_cli::bank::BankProgress::default();
+    let options = Options::new()
+        .checkpoint_every(Duration::from_millis(500))
+        .max_relaunches(40)
+        .relaunch_backoff(Duration::from_millis(200));
+    let outlive::Reported { result, event } = task.outlive(provider, &progress, options).await;
+    (result.map_err(|e| e.to_string()), event, progress)
+}
+
+/// A bank task's event handler that sends on the channel when a poll in `polls` is done:
+/// where a test kills or faults the browser.
+pub fn signal_at_polls(
+    polls: &'static [u32],
+) -> (
+    impl Fn(outlive_cli::bank::BankEvent) + Send + Sync,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let on_event = move |e: outlive_cli::bank::BankEvent| {
+        if let outlive_cli::bank::BankEvent::Polled { done, .. } = e {
+            if polls.contains(&done) {
+                let _ = tx.send(());
+            }
+        }
+    };
+    (on_event, rx)
+}
+
+/// The next `Died` milestone on `rx`: its cause and when it was detected.
+pub async fn next_death(
+    rx: &mut mpsc::UnboundedReceiver<Milestone>,
+) -> (outlive::DeathCause, std::time::Instant) {
+    loop {
+        if let Milestone::Died {
+            cause, detected_at, ..
+        } = rx.recv().await.expect("a death milestone")
+        {
+            return (cause, detected_at);
+        }
+    }
+}
+
 /// Shuts `bed` down and asserts it left no session and no Chromium process.
 pub async fn shutdown_clean(bed: outlive_cli::bed::TestBed) {
     let status = bed.shutdown().await.unwrap();
     assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
+}
+
+/// Shuts `bed` down and asserts every session was released and no Chromium is left.
+pub async fn shutdown_released(bed: outlive_cli::bed::TestBed) {
+    let s = bed.shutdown().await.unwrap();
+    let left = (s.live_sessions, s.dead_sessions, s.chromium_processes);
+    assert_eq!(left, (0, 0, 0), "sessions or Chromium left: {s:?}");
 }
 
 /// Waits (bounded) until the gateway holds no live session and no Chromium process.

@@ -387,33 +387,58 @@ impl Session for KillableSession {
 }
 
 async fn proxy(listener: tokio::net::TcpListener, upstream: String, close: oneshot::Receiver<()>) {
-    let Ok((stream, _)) = listener.accept().await else {
-        return;
+    let stop = async {
+        let _ = close.await;
     };
-    let Ok(client) = async_tungstenite::tokio::accept_async(stream).await else {
-        return;
-    };
-    let Ok((up, _)) = async_tungstenite::tokio::connect_async(upstream).await else {
-        return;
-    };
+    if let Some((mut client, _upstream)) = proxy_until(listener, upstream, stop).await {
+        let frame = CloseFrame {
+            code: CloseCode::Away,
+            reason: "session ended".into(),
+        };
+        let _ = client.send(Message::Close(Some(frame))).await;
+    }
+}
+
+/// The client side of a [`proxy_until`].
+pub type ClientSocket = async_tungstenite::WebSocketStream<
+    async_tungstenite::tokio::TokioAdapter<tokio::net::TcpStream>,
+>;
+/// The browser side of a [`proxy_until`].
+pub type UpstreamSocket =
+    async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>;
+
+/// Accepts one client on `listener` and forwards its text and binary frames to and from
+/// `upstream` until `stop` resolves: then both sockets, still open, are the answer. `None` if
+/// either side failed or ended first.
+pub async fn proxy_until(
+    listener: tokio::net::TcpListener,
+    upstream: String,
+    stop: impl std::future::Future<Output = ()>,
+) -> Option<(ClientSocket, UpstreamSocket)> {
+    let (stream, _) = listener.accept().await.ok()?;
+    let client = async_tungstenite::tokio::accept_async(stream).await.ok()?;
+    let (up, _) = async_tungstenite::tokio::connect_async(upstream)
+        .await
+        .ok()?;
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = up.split();
-    let mut close = close;
+    let mut stop = std::pin::pin!(stop);
     loop {
         tokio::select! {
-            _ = &mut close => {
-                let _ = c_tx.send(Message::Close(Some(CloseFrame { code: CloseCode::Away, reason: "session ended".into() }))).await;
-                return;
+            biased;
+            () = &mut stop => {
+                let client = ClientSocket::reunite(c_tx, c_rx).ok()?;
+                return Some((client, UpstreamSocket::reunite(u_tx, u_rx).ok()?));
             }
             m = c_rx.next() => match m {
-                Some(Ok(m)) if m.is_text() || m.is_binary() => { if u_tx.send(m).await.is_err() { return } }
+                Some(Ok(m)) if m.is_text() || m.is_binary() => u_tx.send(m).await.ok()?,
                 Some(Ok(_)) => {}
-                _ => return,
+                _ => return None,
             },
             m = u_rx.next() => match m {
-                Some(Ok(m)) if m.is_text() || m.is_binary() => { if c_tx.send(m).await.is_err() { return } }
+                Some(Ok(m)) if m.is_text() || m.is_binary() => c_tx.send(m).await.ok()?,
                 Some(Ok(_)) => {}
-                _ => return,
+                _ => return None,
             },
         }
     }
