@@ -607,3 +607,18 @@ async fn serve_reopens_every_tab_in_order_after_a_death() {
     serve.stop().await;
     bed.finish().await;
 }
+
+/// Tab after tab, each with a cross-site iframe a little slower than the last: whichever
+/// starts as outlive's own connection sets itself up on the tab loads like the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_loads_a_new_tab_whose_iframe_starts_as_outlive_attaches() {
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed).await;
+    let tabs = serve.client(&bed, "serve_iframes.py", "iframes.json").await;
+    let tabs = tabs.as_array().unwrap();
+    assert!(tabs.len() >= 20, "{tabs:?}");
+    let stuck: Vec<_> = tabs.iter().filter(|t| t["loaded"] != true).collect();
+    assert!(stuck.is_empty(), "tabs that never loaded: {stuck:?}");
+    serve.stop().await;
+    bed.finish().await;
+}

@@ -6,11 +6,12 @@
 //! (`Browser.getVersion`) after a quiet heartbeat interval. It also watches the task's page for
 //! a crash, a close and a hang. Each death is published before the client side is cut.
 //! Parts: this module (the handle: [`Relay`], [`Calls`], [`DeathSender`], [`Death`],
-//! [`DeathCause`], [`IdbFeeds`]), `driver`, `forward`, `watchdog`, `wire`, `socket`. How and
+//! [`DeathCause`], [`IdbFeeds`]), `driver`, `forward`, `gate`, `watchdog`, `wire`, `socket`. How and
 //! why: `docs/deaths.md`, from "The browser dies" to "Inside the relay".
 
 mod driver;
 mod forward;
+mod gate;
 mod socket;
 mod watchdog;
 pub(crate) mod wire;

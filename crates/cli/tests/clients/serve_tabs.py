@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from playwright.sync_api import Error, sync_playwright
+from playwright.sync_api import sync_playwright
 
 from bank_login import BANK, sign_in
 from serve_client import checkpoint, reconnect, work_until_closed
@@ -35,13 +35,7 @@ with sync_playwright() as pw:
     sign_in(bank)
     bank.evaluate("sessionStorage.setItem('tab', 'bank')")
     other = browser.contexts[0].new_page()
-    try:
-        other.goto(env["TWOSITE_URL"], timeout=10_000)
-    except Error:
-        # A known race, not this test's subject: outlive's own connection attaches to the new
-        # tab while its cross-site iframe navigates, and Chromium can leave that navigation
-        # waiting (see the session note of 2026-12-05). Loading the page again gets past it.
-        other.goto(env["TWOSITE_URL"])
+    other.goto(env["TWOSITE_URL"])
     other.evaluate("sessionStorage.setItem('tab', 'twosite')")
     out["before"] = tabs(browser)
     out["checkpointed"] = checkpoint()

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::forward::{self, Flows, Outbox};
+use super::gate::{Seen, Sent, StartGate, Step};
 use super::socket::{self, ClientRx, Upstream, UpstreamRx, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
@@ -145,6 +146,8 @@ struct Driver {
     frame_scripts: Vec<String>,
     /// Where IndexedDB change events go as they are read.
     idb_feeds: IdbFeeds,
+    /// Holds each new tab until chromiumoxide has set its auto-attach on it.
+    gate: StartGate,
 }
 
 type Incoming = Option<Result<Message, WsError>>;
@@ -181,6 +184,7 @@ impl Driver {
             calls: HashMap::new(),
             frame_scripts: Vec::new(),
             idb_feeds,
+            gate: StartGate::default(),
         };
         (driver, ends)
     }
@@ -192,9 +196,15 @@ impl Driver {
         control: &mut ControlRx,
         written: &mut mpsc::UnboundedReceiver<Written>,
     ) -> End {
+        let id = self.dog.next_id();
+        self.gate.start(id, Instant::now());
+        self.send_own(id, wire::hold_new_pages_message(id));
         loop {
             self.dog.on_flow(self.flows.now());
-            let deadline = self.dog.next_deadline(Instant::now());
+            let now = Instant::now();
+            let deadline = self.dog.next_deadline(now);
+            let deadline = self.gate.due().map_or(deadline, |d| d.min(deadline));
+            let gate_open = self.gate.is_open();
             // While the client does not take what the browser sends, nothing more is read from
             // the browser, and no silence is judged: the answers may be waiting unread.
             let client_clear = self.to_client.is_clear();
@@ -202,7 +212,7 @@ impl Driver {
             let step = tokio::select! {
                 biased;
                 msg = up.next(), if client_clear => self.on_browser_message(msg),
-                msg = client.next(), if client_clear && browser_clear => self.on_client_message(msg),
+                msg = client.next(), if client_clear && browser_clear && gate_open => self.on_client_message(msg),
                 Some(c) = control.recv() => {
                     self.on_control(c);
                     Ok(())
@@ -218,6 +228,32 @@ impl Driver {
             if let Err(end) = step {
                 return end;
             }
+            self.release_tabs();
+        }
+    }
+
+    /// Sends what the gate asks for: chromiumoxide's auto-attach on a held tab, early; a
+    /// held tab let run, and the relay's session on it detached.
+    fn release_tabs(&mut self) {
+        for step in self.gate.take_steps() {
+            let id = self.dog.next_id();
+            match step {
+                Step::AutoAttach { session } => {
+                    self.send_own(id, wire::auto_attach_message(id, &session));
+                    self.gate.set(id, session);
+                }
+                Step::Release { session } => {
+                    let run = wire::call_message(
+                        id,
+                        &session,
+                        "Runtime.runIfWaitingForDebugger",
+                        serde_json::json!({}),
+                    );
+                    self.send_own(id, run);
+                    let id = self.dog.next_id();
+                    self.send_own(id, wire::detach_message(id, &session));
+                }
+            }
         }
     }
 
@@ -227,7 +263,12 @@ impl Driver {
             Some(Ok(Message::Text(text))) => {
                 match self.dog.on_message(Some(text.as_bytes()), now) {
                     Verdict::Consumed => {}
-                    Verdict::Own(id) => self.answer(id, text.as_str()),
+                    Verdict::Own(id) => {
+                        self.gate.own_reply(id);
+                        self.answer(id, text.as_str());
+                    }
+                    Verdict::Forward(_)
+                        if self.gate.on_browser(text.as_bytes(), now) == Seen::Consume => {}
                     Verdict::Forward(failure) => {
                         wire::trace("from browser", text.as_bytes());
                         if self.idb_feeds.wanted() {
@@ -274,9 +315,14 @@ impl Driver {
         match msg {
             Some(Ok(Message::Text(text))) => {
                 wire::trace("to browser", text.as_bytes());
-                let verdict = self
-                    .dog
-                    .on_command(&Head::of(text.as_bytes()), Instant::now());
+                let head = Head::of(text.as_bytes());
+                if self.gate.on_client(&head, text.as_bytes()) == Sent::AnswerHere {
+                    if let (Some(id), Some(session)) = (head.id, head.session_id.as_deref()) {
+                        self.to_client.push(wire::empty_reply(id, session));
+                        return Ok(());
+                    }
+                }
+                let verdict = self.dog.on_command(&head, Instant::now());
                 match verdict {
                     Outbound::Forward => self.to_browser.push(Message::Text(text)),
                     // A command to a failed page: answered at once, never sent.
@@ -295,6 +341,7 @@ impl Driver {
     }
 
     fn on_deadline(&mut self) -> Result<(), End> {
+        self.gate.expire(Instant::now());
         // The socket may have drained since the deadline was computed.
         self.dog.on_flow(self.flows.now());
         match self.dog.on_deadline(Instant::now()) {

@@ -179,6 +179,9 @@ pub(super) struct PageEventParams {
     /// `Network.responseReceived`'s resource type (`Document` for a navigation's response).
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
+    /// `Target.attachedToTarget`: the target waits for this session to let it run.
+    #[serde(default, rename = "waitingForDebugger")]
+    pub waiting_for_debugger: bool,
 }
 
 /// `params.targetInfo` of a target event.
@@ -518,6 +521,47 @@ pub(super) fn close_target_message(id: u64, target: &str) -> Message {
         "id": id,
         "method": "Target.closeTarget",
         "params": { "targetId": target },
+    });
+    Message::Text(body.to_string().into())
+}
+
+/// Attaches the relay to every new page at the browser level, each waiting for it to run.
+pub(super) fn hold_new_pages_message(id: u64) -> Message {
+    let body = serde_json::json!({
+        "id": id,
+        "method": "Target.setAutoAttach",
+        "params": {
+            "autoAttach": true,
+            "waitForDebuggerOnStart": true,
+            "flatten": true,
+            "filter": [{ "type": "page" }],
+        },
+    });
+    Message::Text(body.to_string().into())
+}
+
+/// chromiumoxide's auto-attach on its page `session`, as chromiumoxide sets it.
+pub(super) fn auto_attach_message(id: u64, session: &str) -> Message {
+    call_message(
+        id,
+        session,
+        "Target.setAutoAttach",
+        serde_json::json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true }),
+    )
+}
+
+/// The empty result of command `id` on `session`, for chromiumoxide.
+pub(super) fn empty_reply(id: u64, session: &str) -> Message {
+    let body = serde_json::json!({ "id": id, "result": {}, "sessionId": session });
+    Message::Text(body.to_string().into())
+}
+
+/// Detaches the relay's own `session` (its target runs on if it waited for it).
+pub(super) fn detach_message(id: u64, session: &str) -> Message {
+    let body = serde_json::json!({
+        "id": id,
+        "method": "Target.detachFromTarget",
+        "params": { "sessionId": session },
     });
     Message::Text(body.to_string().into())
 }
