@@ -11,8 +11,7 @@ use futures::FutureExt;
 use futures::future::OptionFuture;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, discard};
-use crate::ctx::Ctx;
+use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, TaskFn, discard};
 use crate::error::{Error, RunError};
 use crate::redact::redact;
 use crate::relay::Death;
@@ -34,11 +33,10 @@ enum PageRecovery<Br> {
     Relaunch(Br),
 }
 
-impl<'r, B, F, Fut, T, E> Run<'r, B, F>
+impl<'r, B, F, T, E> Run<'r, B, F>
 where
     B: Backend,
-    F: FnMut(B::Page, Ctx) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    F: TaskFn<B::Page, Value = T, Error = E>,
     E: Display,
 {
     /// After the entry's browser or page failed: the entry gets its grace while the
