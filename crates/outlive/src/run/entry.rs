@@ -32,7 +32,7 @@ use crate::report::{Milestone, Outcome};
 type Task<Fut> = Pin<Box<CatchUnwind<AssertUnwindSafe<Instrumented<WithDispatch<Fut>>>>>>;
 
 /// What the task's future answers: its result, or its panic.
-type TaskResult<T, E> = std::thread::Result<Result<T, E>>;
+pub(super) type TaskResult<T, E> = std::thread::Result<Result<T, E>>;
 
 /// An entry of the task: what is fixed while it is watched, and its future.
 struct Entry<Fut> {
