@@ -18,7 +18,7 @@ use crate::checkpoint::idb::{Begun, IdbAnswer, IdbPart, IdbWatch, Moved};
 use crate::checkpoint::script::evaluate;
 use crate::checkpoint::{PartCache, is_storable_origin};
 use crate::error::{Error, ErrorKind};
-use crate::relay::{Calls, FrameSession};
+use crate::relay::{Calls, FrameSession, OwnCall};
 
 /// What the capture script reports for one frame.
 #[derive(Deserialize)]
@@ -178,11 +178,12 @@ async fn evaluate_remote(
         "awaitPromise": true,
         "returnByValue": true,
     });
-    let text = Zeroizing::new(
-        calls
-            .call_unless_unanswered(session, "Runtime.evaluate", params, timeout)
-            .await?,
-    );
+    let call = OwnCall {
+        session,
+        method: "Runtime.evaluate",
+        params,
+    };
+    let text = Zeroizing::new(calls.call_unless_unanswered(call, timeout).await?);
     let reply: Reply = serde_json::from_str(&text).ok()?;
     let evaluated = reply.result?;
     if evaluated.exception.is_some() {
@@ -359,7 +360,12 @@ mod tests {
     async fn answers(calls: &Calls, frame: &str) -> bool {
         let params = serde_json::json!({ "expression": "1" });
         let timeout = Duration::from_millis(500);
-        let reply = calls.call(frame.to_owned(), "Runtime.evaluate", params, timeout);
+        let call = OwnCall {
+            session: frame.to_owned(),
+            method: "Runtime.evaluate",
+            params,
+        };
+        let reply = calls.call(call, timeout);
         reply.await.is_some()
     }
 
