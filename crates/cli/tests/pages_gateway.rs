@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use gateway::PageFault;
 use outlive::{Milestone, Options};
-use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::TestBed;
 use support::Tracked;
 
@@ -22,37 +21,26 @@ async fn page_fails_mid_task(fault: PageFault) {
         .await
         .unwrap();
     let provider = Tracked::new(bed.gateway(), 0);
-    let task = bed.task(30, Duration::from_millis(100));
-    let progress = BankProgress::default();
     let causes: Arc<Mutex<Vec<outlive::DeathCause>>> = Arc::default();
     let seen = causes.clone();
+    let options = Options::new()
+        // Not a test of detection: a browser slow to answer its probe on a loaded machine
+        // must not end the session. (A local CI run at 9471e72 found the session ended
+        // before the fault, after the relay had cut its client; cause not proven).
+        .heartbeat_timeout(Duration::from_secs(6))
+        .on_milestone(move |m| {
+            if let Milestone::PageFailed { cause, .. } | Milestone::Died { cause, .. } = m {
+                seen.lock().unwrap().push(*cause);
+            }
+        });
     // The fifth poll of the first entry asks for the fault (after the sign-in's checkpoint).
-    let (on_event, mut fault_rx) = support::signal_at_polls(&[5]);
-
-    let run = task.outlive_watched(
-        &provider,
-        &progress,
-        &on_event,
-        Options::new()
-            .checkpoint_every(Duration::from_millis(500))
-            // Not a test of detection: a browser slow to answer its probe on a loaded machine
-            // must not end the session. (A local CI run at 9471e72 found the session ended
-            // before the fault, after the relay had cut its client; cause not proven).
-            .heartbeat_timeout(Duration::from_secs(6))
-            .on_milestone(move |m| {
-                if let Milestone::PageFailed { cause, .. } | Milestone::Died { cause, .. } = m {
-                    seen.lock().unwrap().push(*cause);
-                }
-            }),
-    );
-    let chaos = async {
-        if fault_rx.recv().await.is_some() {
-            let id = provider.newest();
-            let hit = bed.gateway().fail_page(&id, fault).await.unwrap();
-            assert!(hit >= 1, "the gateway found the task's page");
-        }
+    let fail_page = async || {
+        let id = provider.newest();
+        let hit = bed.gateway().fail_page(&id, fault).await.unwrap();
+        assert!(hit >= 1, "the gateway found the task's page");
     };
-    let (outlive::Reported { result, event }, ()) = futures::join!(run, chaos);
+    let (outlive::Reported { result, event }, progress) =
+        support::bank_run_acting(&bed, &provider, 30, &[5], options, fail_page).await;
 
     assert_eq!(
         result.map_err(|e| e.to_string()),

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use outlive::{Cloud, Dialect, Options};
-use outlive_cli::bank::BankProgress;
 use outlive_cli::bed::{Recording, TestBed};
 
 /// Polls every 100 ms; the browser is killed after the 15th and the 30th.
@@ -24,28 +23,15 @@ async fn survives(dialect: Dialect) -> Result<(), String> {
         .unwrap();
     let url = format!("{}/{}", bed.gateway().base_url(), dialect.name());
     let provider = Recording::new(Cloud::new(dialect, bed.gateway().api_key()).base_url(url));
-    let task = bed.task(POLLS, Duration::from_millis(100));
-    let progress = BankProgress::default();
-    let (on_event, mut kills) = support::signal_at_polls(KILL_AT);
-    let run = task.outlive_watched(
-        &provider,
-        &progress,
-        &on_event,
-        Options::new()
-            .checkpoint_every(Duration::from_millis(500))
-            .max_relaunches(10)
-            .relaunch_backoff(Duration::from_millis(200)),
-    );
-    let killer = async {
-        while kills.recv().await.is_some() {
-            let id = provider.newest_session_id().expect("a session");
-            let _ = bed.gateway().kill(&id, gateway::DeathMode::Close).await;
-        }
+    let options = Options::new()
+        .max_relaunches(10)
+        .relaunch_backoff(Duration::from_millis(200));
+    let kill = async || {
+        let id = provider.newest_session_id().expect("a session");
+        let _ = bed.gateway().kill(&id, gateway::DeathMode::Close).await;
     };
-    let outlive::Reported { result, event } = tokio::select! {
-        reported = run => reported,
-        () = killer => unreachable!("the sender lives as long as the run"),
-    };
+    let (outlive::Reported { result, event }, _) =
+        support::bank_run_acting(&bed, &provider, POLLS, KILL_AT, options, kill).await;
     let name = dialect.name();
     let json = event.to_json();
     eprintln!("{name}: {json}");

@@ -20,7 +20,9 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
@@ -199,19 +201,41 @@ fn authorised(
     presented.is_some_and(|k| constant_time_eq(k.as_bytes(), shared.config.api_key.as_bytes()))
 }
 
+/// What the handlers know of a request before their own extractors: its dialect, the gateway,
+/// the headers, and whether the key is where the dialect wants it. Each handler refuses a
+/// missing key itself, once its own extractors ran: a bad path or body is answered first.
+struct Caller {
+    shared: Arc<Shared>,
+    shape: &'static Shape,
+    headers: HeaderMap,
+    authorised: bool,
+}
+
+impl FromRequestParts<Ctx> for Caller {
+    type Rejection = QueryRejection;
+
+    async fn from_request_parts(parts: &mut Parts, ctx: &Ctx) -> Result<Self, QueryRejection> {
+        let (shared, shape) = ctx.clone();
+        let Query(query) = Query::<Map<String, Value>>::try_from_uri(&parts.uri)?;
+        let authorised = authorised(shape, &shared, &parts.headers, &query);
+        Ok(Caller {
+            shared,
+            shape,
+            headers: parts.headers.clone(),
+            authorised,
+        })
+    }
+}
+
 fn unauthorised() -> Response {
     error(StatusCode::UNAUTHORIZED, "missing or wrong API key")
 }
 
-async fn create(
-    State((shared, shape)): State<Ctx>,
-    headers: HeaderMap,
-    Query(query): Query<Map<String, Value>>,
-    body: Bytes,
-) -> Response {
-    if !authorised(shape, &shared, &headers, &query) {
+async fn create(caller: Caller, body: Bytes) -> Response {
+    if !caller.authorised {
         return unauthorised();
     }
+    let (shared, shape) = (caller.shared, caller.shape);
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
     } else {
@@ -243,7 +267,7 @@ async fn create(
         Ok(o) => o,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let host = crate::api::request_host(&headers, &shared);
+    let host = crate::api::request_host(&caller.headers, &shared);
     match shared.create(None, overrides, deadline).await {
         Ok(session) => (StatusCode::CREATED, Json(created(shape, &session, &host))).into_response(),
         Err(CreateError::Concurrency { max }) => error(
@@ -274,35 +298,30 @@ fn cdp_url(shape: &Shape, session: &Snapshot, host: &str) -> String {
     format!("ws://{host}/cdp/{}?token={}", session.id, session.token)
 }
 
-async fn look_up(
-    State((shared, shape)): State<Ctx>,
-    headers: HeaderMap,
-    Query(query): Query<Map<String, Value>>,
-    Path(id): Path<String>,
-) -> Response {
-    if !authorised(shape, &shared, &headers, &query) {
+async fn look_up(caller: Caller, Path(id): Path<String>) -> Response {
+    if !caller.authorised {
         return unauthorised();
     }
-    let Some(session) = parse_session_id(&id).and_then(|id| shared.get(id)) else {
+    let Some(session) = parse_session_id(&id).and_then(|id| caller.shared.get(id)) else {
         return error(StatusCode::NOT_FOUND, "no such session");
     };
-    let host = crate::api::request_host(&headers, &shared);
+    let host = crate::api::request_host(&caller.headers, &caller.shared);
     let mut body = Value::Object(Map::new());
-    if let Some((_, field)) = shape.lookup {
-        set_dotted(&mut body, field, cdp_url(shape, &session, &host).into());
+    if let Some((_, field)) = caller.shape.lookup {
+        set_dotted(
+            &mut body,
+            field,
+            cdp_url(caller.shape, &session, &host).into(),
+        );
     }
     Json(body).into_response()
 }
 
-async fn release(
-    State((shared, shape)): State<Ctx>,
-    headers: HeaderMap,
-    Query(query): Query<Map<String, Value>>,
-    Path(id): Path<String>,
-) -> Response {
-    if !authorised(shape, &shared, &headers, &query) {
+async fn release(caller: Caller, Path(id): Path<String>) -> Response {
+    if !caller.authorised {
         return unauthorised();
     }
+    let shared = caller.shared;
     let Some(id) = parse_session_id(&id).filter(|id| shared.issued(*id)) else {
         return error(StatusCode::NOT_FOUND, "no such session");
     };

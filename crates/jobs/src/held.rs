@@ -150,11 +150,14 @@ impl Provider for Recorded {
                 return Ok(session);
             };
             self.record(&id).await;
-            Ok(Box::new(RecordedSession {
-                inner: Some(session),
+            let then = Forget {
                 pool: self.pool.clone(),
                 run_id: self.run_id.clone(),
                 id,
+            };
+            Ok(Box::new(Wrapped {
+                inner: session,
+                then,
             }) as Box<dyn Session>)
         })
     }
@@ -164,44 +167,65 @@ impl Provider for Recorded {
     }
 }
 
-/// A recorded session: forgotten by the run's row once released.
-struct RecordedSession {
-    inner: Option<Box<dyn Session>>,
+/// A launched session with work of the worker's to do once it is released (forget its record,
+/// free its slot); the inner session's otherwise, whose own `Drop` ends it if never released.
+pub(crate) struct Wrapped<W> {
+    pub(crate) inner: Box<dyn Session>,
+    pub(crate) then: W,
+}
+
+/// What a [`Wrapped`] session does as it is released.
+pub(crate) trait OnRelease: Send + Sync + 'static {
+    /// The session's id: the inner session's, unless this says otherwise.
+    fn id<'s>(&'s self, inner: &'s dyn Session) -> Option<&'s str> {
+        inner.id()
+    }
+
+    /// Releases `inner`, then does this work; answers the release.
+    fn release(self, inner: Box<dyn Session>) -> BoxFuture<'static, Result<(), outlive::Error>>;
+}
+
+impl<W: OnRelease> Session for Wrapped<W> {
+    fn endpoint(&self) -> &CdpEndpoint {
+        self.inner.endpoint()
+    }
+
+    fn exited(&self) -> BoxFuture<'static, ()> {
+        self.inner.exited()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.inner.pid()
+    }
+
+    fn id(&self) -> Option<&str> {
+        self.then.id(&*self.inner)
+    }
+
+    fn lifetime(&self) -> Option<Duration> {
+        self.inner.lifetime()
+    }
+
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
+        let Wrapped { inner, then } = *self;
+        then.release(inner)
+    }
+}
+
+/// What a recorded session's release does: forget it in the run's row.
+struct Forget {
     pool: PgPool,
     run_id: String,
     id: String,
 }
 
-impl RecordedSession {
-    fn inner(&self) -> &dyn Session {
-        self.inner.as_deref().expect("present until released")
-    }
-}
-
-impl Session for RecordedSession {
-    fn endpoint(&self) -> &CdpEndpoint {
-        self.inner().endpoint()
-    }
-
-    fn exited(&self) -> BoxFuture<'static, ()> {
-        self.inner().exited()
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.inner().pid()
-    }
-
-    fn id(&self) -> Option<&str> {
+impl OnRelease for Forget {
+    fn id<'s>(&'s self, _: &'s dyn Session) -> Option<&'s str> {
         Some(&self.id)
     }
 
-    fn lifetime(&self) -> Option<Duration> {
-        self.inner().lifetime()
-    }
-
-    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
-        let inner = self.inner.take().expect("released once");
-        let (pool, run_id, id) = (self.pool.clone(), self.run_id.clone(), self.id.clone());
+    fn release(self, inner: Box<dyn Session>) -> BoxFuture<'static, Result<(), outlive::Error>> {
+        let Forget { pool, run_id, id } = self;
         Box::pin(async move {
             inner.release().await?;
             if let Err(e) = forget(&pool, &run_id, &id).await {

@@ -11,11 +11,12 @@
 
 use std::time::Duration;
 
-use outlive::{BoxFuture, CheckpointStore};
+use outlive::CheckpointStore;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
 use crate::PgStore;
+use crate::store::Saving;
 
 /// The lease timeline, from the heartbeat and the missed-heartbeat count.
 #[derive(Debug, Clone, Copy)]
@@ -252,12 +253,7 @@ impl FencedStore {
 }
 
 impl CheckpointStore for FencedStore {
-    fn save<'a>(
-        &'a self,
-        run_id: &'a str,
-        attempt: u32,
-        sealed: Vec<u8>,
-    ) -> BoxFuture<'a, Result<(), outlive::Error>> {
+    fn save<'a>(&'a self, run_id: &'a str, attempt: u32, sealed: Vec<u8>) -> Saving<'a> {
         Box::pin(async move {
             // `FOR SHARE` waits for a claim in flight and checks the row it leaves.
             let saved = sqlx::query(

@@ -19,6 +19,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::Notify;
 
 use crate::error::{Error, ErrorKind};
+use crate::held::{OnRelease, Wrapped};
 
 /// The advisory lock class of session slots ("outl").
 const SLOT_CLASS: i32 = 0x6f75_746c;
@@ -169,9 +170,9 @@ impl<P: Provider> Provider for SessionLimit<P> {
                 .caused_by(e)
             })?;
             let session = self.inner.launch().await?;
-            Ok(Box::new(Limited {
-                inner: Some(session),
-                slot: Some(slot),
+            Ok(Box::new(Wrapped {
+                inner: session,
+                then: FreeSlot(slot),
             }) as Box<dyn Session>)
         })
     }
@@ -181,56 +182,24 @@ impl<P: Provider> Provider for SessionLimit<P> {
     }
 }
 
-/// A session holding its slot until it is released.
-struct Limited {
-    inner: Option<Box<dyn Session>>,
-    slot: Option<PgConnection>,
-}
+/// What a limited session's release does: free the slot it holds until then.
+struct FreeSlot(PgConnection);
 
-impl Limited {
-    fn inner(&self) -> &dyn Session {
-        self.inner.as_deref().expect("present until released")
-    }
-}
-
-impl Session for Limited {
-    fn endpoint(&self) -> &outlive::CdpEndpoint {
-        self.inner().endpoint()
-    }
-
-    fn exited(&self) -> BoxFuture<'static, ()> {
-        self.inner().exited()
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.inner().pid()
-    }
-
-    fn id(&self) -> Option<&str> {
-        self.inner().id()
-    }
-
-    fn lifetime(&self) -> Option<Duration> {
-        self.inner().lifetime()
-    }
-
-    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
-        let inner = self.inner.take().expect("released once");
-        let slot = self.slot.take();
+impl OnRelease for FreeSlot {
+    fn release(self, inner: Box<dyn Session>) -> BoxFuture<'static, Result<(), outlive::Error>> {
+        let FreeSlot(mut slot) = self;
         Box::pin(async move {
             let released = inner.release().await;
-            if let Some(mut slot) = slot {
-                // Unlocked before the notification, so a woken launch finds the slot free;
-                // closing the connection would free it anyway.
-                let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
-                    .execute(&mut slot)
-                    .await;
-                let _ = sqlx::query("SELECT pg_notify($1, '')")
-                    .bind(FREED)
-                    .execute(&mut slot)
-                    .await;
-                let _ = slot.close().await;
-            }
+            // Unlocked before the notification, so a woken launch finds the slot free;
+            // closing the connection would free it anyway.
+            let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
+                .execute(&mut slot)
+                .await;
+            let _ = sqlx::query("SELECT pg_notify($1, '')")
+                .bind(FREED)
+                .execute(&mut slot)
+                .await;
+            let _ = slot.close().await;
             released
         })
     }

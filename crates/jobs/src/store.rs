@@ -107,13 +107,11 @@ impl PgStore {
     }
 }
 
+/// What [`CheckpointStore::save`] answers.
+pub(crate) type Saving<'a> = BoxFuture<'a, Result<(), outlive::Error>>;
+
 impl CheckpointStore for PgStore {
-    fn save<'a>(
-        &'a self,
-        run_id: &'a str,
-        attempt: u32,
-        sealed: Vec<u8>,
-    ) -> BoxFuture<'a, Result<(), outlive::Error>> {
+    fn save<'a>(&'a self, run_id: &'a str, attempt: u32, sealed: Vec<u8>) -> Saving<'a> {
         Box::pin(async move {
             sqlx::query(
                 "INSERT INTO outlive_checkpoints (run_id, attempt, sealed) VALUES ($1, $2, $3)

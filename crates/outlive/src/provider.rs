@@ -13,6 +13,7 @@ mod program;
 mod solari;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 #[cfg(feature = "providers")]
 pub use cloud::{Cloud, Dialect};
@@ -91,41 +92,24 @@ pub trait Session: Send + Sync {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
 }
 
-impl<P: Provider + ?Sized> Provider for Box<P> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
-        (**self).launch()
-    }
-    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
-        (**self).release_id(id)
-    }
+/// `Provider` for pointers to one, each method passed on (a defaulted one too).
+macro_rules! provider_through {
+    ($($pointer:ty),*) => {$(
+        impl<P: Provider + ?Sized> Provider for $pointer {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
+                (**self).launch()
+            }
+            fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
+                (**self).release_id(id)
+            }
+        }
+    )*};
 }
 
-impl<P: Provider + ?Sized> Provider for Arc<P> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
-        (**self).launch()
-    }
-    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
-        (**self).release_id(id)
-    }
-}
-
-impl<P: Provider + ?Sized> Provider for &P {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, Error>> {
-        (**self).launch()
-    }
-    fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
-        (**self).release_id(id)
-    }
-}
+provider_through!(Box<P>, Arc<P>, &P);
 
 /// Runs a dropped session's `release` in the background, if a runtime is still there to run
 /// it: a session dropped unreleased (a cancelled run, a bad answer) still ends.
@@ -134,6 +118,65 @@ pub(crate) fn release_later(release: impl Future<Output = Result<(), Error>> + S
         handle.spawn(crate::quietly(async move {
             let _ = release.await;
         }));
+    }
+}
+
+/// A session its provider releases by id ([`Provider::release_id`]): at
+/// [`Session::release`], or in the background if dropped unreleased.
+struct ByIdSession<P: Provider + Clone + 'static> {
+    provider: P,
+    id: String,
+    /// Always set once the session is handed out.
+    endpoint: Option<CdpEndpoint>,
+    lifetime: Option<Duration>,
+    released: bool,
+}
+
+impl<P: Provider + Clone + 'static> ByIdSession<P> {
+    /// Session `id` of `provider`, stating `lifetime`; its endpoint is set once known.
+    fn new(provider: P, id: String, lifetime: Option<Duration>) -> Self {
+        ByIdSession {
+            provider,
+            id,
+            endpoint: None,
+            lifetime,
+            released: false,
+        }
+    }
+
+    /// The release, owning what it needs, so it may run after the session is gone.
+    fn releasing(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let (provider, id) = (self.provider.clone(), self.id.clone());
+        async move { provider.release_id(&id).await }
+    }
+}
+
+impl<P: Provider + Clone + 'static> Session for ByIdSession<P> {
+    fn endpoint(&self) -> &CdpEndpoint {
+        self.endpoint
+            .as_ref()
+            .expect("set before the session is handed out")
+    }
+
+    fn id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn lifetime(&self) -> Option<Duration> {
+        self.lifetime
+    }
+
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        self.released = true;
+        Box::pin(self.releasing())
+    }
+}
+
+impl<P: Provider + Clone + 'static> Drop for ByIdSession<P> {
+    fn drop(&mut self) {
+        if !self.released {
+            release_later(self.releasing());
+        }
     }
 }
 

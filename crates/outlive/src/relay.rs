@@ -133,11 +133,9 @@ enum Control {
         session_id: String,
         crash: bool,
     },
-    /// Send a command of outlive's own on `session` and hand back the raw reply.
+    /// Send a command of outlive's own and hand back the raw reply.
     Call {
-        session: String,
-        method: &'static str,
-        params: serde_json::Value,
+        call: OwnCall,
         reply: oneshot::Sender<String>,
     },
     /// The out-of-process frames (cross-site iframes) of the page with this session, and the
@@ -467,6 +465,13 @@ pub(crate) struct FrameSession {
     pub frame_id: String,
 }
 
+/// A command of outlive's own: `method` with `params`, on `session`.
+pub(crate) struct OwnCall {
+    pub(crate) session: String,
+    pub(crate) method: &'static str,
+    pub(crate) params: serde_json::Value,
+}
+
 /// Sends commands of outlive's own through the relay, on any session of the browser —
 /// chromiumoxide has no handle on the sessions of out-of-process frames, the relay sees them.
 #[derive(Clone)]
@@ -633,16 +638,10 @@ impl Calls {
         let _ = self.control.send(Control::Program(call));
     }
 
-    /// Sends `method` with `params` on `session`; the raw reply text, or `None` if the relay
-    /// is gone or no reply came within `timeout`.
-    pub async fn call(
-        &self,
-        session: String,
-        method: &'static str,
-        params: serde_json::Value,
-        timeout: Duration,
-    ) -> Option<String> {
-        let rx = self.send(session, method, params)?;
+    /// Sends `call`; the raw reply text, or `None` if the relay is gone or no reply came
+    /// within `timeout`.
+    pub async fn call(&self, call: OwnCall, timeout: Duration) -> Option<String> {
+        let rx = self.send(call)?;
         tokio::time::timeout(timeout, rx).await.ok()?.ok()
     }
 
@@ -652,20 +651,14 @@ impl Calls {
     /// once, as it does for a zero `timeout`. A renderer that hangs runs every command queued
     /// for it once it is free again, so repeated calls to a hung frame (a capture per
     /// checkpoint) would pile up.
-    pub async fn call_unless_unanswered(
-        &self,
-        session: String,
-        method: &'static str,
-        params: serde_json::Value,
-        timeout: Duration,
-    ) -> Option<String> {
+    pub async fn call_unless_unanswered(&self, call: OwnCall, timeout: Duration) -> Option<String> {
         if timeout.is_zero() {
             return None;
         }
         let retry_after = timeout.saturating_mul(UNANSWERED_RETRY_AFTER);
         let waiting = self
             .unanswered()
-            .get_mut(&session)
+            .get_mut(&call.session)
             .is_some_and(|earlier| earlier.holds(retry_after));
         if waiting {
             tracing::debug!(
@@ -673,9 +666,10 @@ impl Calls {
             );
             return None;
         }
-        self.unanswered().remove(&session);
+        self.unanswered().remove(&call.session);
+        let session = call.session.clone();
         let sent = Instant::now();
-        let mut reply = self.send(session.clone(), method, params)?;
+        let mut reply = self.send(call)?;
         match tokio::time::timeout(timeout, &mut reply).await {
             Ok(reply) => reply.ok(),
             Err(_) => {
@@ -686,22 +680,10 @@ impl Calls {
         }
     }
 
-    /// Hands `method` to the relay for `session`; where its reply will come.
-    fn send(
-        &self,
-        session: String,
-        method: &'static str,
-        params: serde_json::Value,
-    ) -> Option<oneshot::Receiver<String>> {
+    /// Hands `call` to the relay; where its reply will come.
+    fn send(&self, call: OwnCall) -> Option<oneshot::Receiver<String>> {
         let (reply, rx) = oneshot::channel();
-        self.control
-            .send(Control::Call {
-                session,
-                method,
-                params,
-                reply,
-            })
-            .ok()?;
+        self.control.send(Control::Call { call, reply }).ok()?;
         Some(rx)
     }
 

@@ -320,6 +320,27 @@ where
 /// A release in progress, capped by `release_timeout`.
 type Release<'r> = BoxFuture<'r, Result<Result<(), Error>, tokio::time::error::Elapsed>>;
 
+/// The task a run enters: called with each entry's page and context, its future answers the
+/// task's value or error. Named once for `Run`'s impls, which are split over modules.
+trait TaskFn<P>: FnMut(P, Ctx) -> <Self as TaskFn<P>>::Entry {
+    /// One entry's future.
+    type Entry: Future<Output = Result<Self::Value, Self::Error>>;
+    /// What the task answers.
+    type Value;
+    /// The task's error.
+    type Error;
+}
+
+impl<P, F, Fut, T, E> TaskFn<P> for F
+where
+    F: FnMut(P, Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    type Entry = Fut;
+    type Value = T;
+    type Error = E;
+}
+
 /// The state of one run, shared by its steps.
 struct Run<'r, B: Backend, F> {
     backend: &'r B,
@@ -405,11 +426,10 @@ enum Ended<T, E, Br> {
     },
 }
 
-impl<'r, B, F, Fut, T, E> Run<'r, B, F>
+impl<'r, B, F, T, E> Run<'r, B, F>
 where
     B: Backend,
-    F: FnMut(B::Page, Ctx) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    F: TaskFn<B::Page, Value = T, Error = E>,
     E: Display,
 {
     /// The loop: a browser (new, or the one whose page was replaced), prepared, entered,

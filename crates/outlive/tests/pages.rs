@@ -330,10 +330,28 @@ fn probing(interval_ms: u64, timeout_ms: u64) -> Options {
         .heartbeat_timeout(Duration::from_millis(timeout_ms))
 }
 
-/// One attempt, with no page recovery or relaunch, and nothing of it left behind.
-fn assert_untouched(e: &outlive::WideEvent, profiles: &support::Profiles) {
-    assert_eq!((e.attempts, e.page_recoveries, e.relaunches), (1, 0, 0));
+/// Runs `task` on killable browsers with `options`, each entry handed the test site's base
+/// URL; checks that the run left nothing behind.
+async fn on_site<F, Fut, T, E>(options: Options, mut task: F) -> outlive::Reported<T, E>
+where
+    F: FnMut(Page, outlive::Ctx, String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let (site, profiles, provider) = support::start().await;
+    let entry = |page, ctx| task(page, ctx, site.base.clone());
+    let reported = outlive_with_event(&provider, entry, options).await;
     profiles.assert_nothing_left();
+    reported
+}
+
+/// One attempt, with no page recovery or relaunch.
+fn assert_untouched(e: &outlive::WideEvent) {
+    assert_eq!(
+        (e.attempts, e.page_recoveries, e.relaunches),
+        (1, 0, 0),
+        "{e:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,68 +359,53 @@ async fn a_slow_navigation_is_not_a_hung_page() {
     // The server takes 3 s, twice the heartbeat interval + timeout: Chromium holds the page's
     // DevTools messages until the navigation commits, so a probe then would go unanswered by
     // a healthy page. outlive does not probe a navigating page.
-    let (site, profiles, provider) = support::start().await;
     let outlive::Reported {
         result: name,
         event: e,
-    } = outlive_with_event(
-        &provider,
-        |page, _ctx| {
-            let site = &site;
-            async move {
-                let started = Instant::now();
-                let eval = page.evaluate("new Promise(r => setTimeout(() => r(7), 2500))");
-                let (nav, slow_eval) = futures::join!(
-                    page.goto(NavigateParams::new(format!("{}/slow/3000", site.base))),
-                    eval
-                );
-                nav?;
-                // The evaluation either finished before the navigation committed or was
-                // cut by it; neither is a page failure.
-                let _ = slow_eval;
-                assert!(started.elapsed() >= Duration::from_millis(3000));
-                text(&page, "#name").await
-            }
-        },
-        probing(500, 1000),
-    )
+    } = on_site(probing(500, 1000), |page, _ctx, base| async move {
+        let started = Instant::now();
+        let eval = page.evaluate("new Promise(r => setTimeout(() => r(7), 2500))");
+        let (nav, slow_eval) = futures::join!(
+            page.goto(NavigateParams::new(format!("{base}/slow/3000"))),
+            eval
+        );
+        nav?;
+        // The evaluation either finished before the navigation committed or was cut by it;
+        // neither is a page failure.
+        let _ = slow_eval;
+        assert!(started.elapsed() >= Duration::from_millis(3000));
+        text(&page, "#name").await
+    })
     .await;
     assert_eq!(name.unwrap(), "slow 3000");
-    assert_untouched(&e, &profiles);
+    assert_untouched(&e);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
-    let (site, profiles, provider) = support::start().await;
-    let entries = AtomicU32::new(0);
+    let entries = &AtomicU32::new(0);
+    // Half a second of stall is probed; a page with an open dialog would be "hung" at 1.5 s.
+    let options = probing(1000, 1000);
     let outlive::Reported {
         result: answers,
         event: e,
-    } = outlive_with_event(
-        &provider,
-        |page, _ctx| {
-            let (site, entries) = (&site, &entries);
-            async move {
-                entries.fetch_add(1, Ordering::SeqCst);
-                page.goto(NavigateParams::new(format!("{}/page/dialogs", site.base)))
-                    .await?;
-                // Each blocks the page's script until the dialog is answered.
-                let started = Instant::now();
-                let alert: bool = page
-                    .evaluate("alert('the step is done'), true")
-                    .await?
-                    .into_value()?;
-                let confirm: bool = page.evaluate("confirm('sure?')").await?.into_value()?;
-                let prompt_null: bool = page
-                    .evaluate("prompt('name?', 'x') === null")
-                    .await?
-                    .into_value()?;
-                Ok::<_, CdpError>((alert, confirm, prompt_null, started.elapsed()))
-            }
-        },
-        // Half a second of stall is probed; a page with an open dialog would be "hung" at 1.5 s.
-        probing(1000, 1000),
-    )
+    } = on_site(options, |page, _ctx, base| async move {
+        entries.fetch_add(1, Ordering::SeqCst);
+        page.goto(NavigateParams::new(format!("{base}/page/dialogs")))
+            .await?;
+        // Each blocks the page's script until the dialog is answered.
+        let started = Instant::now();
+        let alert: bool = page
+            .evaluate("alert('the step is done'), true")
+            .await?
+            .into_value()?;
+        let confirm: bool = page.evaluate("confirm('sure?')").await?.into_value()?;
+        let prompt_null: bool = page
+            .evaluate("prompt('name?', 'x') === null")
+            .await?
+            .into_value()?;
+        Ok::<_, CdpError>((alert, confirm, prompt_null, started.elapsed()))
+    })
     .await;
     let (alert, confirm, prompt_null, took) = answers.unwrap();
     assert_eq!(
@@ -412,7 +415,7 @@ async fn an_alert_nobody_answers_is_dismissed_and_the_step_is_not_redone() {
     );
     assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
     assert_eq!(entries.load(Ordering::SeqCst), 1, "the step is not redone");
-    assert_untouched(&e, &profiles);
+    assert_untouched(&e);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -421,81 +424,67 @@ async fn a_dialog_left_to_the_task_waits_for_it_and_is_no_hung_page() {
     use outlive::chromiumoxide::cdp::browser_protocol::page::{
         EventJavascriptDialogOpening, HandleJavaScriptDialogParams,
     };
-    let (site, profiles, provider) = support::start().await;
+    let options = probing(1000, 1000).dialogs(outlive::Dialogs::Leave);
     let outlive::Reported {
         result: answer,
         event: e,
-    } = outlive_with_event(
-        &provider,
-        |page, _ctx| {
-            let site = &site;
-            async move {
-                page.goto(NavigateParams::new(format!("{}/page/dialogs", site.base)))
-                    .await?;
-                let mut opened = page
-                    .event_listener::<EventJavascriptDialogOpening>()
-                    .await?;
-                let confirm = page.evaluate("confirm('sure?')");
-                // The task takes its time (longer than the hang bound, interval + timeout),
-                // then accepts.
-                let answer = async {
-                    let dialog = opened.next().await.expect("the dialog opens");
-                    assert_eq!(dialog.message, "sure?");
-                    tokio::time::sleep(Duration::from_millis(3000)).await;
-                    page.execute(HandleJavaScriptDialogParams::new(true)).await
-                };
-                let (confirmed, answered) = futures::join!(confirm, answer);
-                answered?;
-                let confirmed: bool = confirmed?.into_value()?;
-                Ok::<_, CdpError>(confirmed)
-            }
-        },
-        probing(1000, 1000).dialogs(outlive::Dialogs::Leave),
-    )
+    } = on_site(options, |page, _ctx, base| async move {
+        page.goto(NavigateParams::new(format!("{base}/page/dialogs")))
+            .await?;
+        let mut opened = page
+            .event_listener::<EventJavascriptDialogOpening>()
+            .await?;
+        let confirm = page.evaluate("confirm('sure?')");
+        // The task takes its time (longer than the hang bound, interval + timeout), then
+        // accepts.
+        let answer = async {
+            let dialog = opened.next().await.expect("the dialog opens");
+            assert_eq!(dialog.message, "sure?");
+            tokio::time::sleep(Duration::from_millis(3000)).await;
+            page.execute(HandleJavaScriptDialogParams::new(true)).await
+        };
+        let (confirmed, answered) = futures::join!(confirm, answer);
+        answered?;
+        let confirmed: bool = confirmed?.into_value()?;
+        Ok::<_, CdpError>(confirmed)
+    })
     .await;
     assert!(answer.unwrap(), "the task's own answer");
-    assert_untouched(&e, &profiles);
+    assert_untouched(&e);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_that_hangs_before_its_navigation_commits_is_noticed() {
-    let (site, profiles, provider) = support::start().await;
-    let navigated_at = Arc::new(Mutex::new(None));
+    let navigated_at = &Mutex::new(None);
     let failed_at = Arc::new(Mutex::new(None));
     let seen = failed_at.clone();
+    let options = Options::new().on_milestone(move |m| {
+        if let Milestone::PageFailed {
+            cause, detected_at, ..
+        } = m
+        {
+            *seen.lock().unwrap() = Some((*cause, *detected_at));
+        }
+    });
     let outlive::Reported {
         result: name,
         event: e,
-    } = outlive_with_event(
-        &provider,
-        |page, ctx| {
-            let (site, navigated_at) = (&site, &navigated_at);
-            async move {
-                if ctx.attempt() == 1 {
-                    page.goto(NavigateParams::new(format!("{}/page/a", site.base)))
-                        .await?;
-                    // The renderer spins; the next document of the same site needs it to commit.
-                    page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
-                        .await?;
-                    *navigated_at.lock().unwrap() = Some(Instant::now());
-                    page.goto(NavigateParams::new(format!("{}/page/b", site.base)))
-                        .await?;
-                    unreachable!("the navigation of a hung page does not commit");
-                }
-                page.goto(NavigateParams::new(format!("{}/page/c", site.base)))
-                    .await?;
-                text(&page, "#name").await
-            }
-        },
-        Options::new().on_milestone(move |m| {
-            if let Milestone::PageFailed {
-                cause, detected_at, ..
-            } = m
-            {
-                *seen.lock().unwrap() = Some((*cause, *detected_at));
-            }
-        }),
-    )
+    } = on_site(options, |page, ctx, base| async move {
+        if ctx.attempt() == 1 {
+            page.goto(NavigateParams::new(format!("{base}/page/a")))
+                .await?;
+            // The renderer spins; the next document of the same site needs it to commit.
+            page.evaluate("setTimeout(() => { for (;;) {} }, 0)")
+                .await?;
+            *navigated_at.lock().unwrap() = Some(Instant::now());
+            page.goto(NavigateParams::new(format!("{base}/page/b")))
+                .await?;
+            unreachable!("the navigation of a hung page does not commit");
+        }
+        page.goto(NavigateParams::new(format!("{base}/page/c")))
+            .await?;
+        text(&page, "#name").await
+    })
     .await;
     assert_eq!(name.unwrap(), "c");
     assert_eq!(
@@ -513,41 +502,34 @@ async fn a_page_that_hangs_before_its_navigation_commits_is_noticed() {
     assert_eq!(cause, DeathCause::PageHung);
     // Default heartbeat: interval 1 s, timeout 2 s.
     assert!(noticed <= Duration::from_secs(3), "{noticed:?}");
-    profiles.assert_nothing_left();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_string_with_a_lone_surrogate_comes_back_with_a_replacement_character() {
     // Chromium escapes a lone surrogate in its JSON ("\ud800"), which chromiumoxide's serde
     // refuses: without the relay's mending the reply is dropped and the call never returns.
-    let (_site, profiles, provider) = support::start().await;
-    let outlive::Reported { result, event } = outlive_with_event(
-        &provider,
-        |page, _ctx| async move {
-            let mut seen = Vec::new();
-            for script in [
-                "'a\\ud800b'",
-                "'\\ude00' + '\\ud83d'",
-                "'\\ud83d\\ude00'",
-                "JSON.stringify('\\udc00')",
-            ] {
-                let value = tokio::time::timeout(Duration::from_secs(20), page.evaluate(script))
-                    .await
-                    .map_err(|_| format!("{script} never returned"))?
-                    .map_err(|e| format!("{script}: {e}"))?;
-                seen.push(value.into_value::<String>().map_err(|e| e.to_string())?);
-            }
-            Ok::<_, String>(seen)
-        },
-        Options::new(),
-    )
+    let outlive::Reported { result, event } = on_site(Options::new(), |page, _ctx, _| async move {
+        let mut seen = Vec::new();
+        for script in [
+            "'a\\ud800b'",
+            "'\\ude00' + '\\ud83d'",
+            "'\\ud83d\\ude00'",
+            "JSON.stringify('\\udc00')",
+        ] {
+            let value = tokio::time::timeout(Duration::from_secs(20), page.evaluate(script))
+                .await
+                .map_err(|_| format!("{script} never returned"))?
+                .map_err(|e| format!("{script}: {e}"))?;
+            seen.push(value.into_value::<String>().map_err(|e| e.to_string())?);
+        }
+        Ok::<_, String>(seen)
+    })
     .await;
     assert_eq!(
         result.unwrap(),
         ["a\u{FFFD}b", "\u{FFFD}\u{FFFD}", "\u{1F600}", "\"\\udc00\""]
     );
     assert_eq!((event.attempts, event.page_recoveries), (1, 0), "{event:?}");
-    profiles.assert_nothing_left();
 }
 
 /// A 2560 × 3200 canvas of noise: its PNG does not compress (about 33 MB of base64).
@@ -579,11 +561,6 @@ async fn a_browser_busy_with_a_big_screenshot_is_not_taken_for_dead() {
     .await;
     let sizes = result.unwrap();
     assert!(sizes.iter().all(|s| *s > 20 << 20), "{sizes:?}");
-    let e = event;
-    assert_eq!(
-        (e.attempts, e.page_recoveries, e.relaunches),
-        (1, 0, 0),
-        "{e:?}"
-    );
+    assert_untouched(&event);
     profiles.assert_nothing_left();
 }

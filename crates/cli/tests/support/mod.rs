@@ -189,6 +189,37 @@ pub async fn bank_run(
     (result.map_err(|e| e.to_string()), event, progress)
 }
 
+/// The bank task of `polls` polls, 100 ms apart, through `provider` on `bed` with `options`
+/// and a checkpoint every 500 ms; `act` runs each time a poll in `at` is done (where the test
+/// kills or faults the browser). The run's report and the task's progress.
+pub async fn bank_run_acting<P: Provider>(
+    bed: &outlive_cli::bed::TestBed,
+    provider: &P,
+    polls: u32,
+    at: &'static [u32],
+    options: Options,
+    mut act: impl AsyncFnMut(),
+) -> (
+    outlive::Reported<u32, outlive_cli::bank::BankError>,
+    outlive_cli::bank::BankProgress,
+) {
+    let task = bed.task(polls, Duration::from_millis(100));
+    let progress = outlive_cli::bank::BankProgress::default();
+    let (on_event, mut signals) = signal_at_polls(at);
+    let options = options.checkpoint_every(Duration::from_millis(500));
+    let run = task.outlive_watched(provider, &progress, &on_event, options);
+    let acting = async {
+        while signals.recv().await.is_some() {
+            act().await;
+        }
+    };
+    let reported = tokio::select! {
+        reported = run => reported,
+        () = acting => unreachable!("the sender lives as long as the run"),
+    };
+    (reported, progress)
+}
+
 /// A bank task's event handler that sends on the channel when a poll in `polls` is done:
 /// where a test kills or faults the browser.
 pub fn signal_at_polls(

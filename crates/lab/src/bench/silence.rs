@@ -14,15 +14,16 @@ use std::time::Duration;
 use async_tungstenite::tungstenite::Message;
 use futures::StreamExt;
 use gateway::DeathMode;
-use outlive::{DeathCause, Milestone, Options};
+use outlive::{DeathCause, Milestone, Options, Solari};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::micro::{detection, kill_each_entry, killable_bed};
+use super::micro::{Timed, detection, kill_each_entry, killable_bed};
 use super::records::{Detection, ms};
 use crate::stats::median;
 use crate::{create_out, write_json, write_text};
+use outlive_cli::bed::{Recording, TestBed};
 use outlive_cli::{Error, ErrorKind};
 
 /// The heartbeat of every arm: the micro-measurements' (idle silence is noticed in 3 s).
@@ -96,8 +97,8 @@ pub async fn run(rounds: u32, kills: u32, out: &std::path::Path) -> Result<Silen
     Ok(report)
 }
 
-/// Options for a served arm, and where its deaths are reported.
-fn options(kills: u32) -> (Options, UnboundedReceiver<(std::time::Instant, DeathCause)>) {
+/// Options for a served arm, and its killer (which they tell of each death).
+fn options(kills: u32) -> (Options, Killer) {
     let (died_tx, died_rx) = unbounded_channel();
     let options = Options::new()
         .checkpoint_every(Duration::from_secs(3600))
@@ -112,13 +113,40 @@ fn options(kills: u32) -> (Options, UnboundedReceiver<(std::time::Instant, Death
                 let _ = died_tx.send((*detected_at, *cause));
             }
         });
-    (options, died_rx)
+    (options, Killer { kills, died_rx })
+}
+
+/// A served arm's killer: `kills` silent deaths, each reported back on `died_rx`.
+struct Killer {
+    kills: u32,
+    died_rx: UnboundedReceiver<(std::time::Instant, DeathCause)>,
+}
+
+impl Killer {
+    /// Kills the browser silently each time the program says its call waits, while the arm
+    /// runs (`ended`: the error of its ending first) and `aside`, which never ends, serves it.
+    async fn kill_while(
+        self,
+        bed: &TestBed,
+        provider: &Recording<Solari>,
+        waiting_rx: UnboundedReceiver<()>,
+        ended: impl Future<Output = Error>,
+        aside: impl Future<Output = ()>,
+    ) -> Result<Timed, Error> {
+        let (kills, died_rx) = (self.kills, self.died_rx);
+        let mode = DeathMode::Silence;
+        tokio::select! {
+            timed = kill_each_entry(bed, provider, mode, kills, waiting_rx, died_rx) => Ok(timed),
+            e = ended => Err(e),
+            () = aside => unreachable!("what serves the arm runs until dropped"),
+        }
+    }
 }
 
 /// `outlive::serve`, with the program in this process reconnecting after each death.
 async fn serve_arm(kills: u32) -> Result<Detection, Error> {
     let (bed, provider) = killable_bed().await?;
-    let (options, died_rx) = options(kills);
+    let (options, killer) = options(kills);
     let (url_tx, url_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (waiting_tx, waiting_rx) = unbounded_channel();
@@ -142,24 +170,14 @@ async fn serve_arm(kills: u32) -> Result<Detection, Error> {
             }
         }
     };
-    let killer = kill_each_entry(
-        &bed,
-        &provider,
-        DeathMode::Silence,
-        kills,
-        waiting_rx,
-        died_rx,
-    );
-    // Boxed, so each can be dropped (and its borrows end) once done with.
-    let (mut served, mut killer, mut program) =
-        (Box::pin(served), Box::pin(killer), Box::pin(program));
-    let timed = tokio::select! {
-        timed = &mut killer => timed,
-        ended = &mut served => return Err(early("serve", ended)),
-        () = &mut program => unreachable!("the program loops until dropped"),
-    };
-    // Its connection closed, so `serve` does not wait for it to answer the close.
-    drop((killer, program));
+    // Boxed: polled while the killer runs, then awaited to its end.
+    let mut served = Box::pin(served);
+    let ended = async { early("serve", (&mut served).await) };
+    // The program (and its connection) is gone once this returns, so `serve` does not wait
+    // for it to answer the close.
+    let timed = killer
+        .kill_while(&bed, &provider, waiting_rx, ended, program)
+        .await?;
     let _ = stop_tx.send(());
     let served = served.await;
     served.map_err(|e| bench_error(format!("serve failed: {e}")))?;
@@ -171,7 +189,7 @@ async fn serve_arm(kills: u32) -> Result<Detection, Error> {
 /// attempt up to `kills` leaves a call waiting and says so; the next one says so and exits.
 async fn run_arm(kills: u32) -> Result<Detection, Error> {
     let (bed, provider) = killable_bed().await?;
-    let (options, died_rx) = options(kills);
+    let (options, killer) = options(kills);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
         .map_err(bench_error)?;
@@ -183,23 +201,13 @@ async fn run_arm(kills: u32) -> Result<Detection, Error> {
         .env(LAST_ENV, (kills + 1).to_string());
     let (waiting_tx, waiting_rx) = unbounded_channel();
     let run = outlive::run_command(&provider, &command, options, std::future::pending());
-    let killer = kill_each_entry(
-        &bed,
-        &provider,
-        DeathMode::Silence,
-        kills,
-        waiting_rx,
-        died_rx,
-    );
-    // Boxed, so the killer can be dropped (and its borrow of the bed end) once done.
-    let (mut run, mut killer) = (Box::pin(run), Box::pin(killer));
+    // Boxed: polled while the killer runs, then awaited to its end.
+    let mut run = Box::pin(run);
+    let ended = async { early("run", (&mut run).await) };
     let notices = notices(listener, waiting_tx);
-    let timed = tokio::select! {
-        timed = &mut killer => timed,
-        ended = &mut run => return Err(early("run", ended)),
-        () = notices => unreachable!("the listener outlives the run"),
-    };
-    drop(killer);
+    let timed = killer
+        .kill_while(&bed, &provider, waiting_rx, ended, notices)
+        .await?;
     let ran = run.await;
     ran.map_err(|e| bench_error(format!("run failed: {e}")))?;
     bed.shutdown().await?;
@@ -223,9 +231,7 @@ async fn notices(listener: tokio::net::TcpListener, waiting: UnboundedSender<()>
     }
 }
 
-fn detection_of(
-    (latency_ms, kill_call_ms, after_kill_returned_ms, causes): super::micro::Timed,
-) -> Detection {
+fn detection_of((latency_ms, kill_call_ms, after_kill_returned_ms, causes): Timed) -> Detection {
     Detection {
         mode: DeathMode::Silence,
         command_waiting: true,

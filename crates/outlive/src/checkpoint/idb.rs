@@ -744,11 +744,63 @@ mod tests {
         indexed_db_in_full: false,
     };
 
+    /// A page under test, the relay's calls, and what its captures keep between them: the
+    /// IndexedDB watch and the parts cache. Dropped in this order, the guards that keep the
+    /// page's Chromium alive last.
+    struct Captures<G> {
+        watch: IdbWatch,
+        cache: PartCache,
+        calls: Calls,
+        page: Page,
+        _guards: G,
+    }
+
+    impl<G> Captures<G> {
+        fn new(page: Page, calls: Calls, guards: G) -> Self {
+            Captures {
+                watch: IdbWatch::default(),
+                cache: PartCache::default(),
+                calls,
+                page,
+                _guards: guards,
+            }
+        }
+
+        /// A checkpoint of the page, as a run takes one.
+        async fn capture(&self) -> Checkpoint {
+            let (page, calls) = (&self.page, &self.calls);
+            capture(page, calls, &self.cache, &self.watch, OPTIONS)
+                .await
+                .unwrap()
+        }
+
+        /// Captures, waits until `n` storage keys are tracked, and captures again: the next
+        /// capture may take these reads as standing.
+        async fn capture_tracked(&self, n: usize) {
+            self.capture().await;
+            until_tracked(&self.watch, n).await;
+            self.capture().await;
+        }
+
+        /// Runs `write` (a page's or a frame's script), then waits until its change event was
+        /// counted: so a capture right after it tests what a capture does with the event.
+        async fn changed_by<O>(&self, write: impl Future<Output = O>) -> O {
+            let n = changes(&self.watch);
+            let written = write.await;
+            until_changed(&self.watch, n).await;
+            written
+        }
+
+        /// The frames' IndexedDB read in full so far.
+        fn full_reads(&self) -> u64 {
+            self.watch.state().full_reads
+        }
+    }
+
     /// A page of a real origin, `https://app.example`, restored from a one-item checkpoint
     /// (served by a restore document; no request leaves), reached through outlive's relay
-    /// (which hands over IndexedDB's change events), the relay's calls, and the guards that
-    /// keep its Chromium alive (dropped in the order the page's own would be).
-    async fn page_on_app_origin() -> (impl Sized, Page, Calls) {
+    /// (which hands over IndexedDB's change events).
+    async fn page_on_app_origin() -> Captures<impl Sized> {
         let (chromium, relay, browser, pump, page) = relayed_page().await;
         let mut cp = Checkpoint::at_url("https://app.example/", Instant::now());
         cp.storage.insert(
@@ -757,14 +809,31 @@ mod tests {
         );
         let calls = relay.calls();
         restore(&page, &calls, &cp, None).await.unwrap();
-        ((pump, browser, relay, chromium), page, calls)
+        Captures::new(page, calls, (pump, browser, relay, chromium))
+    }
+
+    /// A relayed page, and the port of a two-site server to point it at: its `/top{n}` frames
+    /// a cross-site `/frame{n}`.
+    async fn page_on_two_sites() -> (Captures<impl Sized>, u16) {
+        let (chromium, relay, browser, pump, page) = relayed_page().await;
+        let (port, server) = two_site_server().await;
+        let calls = relay.calls();
+        let guards = (server, pump, browser, relay, chromium);
+        (Captures::new(page, calls, guards), port)
     }
 
     /// The IndexedDB (JSON) of the first storage key `cp` holds; empty if none.
     fn idb_of(cp: &Checkpoint) -> String {
         cp.storage
-            .values()
+            .keys()
             .next()
+            .map_or_else(String::new, |key| idb_at(cp, key))
+    }
+
+    /// The IndexedDB (JSON) `cp` holds for storage key `key`; empty if none.
+    fn idb_at(cp: &Checkpoint, key: &StorageKey) -> String {
+        cp.storage
+            .get(key)
             .and_then(|s| s.idb.as_ref())
             .map(|p| p.json.clone())
             .unwrap_or_default()
@@ -801,43 +870,63 @@ mod tests {
 
     #[test]
     fn only_an_origins_own_keys_without_a_nonce_are_tracked() {
-        let o = "http://localhost:9";
-        assert!(trackable_key("http://localhost:9/", o));
-        assert!(trackable_key("http://localhost:9/^0http://127.0.0.1", o));
-        let w = "https://w.example";
-        assert!(trackable_key("https://w.example/^31", w));
-        assert!(!trackable_key("https://w.example/^30", w));
-        assert!(!trackable_key(
-            "https://w.example/^0https://shop.example^31",
-            w
-        ));
-        assert!(
-            !trackable_key("http://localhost:90/", o),
-            "another origin (port)"
-        );
-        assert!(!trackable_key(
-            "http://localhost:9/^0http://127.0.0.1",
-            "http://127.0.0.1"
-        ));
-        assert!(
-            !trackable_key("http://localhost:9/^112345^267890", o),
-            "a nonce"
-        );
-        assert!(
-            !trackable_key("http://localhost:9/^0http://127.0.0.1^4123^5456", o),
-            "an opaque top"
-        );
-        assert!(!trackable_key("http://localhost:9/x", o));
-        assert!(!trackable_key("", o));
+        let (o, w) = ("http://localhost:9", "https://w.example");
+        let cases = [
+            ("http://localhost:9/", o, true, "first-party"),
+            (
+                "http://localhost:9/^0http://127.0.0.1",
+                o,
+                true,
+                "under another top site",
+            ),
+            (
+                "https://w.example/^31",
+                w,
+                true,
+                "with a cross-site ancestor",
+            ),
+            ("https://w.example/^30", w, false, "not a form it tracks"),
+            (
+                "https://w.example/^0https://shop.example^31",
+                w,
+                false,
+                "a site with a ^",
+            ),
+            ("http://localhost:90/", o, false, "another origin (port)"),
+            (
+                "http://localhost:9/^0http://127.0.0.1",
+                "http://127.0.0.1",
+                false,
+                "another origin.s",
+            ),
+            ("http://localhost:9/^112345^267890", o, false, "a nonce"),
+            (
+                "http://localhost:9/^0http://127.0.0.1^4123^5456",
+                o,
+                false,
+                "an opaque top",
+            ),
+            ("http://localhost:9/x", o, false, "a path"),
+            ("", o, false, "empty"),
+        ];
+        for (key, origin, tracked, what) in cases {
+            assert_eq!(trackable_key(key, origin), tracked, "{what}: {key}");
+        }
     }
 
-    #[test]
-    fn a_change_is_counted_against_its_key_and_an_unknown_key_against_all() {
+    /// A `Seen` that tracks `a/` and `b/`.
+    fn tracking_a_and_b() -> Seen {
         let mut seen = Seen::default();
         for key in ["a/", "b/"] {
             seen.ever.insert(key.to_owned());
             seen.tracked.insert(key.to_owned());
         }
+        seen
+    }
+
+    #[test]
+    fn a_change_is_counted_against_its_key_and_an_unknown_key_against_all() {
+        let mut seen = tracking_a_and_b();
         assert!(
             seen.note("a/".into()),
             "a's first change stops its tracking"
@@ -852,11 +941,7 @@ mod tests {
 
     #[test]
     fn a_change_to_a_key_taken_as_standing_marks_the_checkpoint_stale_once() {
-        let mut seen = Seen::default();
-        for key in ["a/", "b/"] {
-            seen.ever.insert(key.to_owned());
-            seen.tracked.insert(key.to_owned());
-        }
+        let mut seen = tracking_a_and_b();
         seen.stood.insert("a/".to_owned());
         seen.note("b/".into());
         assert!(!seen.stale, "b's read was not taken as standing");
@@ -932,69 +1017,52 @@ mod tests {
     /// — a record written, a database created — is in the next capture.
     #[tokio::test]
     async fn indexeddb_is_read_again_only_after_a_change() {
-        let (_guards, page, calls) = page_on_app_origin().await;
-        let _: i64 = read_value(&page, put("first")).await;
+        let t = page_on_app_origin().await;
+        let _: i64 = read_value(&t.page, put("first")).await;
 
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
-        let first = capture().await.unwrap();
+        let first = t.capture().await;
         assert!(idb_of(&first).contains("first"));
         assert!(
-            watch.begin(&cache, false).same.is_empty(),
+            t.watch.begin(&t.cache, false).same.is_empty(),
             "read before tracking began"
         );
-        until_tracked(&watch, 1).await;
-        let second = capture().await.unwrap();
+        until_tracked(&t.watch, 1).await;
+        let second = t.capture().await;
         assert_eq!(idb_of(&second), idb_of(&first));
         assert!(
-            !watch.begin(&cache, false).same.is_empty(),
+            !t.watch.begin(&t.cache, false).same.is_empty(),
             "read while tracked and unchanged: the next capture may skip it"
         );
-        let full_reads = || watch.state().full_reads;
-        assert_eq!(full_reads(), 2);
-        let third = capture().await.unwrap();
+        assert_eq!(t.full_reads(), 2);
+        let third = t.capture().await;
         assert_eq!(idb_of(&third), idb_of(&first), "the same content");
-        assert_eq!(full_reads(), 2, "not read again: nothing changed");
+        assert_eq!(t.full_reads(), 2, "not read again: nothing changed");
 
-        let n = changes(&watch);
-        let _: i64 = read_value(&page, put("second")).await;
-        until_changed(&watch, n).await;
-        let after_put = capture().await.unwrap();
+        let _: i64 = t.changed_by(read_value(&t.page, put("second"))).await;
+        let after_put = t.capture().await;
         assert!(
             idb_of(&after_put).contains("second"),
             "a record written is seen"
         );
-        assert_eq!(full_reads(), 3);
-        until_tracked(&watch, 1).await;
-        let _ = capture().await.unwrap();
+        assert_eq!(t.full_reads(), 3);
+        until_tracked(&t.watch, 1).await;
+        t.capture().await;
 
-        let n = changes(&watch);
-        let _: i64 = read_value(
-            &page,
-            "new Promise((resolve) => { const r = indexedDB.open('other', 3);
-              r.onsuccess = () => { r.result.close(); resolve(1); }; })"
-                .into(),
-        )
-        .await;
-        until_changed(&watch, n).await;
-        let after_create = capture().await.unwrap();
+        let create = "new Promise((resolve) => { const r = indexedDB.open('other', 3);
+              r.onsuccess = () => { r.result.close(); resolve(1); }; })";
+        let _: i64 = t.changed_by(read_value(&t.page, create.into())).await;
+        let after_create = t.capture().await;
         assert!(
             idb_of(&after_create).contains("\"other\""),
             "a database created is seen: {}",
             idb_of(&after_create)
         );
-        until_tracked(&watch, 1).await;
-        let _ = capture().await.unwrap();
-        let n = changes(&watch);
-        let _: i64 = read_value(
-            &page,
-            "new Promise((resolve) => { const r = indexedDB.deleteDatabase('other');
-              r.onsuccess = () => resolve(1); })"
-                .into(),
-        )
-        .await;
-        until_changed(&watch, n).await;
-        let after_delete = capture().await.unwrap();
+        until_tracked(&t.watch, 1).await;
+        t.capture().await;
+        let delete = "new Promise((resolve) => { const r = indexedDB.deleteDatabase('other');
+              r.onsuccess = () => resolve(1); })";
+        let _: i64 = t.changed_by(read_value(&t.page, delete.into())).await;
+        let after_delete = t.capture().await;
         assert!(
             !idb_of(&after_delete).contains("\"other\""),
             "a database deleted is seen"
@@ -1008,32 +1076,24 @@ mod tests {
     #[tokio::test]
     async fn a_change_reported_after_a_capture_that_took_it_as_standing_wakes_stale() {
         use futures::FutureExt;
-        let (_guards, page, calls) = page_on_app_origin().await;
-        let _: i64 = read_value(&page, put("first")).await;
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
-        capture().await.unwrap();
-        until_tracked(&watch, 1).await;
-        capture().await.unwrap();
-        let n = changes(&watch);
-        let _: i64 = read_value(&page, put("read in full")).await;
-        until_changed(&watch, n).await;
+        let t = page_on_app_origin().await;
+        let _: i64 = read_value(&t.page, put("first")).await;
+        t.capture_tracked(1).await;
+        let _: i64 = t.changed_by(read_value(&t.page, put("read in full"))).await;
         assert!(
-            watch.stale().now_or_never().is_none(),
+            t.watch.stale().now_or_never().is_none(),
             "read in full: nothing stood"
         );
-        capture().await.unwrap();
-        until_tracked(&watch, 1).await;
-        capture().await.unwrap();
-        let standing = capture().await.unwrap();
-        assert_eq!(watch.state().full_reads, 4, "the last read stood");
+        t.capture_tracked(1).await;
+        let standing = t.capture().await;
+        assert_eq!(t.full_reads(), 4, "the last read stood");
         assert!(idb_of(&standing).contains("read in full"));
 
-        let _: i64 = read_value(&page, put("late")).await;
-        tokio::time::timeout(Duration::from_secs(10), watch.stale())
+        let _: i64 = read_value(&t.page, put("late")).await;
+        tokio::time::timeout(Duration::from_secs(10), t.watch.stale())
             .await
             .expect("woken within 10 s");
-        let next = capture().await.unwrap();
+        let next = t.capture().await;
         assert!(idb_of(&next).contains("late"), "{}", idb_of(&next));
     }
 
@@ -1042,15 +1102,11 @@ mod tests {
     /// read taken as standing.
     #[tokio::test]
     async fn a_change_during_a_capture_is_in_it() {
-        let (_guards, page, calls) = page_on_app_origin().await;
-        let _: i64 = read_value(&page, put("first")).await;
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
-        capture().await.unwrap();
-        until_tracked(&watch, 1).await;
-        capture().await.unwrap();
+        let t = page_on_app_origin().await;
+        let _: i64 = read_value(&t.page, put("first")).await;
+        t.capture_tracked(1).await;
         assert!(
-            !watch.begin(&cache, false).same.is_empty(),
+            !t.watch.begin(&t.cache, false).same.is_empty(),
             "the next capture may take it as standing"
         );
         // The capture script lists the databases first: the page writes, once, as it does,
@@ -1064,25 +1120,23 @@ mod tests {
               return 1; }})()",
             put("during")
         );
-        let _: i64 = read_value(&page, hook).await;
-        let n = changes(&watch);
-        let (during, ()) = futures::join!(capture(), async {
+        let _: i64 = read_value(&t.page, hook).await;
+        let n = changes(&t.watch);
+        let (during, ()) = futures::join!(t.capture(), async {
             let deadline = Instant::now() + Duration::from_secs(10);
-            while !read_value::<bool>(&page, "globalThis.written === true".into()).await {
+            while !read_value::<bool>(&t.page, "globalThis.written === true".into()).await {
                 assert!(Instant::now() < deadline, "the page wrote within 10 s");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            until_changed(&watch, n).await;
-            let _: bool = read_value(&page, "globalThis.counted = true".into()).await;
+            until_changed(&t.watch, n).await;
+            let _: bool = read_value(&t.page, "globalThis.counted = true".into()).await;
         });
-        let during = during.unwrap();
         assert!(
             idb_of(&during).contains("during"),
             "the change during the capture is in it: {}",
             idb_of(&during)
         );
-        let full_reads = watch.state().full_reads;
-        assert_eq!(full_reads, 3, "read again in full once");
+        assert_eq!(t.full_reads(), 3, "read again in full once");
     }
 
     /// A cross-site iframe's IndexedDB (partitioned under the top's site, in a renderer of its
@@ -1090,130 +1144,103 @@ mod tests {
     /// either — until a change, which the next capture has.
     #[tokio::test]
     async fn a_cross_site_frames_indexeddb_is_read_again_only_after_a_change() {
-        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
-        let (port, _server) = two_site_server().await;
-        let calls = relay.calls();
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        let (t, port) = page_on_two_sites().await;
         let frame_key = key(
             &format!("http://127.0.0.1:{port}"),
             &format!("http://localhost:{port}"),
         );
-        let frame_idb = |cp: &Checkpoint| {
-            cp.storage
-                .get(&frame_key)
-                .and_then(|s| s.idb.as_ref())
-                .map(|p| p.json.clone())
-                .unwrap_or_default()
-        };
-        let full_reads = || watch.state().full_reads;
-        let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
+        let frame_idb = |cp: &Checkpoint| idb_at(cp, &frame_key);
+        let go = |n: u32| t.page.goto(format!("http://127.0.0.1:{port}/top{n}"));
 
         go(0).await.unwrap();
-        let mut frame = the_frame(&page, &calls, None).await;
-        assert_eq!(frame_value(&calls, &frame, &put("first")).await, 1);
-        let first = capture().await.unwrap();
+        let mut frame = the_frame(&t.page, &t.calls, None).await;
+        assert_eq!(frame_value(&t.calls, &frame, &put("first")).await, 1);
+        let first = t.capture().await;
         assert!(frame_idb(&first).contains("first"), "{}", frame_idb(&first));
-        until_tracked(&watch, 1).await;
-        let _ = capture().await.unwrap();
-        assert_eq!(full_reads(), 2, "read in full until tracked");
-        let _ = capture().await.unwrap();
-        assert_eq!(full_reads(), 2, "not read again: nothing changed");
+        until_tracked(&t.watch, 1).await;
+        t.capture().await;
+        assert_eq!(t.full_reads(), 2, "read in full until tracked");
+        t.capture().await;
+        assert_eq!(t.full_reads(), 2, "not read again: nothing changed");
 
         go(1).await.unwrap();
-        frame = the_frame(&page, &calls, Some(&frame)).await;
-        let on_a_new_document = capture().await.unwrap();
+        frame = the_frame(&t.page, &t.calls, Some(&frame)).await;
+        let on_a_new_document = t.capture().await;
         assert_eq!(frame_idb(&on_a_new_document), frame_idb(&first));
         assert_eq!(
-            full_reads(),
+            t.full_reads(),
             2,
             "not read again on the frame's new document: nothing changed"
         );
 
-        let n = changes(&watch);
-        assert_eq!(frame_value(&calls, &frame, &put("second")).await, 1);
-        until_changed(&watch, n).await;
-        let after_put = capture().await.unwrap();
+        let written = t
+            .changed_by(frame_value(&t.calls, &frame, &put("second")))
+            .await;
+        assert_eq!(written, 1);
+        let after_put = t.capture().await;
         assert!(
             frame_idb(&after_put).contains("second"),
             "a record written in the frame is seen: {}",
             frame_idb(&after_put)
         );
-        assert_eq!(full_reads(), 3);
+        assert_eq!(t.full_reads(), 3);
     }
 
     /// A change to one storage key's IndexedDB has only the frames of that key read again: the
     /// top's change leaves the cross-site frame's read standing, and the frame's the top's.
     #[tokio::test]
     async fn a_change_in_one_frames_indexeddb_has_only_that_frame_read_again() {
-        let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
-        let (port, _server) = two_site_server().await;
-        let calls = relay.calls();
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
+        let (t, port) = page_on_two_sites().await;
         let top = format!("http://127.0.0.1:{port}");
         let frame_key = key(&top, &format!("http://localhost:{port}"));
-        let idb = |cp: &Checkpoint, key: &StorageKey| {
-            cp.storage
-                .get(key)
-                .and_then(|s| s.idb.as_ref())
-                .map(|p| p.json.clone())
-                .unwrap_or_default()
-        };
         let top_key = key(&top, &top);
-        let full_reads = || watch.state().full_reads;
 
-        page.goto(format!("{top}/top0")).await.unwrap();
-        let frame = the_frame(&page, &calls, None).await;
-        let _: i64 = read_value(&page, put("top1")).await;
-        assert_eq!(frame_value(&calls, &frame, &put("frame1")).await, 1);
-        capture().await.unwrap();
-        until_tracked(&watch, 2).await;
-        capture().await.unwrap();
-        assert_eq!(full_reads(), 4, "both read in full until tracked");
-        capture().await.unwrap();
-        assert_eq!(full_reads(), 4, "neither read again: nothing changed");
+        t.page.goto(format!("{top}/top0")).await.unwrap();
+        let frame = the_frame(&t.page, &t.calls, None).await;
+        let _: i64 = read_value(&t.page, put("top1")).await;
+        assert_eq!(frame_value(&t.calls, &frame, &put("frame1")).await, 1);
+        t.capture_tracked(2).await;
+        assert_eq!(t.full_reads(), 4, "both read in full until tracked");
+        t.capture().await;
+        assert_eq!(t.full_reads(), 4, "neither read again: nothing changed");
 
-        let n = changes(&watch);
-        let _: i64 = read_value(&page, put("top2")).await;
-        until_changed(&watch, n).await;
-        let cp = capture().await.unwrap();
-        assert!(
-            idb(&cp, &top_key).contains("top2"),
-            "{}",
-            idb(&cp, &top_key)
-        );
-        assert!(idb(&cp, &frame_key).contains("frame1"));
-        assert_eq!(full_reads(), 5, "the top read again, not the frame");
-        until_tracked(&watch, 2).await;
+        let _: i64 = t.changed_by(read_value(&t.page, put("top2"))).await;
+        let cp = t.capture().await;
+        let (top_idb, frame_idb) = (idb_at(&cp, &top_key), idb_at(&cp, &frame_key));
+        assert!(top_idb.contains("top2"), "{top_idb}");
+        assert!(frame_idb.contains("frame1"));
+        assert_eq!(t.full_reads(), 5, "the top read again, not the frame");
+        until_tracked(&t.watch, 2).await;
 
-        let n = changes(&watch);
-        assert_eq!(frame_value(&calls, &frame, &put("frame2")).await, 1);
-        until_changed(&watch, n).await;
-        let cp = capture().await.unwrap();
-        assert!(
-            idb(&cp, &frame_key).contains("frame2"),
-            "{}",
-            idb(&cp, &frame_key)
-        );
-        assert!(idb(&cp, &top_key).contains("top2"));
+        let written = t
+            .changed_by(frame_value(&t.calls, &frame, &put("frame2")))
+            .await;
+        assert_eq!(written, 1);
+        let cp = t.capture().await;
+        let (top_idb, frame_idb) = (idb_at(&cp, &top_key), idb_at(&cp, &frame_key));
+        assert!(frame_idb.contains("frame2"), "{frame_idb}");
+        assert!(top_idb.contains("top2"));
         // The top's read after its change was not tracked as it began (its change untracked
         // it): read once more, then it stands.
         assert_eq!(
-            full_reads(),
+            t.full_reads(),
             7,
             "the frame read again, and the top's second read"
         );
-        until_tracked(&watch, 2).await;
-        capture().await.unwrap();
-        assert_eq!(full_reads(), 8, "the frame's second read after its change");
-        capture().await.unwrap();
-        assert_eq!(full_reads(), 8, "neither read again");
+        until_tracked(&t.watch, 2).await;
+        t.capture().await;
+        assert_eq!(
+            t.full_reads(),
+            8,
+            "the frame's second read after its change"
+        );
+        t.capture().await;
+        assert_eq!(t.full_reads(), 8, "neither read again");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_burst_of_indexeddb_commits_leaves_no_events_piled_up() {
-        let (_guards, page, calls) = page_on_app_origin().await;
+        let t = page_on_app_origin().await;
         let commits = |n: u32, tag: &str| {
             format!(
                 "new Promise((resolve, reject) => {{ const r = indexedDB.open('db', 1);
@@ -1227,20 +1254,16 @@ mod tests {
                 r.onerror = () => reject(r.error); }})"
             )
         };
-        let _: i64 = read_value(&page, commits(1, "a")).await;
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
-        let capture = || capture(&page, &calls, &cache, &watch, OPTIONS);
-        capture().await.unwrap();
-        until_tracked(&watch, 1).await;
-        capture().await.unwrap();
+        let _: i64 = read_value(&t.page, commits(1, "a")).await;
+        t.capture_tracked(1).await;
 
         // 2 000 transactions, one after another: the watcher sees the first and stops the
         // tracking, so the events of most of the others are never sent.
-        let _: i64 = read_value(&page, commits(2_000, "b")).await;
+        let _: i64 = read_value(&t.page, commits(2_000, "b")).await;
         // The watcher runs on its own task: wait (bounded) for it to have seen the change and
         // stopped the tracking.
         let stopped = || {
-            let state = watch.state();
+            let state = t.watch.state();
             let seen = lock(&state.seen);
             seen.changes.all > 0 && seen.tracked.is_empty()
         };
@@ -1254,16 +1277,16 @@ mod tests {
         }
         // The events sent are delivered by now as a rule (a commit's report comes before its
         // completion but for a rare late one): counted, they show the tracking stopped early.
-        watch.begin(&cache, false);
-        let events = lock(&watch.state().seen).changes.all;
+        t.watch.begin(&t.cache, false);
+        let events = lock(&t.watch.state().seen).changes.all;
         assert!(events < 1_000, "{events} events for 2 000 commits");
-        let after = capture().await.unwrap();
+        let after = t.capture().await;
         let idb = idb_of(&after);
         assert!(
             idb.contains("b1999"),
             "the newest record is captured: {idb}"
         );
         // Tracked again after that full read.
-        until_tracked(&watch, 1).await;
+        until_tracked(&t.watch, 1).await;
     }
 }

@@ -80,14 +80,7 @@ impl Checkpoint {
             url: self.url.clone(),
             cookies: self.cookies.clone(),
             storage: frames_of(&self.storage),
-            contexts: self
-                .contexts
-                .iter()
-                .map(|c| PersistedContext {
-                    cookies: c.cookies.clone(),
-                    storage: frames_of(&c.storage),
-                })
-                .collect(),
+            contexts: self.contexts.iter().map(PersistedContext::from).collect(),
             frames_unread: self.frames_unread,
             at_ms: self
                 .at
@@ -124,14 +117,7 @@ impl Checkpoint {
             url: p.url.clone(),
             cookies: p.cookies.clone(),
             storage: storage_of(&p.storage),
-            contexts: p
-                .contexts
-                .iter()
-                .map(|c| ContextState {
-                    cookies: c.cookies.clone(),
-                    storage: storage_of(&c.storage),
-                })
-                .collect(),
+            contexts: p.contexts.iter().map(ContextState::from).collect(),
             // Tabs are reopened only by `serve`, whose checkpoints are not durable.
             tabs: Vec::new(),
             frames_unread: p.frames_unread,
@@ -142,6 +128,24 @@ impl Checkpoint {
                 .as_ref()
                 .map(|s| Arc::new(Zeroizing::new(s.clone()))),
         })
+    }
+}
+
+impl From<&ContextState> for PersistedContext {
+    fn from(c: &ContextState) -> Self {
+        PersistedContext {
+            cookies: c.cookies.clone(),
+            storage: frames_of(&c.storage),
+        }
+    }
+}
+
+impl From<&PersistedContext> for ContextState {
+    fn from(c: &PersistedContext) -> Self {
+        ContextState {
+            cookies: c.cookies.clone(),
+            storage: storage_of(&c.storage),
+        }
     }
 }
 

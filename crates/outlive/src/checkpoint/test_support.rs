@@ -9,6 +9,7 @@ use futures::StreamExt;
 
 use super::script::evaluate_params;
 use super::{Checkpoint, FrameState, Part, StorageKey};
+use crate::relay::OwnCall;
 use tokio_util::task::AbortOnDropHandle;
 
 /// A part holding `json`, its hash made from its length (give parts of the same length
@@ -144,13 +145,13 @@ pub(super) async fn frame_value(
         "awaitPromise": true,
         "returnByValue": true,
     });
+    let call = OwnCall {
+        session: session.to_owned(),
+        method: "Runtime.evaluate",
+        params,
+    };
     let text = calls
-        .call(
-            session.to_owned(),
-            "Runtime.evaluate",
-            params,
-            Duration::from_secs(10),
-        )
+        .call(call, Duration::from_secs(10))
         .await
         .expect("the frame answers");
     let reply: serde_json::Value = serde_json::from_str(&text).unwrap();

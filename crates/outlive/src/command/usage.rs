@@ -310,41 +310,38 @@ impl Command {
 /// The `browserContextId` of a reply to command `id`, if `frame` is that reply.
 pub(crate) fn context_created(frame: &str, id: u64) -> Option<String> {
     #[derive(Deserialize)]
-    struct Reply<'a> {
-        id: Option<u64>,
-        #[serde(borrow)]
-        result: Option<Created<'a>>,
-    }
-    #[derive(Deserialize)]
     struct Created<'a> {
         #[serde(rename = "browserContextId", borrow)]
         id: &'a str,
     }
-    if !frame.contains("\"browserContextId\"") {
-        return None;
-    }
-    let reply: Reply<'_> = serde_json::from_str(frame).ok()?;
-    (reply.id == Some(id)).then(|| reply.result.map(|r| r.id.to_owned()))?
+    let created: Created<'_> = result_of(frame, id, "\"browserContextId\"")?;
+    Some(created.id.to_owned())
 }
 
 /// The `targetId` of a reply to command `id`, if `frame` is that reply.
 pub(crate) fn tab_created(frame: &str, id: u64) -> Option<String> {
     #[derive(Deserialize)]
-    struct Reply<'a> {
-        id: Option<u64>,
-        #[serde(borrow)]
-        result: Option<Created<'a>>,
-    }
-    #[derive(Deserialize)]
     struct Created<'a> {
         #[serde(rename = "targetId", borrow)]
         id: &'a str,
     }
-    if !frame.contains("\"targetId\"") {
+    let created: Created<'_> = result_of(frame, id, "\"targetId\"")?;
+    Some(created.id.to_owned())
+}
+
+/// The `result` of a reply to command `id`, if `frame` is that reply; a frame without
+/// `needle` is not parsed at all.
+fn result_of<'a, R: Deserialize<'a>>(frame: &'a str, id: u64, needle: &str) -> Option<R> {
+    #[derive(Deserialize)]
+    struct Reply<R> {
+        id: Option<u64>,
+        result: Option<R>,
+    }
+    if !frame.contains(needle) {
         return None;
     }
-    let reply: Reply<'_> = serde_json::from_str(frame).ok()?;
-    (reply.id == Some(id)).then(|| reply.result.map(|r| r.id.to_owned()))?
+    let reply: Reply<R> = serde_json::from_str(frame).ok()?;
+    (reply.id == Some(id)).then_some(reply.result)?
 }
 
 /// Chromium attaches a client to the tabs that exist in no stable order, so a client that

@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::{Map, Value};
 
-use super::{BoxFuture, Provider, Session};
+use super::{BoxFuture, ByIdSession, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::redact::{Diagnostics, redact, redact_url};
@@ -374,7 +374,7 @@ impl Cloud {
         self.timeout.or(self.dialect.default_lifetime)
     }
 
-    async fn create_once(&self) -> Result<CloudSession, (Error, bool)> {
+    async fn create_once(&self) -> Result<ByIdSession<Cloud>, (Error, bool)> {
         let url = self.url(self.dialect.create, "");
         let answer = self
             .request(Method::Post, &url)
@@ -385,12 +385,7 @@ impl Cloud {
         let id = field_str(&body, self.dialect.id_field)
             .ok_or_else(|| (self.missing(self.dialect.id_field), false))?
             .to_owned();
-        let mut session = CloudSession {
-            cloud: self.clone(),
-            id,
-            endpoint: None,
-            released: false,
-        };
+        let mut session = ByIdSession::new(self.clone(), id, self.stated_lifetime());
         // From here the session exists: an error drops it, and the drop releases it.
         let cdp = match field_str(&body, self.dialect.cdp_field) {
             Some(url) => url.to_owned(),
@@ -556,47 +551,6 @@ impl Provider for Cloud {
     fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
         let id = id.to_owned();
         Box::pin(async move { self.release_session(&id).await })
-    }
-}
-
-/// One cloud session; released through the dialect's release call, confirmed by a 2xx.
-struct CloudSession {
-    cloud: Cloud,
-    id: String,
-    /// Always set once the session is handed out.
-    endpoint: Option<CdpEndpoint>,
-    released: bool,
-}
-
-impl Session for CloudSession {
-    fn endpoint(&self) -> &CdpEndpoint {
-        self.endpoint
-            .as_ref()
-            .expect("set before the session is handed out")
-    }
-
-    fn id(&self) -> Option<&str> {
-        Some(&self.id)
-    }
-
-    fn lifetime(&self) -> Option<Duration> {
-        self.cloud.stated_lifetime()
-    }
-
-    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
-        self.released = true;
-        let (cloud, id) = (self.cloud.clone(), self.id.clone());
-        Box::pin(async move { cloud.release_session(&id).await })
-    }
-}
-
-impl Drop for CloudSession {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let (cloud, id) = (self.cloud.clone(), self.id.clone());
-        super::release_later(async move { cloud.release_session(&id).await });
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BoxFuture, Provider, Session};
+use super::{BoxFuture, ByIdSession, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::redact::{Diagnostics, redact, redact_tail};
@@ -192,7 +192,7 @@ impl Program {
         Error::new(kind, message)
     }
 
-    async fn launch(self: &Arc<Self>) -> Result<CommandSession, Error> {
+    async fn launch(self: &Arc<Self>) -> Result<ByIdSession<ProviderCommand>, Error> {
         let stdout = self
             .run(&[], self.launch_timeout)
             .await
@@ -208,13 +208,13 @@ impl Program {
                 ),
             )
         })?;
-        let mut session = CommandSession {
-            program: self.clone(),
-            id: launched.id,
-            endpoint: None,
-            lifetime: launched.lifetime_ms.map(Duration::from_millis),
-            released: false,
-        };
+        let mut session = ByIdSession::new(
+            ProviderCommand {
+                inner: self.clone(),
+            },
+            launched.id,
+            launched.lifetime_ms.map(Duration::from_millis),
+        );
         // From here the session exists: a bad URL drops it, and the drop releases it.
         session.endpoint = Some(CdpEndpoint::new(launched.cdp_url)?);
         Ok(session)
@@ -294,48 +294,6 @@ impl Provider for ProviderCommand {
     fn release_id(&self, id: &str) -> BoxFuture<'_, Result<(), Error>> {
         let id = id.to_owned();
         Box::pin(async move { self.inner.release(&id).await })
-    }
-}
-
-/// One session of a provider command; released by running it with `release ID`.
-struct CommandSession {
-    program: Arc<Program>,
-    id: String,
-    /// Always set once the session is handed out.
-    endpoint: Option<CdpEndpoint>,
-    lifetime: Option<Duration>,
-    released: bool,
-}
-
-impl Session for CommandSession {
-    fn endpoint(&self) -> &CdpEndpoint {
-        self.endpoint
-            .as_ref()
-            .expect("set before the session is handed out")
-    }
-
-    fn id(&self) -> Option<&str> {
-        Some(&self.id)
-    }
-
-    fn lifetime(&self) -> Option<Duration> {
-        self.lifetime
-    }
-
-    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
-        self.released = true;
-        let (program, id) = (self.program.clone(), self.id.clone());
-        Box::pin(async move { program.release(&id).await })
-    }
-}
-
-impl Drop for CommandSession {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let (program, id) = (self.program.clone(), self.id.clone());
-        super::release_later(async move { program.release(&id).await });
     }
 }
 

@@ -380,16 +380,11 @@ impl Driver {
                 self.dog.watch(page);
             }
             Control::Opening(generation) => self.dog.opening(generation),
-            Control::Call {
-                session,
-                method,
-                params,
-                reply,
-            } => {
+            Control::Call { call, reply } => {
                 let id = self.dog.next_id();
                 self.calls.retain(|_, (_, r)| !r.is_closed());
-                let message = wire::call_message(id, &session, method, params);
-                self.calls.insert(id, (session, reply));
+                let message = wire::call_message(id, &call.session, call.method, call.params);
+                self.calls.insert(id, (call.session, reply));
                 self.send_own(id, message);
             }
             Control::Frames(page, reply) => {

@@ -298,9 +298,11 @@ async fn an_own_calls_reply_with_a_lone_surrogate_is_mended() {
     let text = relay
         .calls()
         .call(
-            "S".to_owned(),
-            "Runtime.evaluate",
-            serde_json::json!({ "expression": "'a\\ud800b'" }),
+            OwnCall {
+                session: "S".to_owned(),
+                method: "Runtime.evaluate",
+                params: serde_json::json!({ "expression": "'a\\ud800b'" }),
+            },
             Duration::from_secs(10),
         )
         .await

@@ -4,7 +4,6 @@
 //! or a failure's grace.
 
 use std::fmt::Display;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::Duration;
@@ -18,7 +17,8 @@ use tracing::instrument::{Instrumented, WithDispatch};
 
 use super::schedule::{Arm, Doing, Schedule, Timer};
 use super::{
-    Backend, Ended, EntryEnd, LiveBrowser, Run, Spares, Standing, Successor, Turn, type_name_of,
+    Backend, Ended, EntryEnd, LiveBrowser, Run, Spares, Standing, Successor, TaskFn, Turn,
+    type_name_of,
 };
 use crate::ctx::{Ctx, EntryLink, ResumedFrom};
 use crate::error::RunError;
@@ -32,7 +32,7 @@ use crate::report::{Milestone, Outcome};
 type Task<Fut> = Pin<Box<CatchUnwind<AssertUnwindSafe<Instrumented<WithDispatch<Fut>>>>>>;
 
 /// What the task's future answers: its result, or its panic.
-type TaskResult<T, E> = std::thread::Result<Result<T, E>>;
+pub(super) type TaskResult<T, E> = std::thread::Result<Result<T, E>>;
 
 /// An entry of the task: what is fixed while it is watched, and its future.
 struct Entry<Fut> {
@@ -86,11 +86,10 @@ impl<Br> Watch<'_, Br> {
     }
 }
 
-impl<'r, B, F, Fut, T, E> Run<'r, B, F>
+impl<'r, B, F, T, E> Run<'r, B, F>
 where
     B: Backend,
-    F: FnMut(B::Page, Ctx) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    F: TaskFn<B::Page, Value = T, Error = E>,
     E: Display,
 {
     /// Enters the task and watches the entry, the connection and the checkpoint clock until
@@ -138,7 +137,11 @@ where
 
     /// Enters the task on `browser`: its `Ctx`, the milestone, and its future (not polled
     /// yet).
-    fn enter(&mut self, browser: &B::Browser, resumed_from: Option<ResumedFrom>) -> Entry<Fut> {
+    fn enter(
+        &mut self,
+        browser: &B::Browser,
+        resumed_from: Option<ResumedFrom>,
+    ) -> Entry<F::Entry> {
         let options = self.options;
         self.reporter.tally.attempts += 1;
         let attempt = self.reporter.tally.attempts;
@@ -194,7 +197,7 @@ where
     /// `biased`) taken. Stops at the switch, at the task's end, or at a failure.
     async fn watch(
         &mut self,
-        entry: &mut Entry<Fut>,
+        entry: &mut Entry<F::Entry>,
         browser: &B::Browser,
         w: &mut Watch<'r, B::Browser>,
     ) -> Stop<TaskResult<T, E>> {
@@ -356,7 +359,7 @@ where
 
     /// The entry stopped without a switch: the switch disarmed, the successor and the old
     /// standby kept for the next entry. Answers where the entry was cut.
-    fn leave(&mut self, entry: &Entry<Fut>, w: &mut Watch<'r, B::Browser>) -> EntryEnd {
+    fn leave(&mut self, entry: &Entry<F::Entry>, w: &mut Watch<'r, B::Browser>) -> EntryEnd {
         entry.ctx.disarm_switch();
         self.spares = std::mem::take(&mut w.spares);
         let cut = EntryEnd::of(&entry.ctx, entry.started);
@@ -370,7 +373,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
-        task: Task<Fut>,
+        task: Task<F::Entry>,
         cut: EntryEnd,
         out: TaskResult<T, E>,
     ) -> Ended<T, E, B::Browser> {
@@ -393,7 +396,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
-        task: Task<Fut>,
+        task: Task<F::Entry>,
         cut: EntryEnd,
         e: E,
     ) -> Ended<T, E, B::Browser> {

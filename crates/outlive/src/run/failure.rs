@@ -11,8 +11,8 @@ use futures::FutureExt;
 use futures::future::OptionFuture;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, discard};
-use crate::ctx::Ctx;
+use super::entry::TaskResult;
+use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, TaskFn, discard};
 use crate::error::{Error, RunError};
 use crate::redact::redact;
 use crate::relay::Death;
@@ -34,11 +34,10 @@ enum PageRecovery<Br> {
     Relaunch(Br),
 }
 
-impl<'r, B, F, Fut, T, E> Run<'r, B, F>
+impl<'r, B, F, T, E> Run<'r, B, F>
 where
     B: Backend,
-    F: FnMut(B::Page, Ctx) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    F: TaskFn<B::Page, Value = T, Error = E>,
     E: Display,
 {
     /// After the entry's browser or page failed: the entry gets its grace while the
@@ -52,15 +51,46 @@ where
         mut entry: Pin<Box<En>>,
     ) -> Ended<T, E, B::Browser>
     where
-        En: Future<Output = std::thread::Result<Result<T, E>>>,
+        En: Future<Output = TaskResult<T, E>>,
     {
         let options = self.options;
         tracing::info!(cause = death.cause.as_str(), grace = ?options.grace, "the entry's {} failed; waiting out the grace period", if death.cause.is_page() { "page" } else { "browser" });
-        if death.cause.is_page() && browser.browser_death().is_none() {
-            return self.give_page_grace(browser, death, cut, entry).await;
+        let fresh_page = if death.cause.is_page() && browser.browser_death().is_none() {
+            // The fresh page opens now, while the entry has its grace.
+            let mut replacing = Box::pin(browser.replace_page());
+            let (out, replaced) = grace(&mut entry, &mut replacing, options.grace).await;
+            if let Some(end) = finished(out) {
+                drop(replacing);
+                return self.end_in_grace(browser, end).await;
+            }
+            // At most one entry alive: it is dropped before the fresh page is used.
+            drop(entry);
+            Some(match replaced {
+                Some(r) => r,
+                None => replacing.await,
+            })
+        } else {
+            browser.cut();
+            if let Some(end) = self.browser_grace(&mut entry).await {
+                return self.end_in_grace(browser, end).await;
+            }
+            drop(entry);
+            None
+        };
+        Ended::Failed {
+            browser,
+            death,
+            entry: cut,
+            fresh_page,
         }
+    }
 
-        browser.cut();
+    /// The grace after the browser failed: its replacement gets ready meanwhile and is the
+    /// next browser, unless the entry finished (then it is let go, and the entry's end told).
+    async fn browser_grace(
+        &mut self,
+        entry: &mut (impl Future<Output = TaskResult<T, E>> + Unpin),
+    ) -> Option<Finished<T>> {
         // The replacement launches now (or is the successor already up), while the dead entry
         // has its grace; it is entered only after that entry is gone. None when no session
         // is left: the next browser gives up.
@@ -78,87 +108,42 @@ where
             Some((started, launching, fresh)) => (started, Some(launching), fresh),
             None => (Instant::now(), None, false),
         };
-        let (finished, launched) = grace(
-            &mut entry,
+        let (out, launched) = grace(
+            entry,
             &mut OptionFuture::from(launching.as_mut()),
-            options.grace,
+            self.options.grace,
         )
         .await;
         let spare = match launched {
             Some(Some(r)) => Some(futures::future::ready(r).boxed()),
             _ => launching,
         };
-        match finished {
-            Some(Ok(Ok(value))) => {
+        if let Some(end) = finished(out) {
+            if end.is_ok() {
                 tracing::info!("the task finished within the grace period");
-                if let Some(spare) = spare {
-                    discard(spare, &mut self.reporter).await;
-                }
-                return Ended::Over(self.complete(browser, value).await);
             }
-            Some(Err(panic)) => {
-                if let Some(spare) = spare {
-                    discard(spare, &mut self.reporter).await;
-                }
-                self.panicked(browser, panic).await
+            if let Some(spare) = spare {
+                discard(spare, &mut self.reporter).await;
             }
-            Some(Ok(Err(_))) | None => {}
+            return Some(end);
         }
-        drop(entry);
         self.spares.next = spare.map(|launch| NextBrowser {
             since: spare_started,
             launch,
             fresh,
         });
-        Ended::Failed {
-            browser,
-            death,
-            entry: cut,
-            fresh_page: None,
-        }
+        None
     }
 
-    /// The grace after a page failure in a browser that lives on: the fresh page opens
-    /// meanwhile.
-    async fn give_page_grace<En>(
+    /// The run's end when the entry finished within its grace: its value, or its panic.
+    async fn end_in_grace(
         &mut self,
-        mut browser: B::Browser,
-        death: Death,
-        cut: EntryEnd,
-        mut entry: Pin<Box<En>>,
-    ) -> Ended<T, E, B::Browser>
-    where
-        En: Future<Output = std::thread::Result<Result<T, E>>>,
-    {
-        // The fresh page opens now, while the entry has its grace.
-        let mut replacing = Box::pin(browser.replace_page());
-        let (finished, replaced) = grace(&mut entry, &mut replacing, self.options.grace).await;
-        match finished {
-            Some(Ok(Ok(value))) => {
-                drop(replacing);
-                return Ended::Over(self.complete(browser, value).await);
-            }
-            Some(Err(panic)) => {
-                drop(replacing);
-                self.panicked(browser, panic).await
-            }
-            // An error after the failure is the failure's doing; a timeout drops the entry.
-            Some(Ok(Err(_))) | None => {}
-        }
-        // At most one entry alive: it is dropped before the fresh page is used.
-        drop(entry);
-        let replaced = match replaced {
-            Some(r) => {
-                drop(replacing);
-                r
-            }
-            None => replacing.await,
-        };
-        Ended::Failed {
-            browser,
-            death,
-            entry: cut,
-            fresh_page: Some(replaced),
+        browser: B::Browser,
+        end: Finished<T>,
+    ) -> Ended<T, E, B::Browser> {
+        match end {
+            Ok(value) => Ended::Over(self.complete(browser, value).await),
+            Err(panic) => self.panicked(browser, panic).await,
         }
     }
 
@@ -322,6 +307,19 @@ where
             Ok(()) => Ok(None),
             Err(gave_up) => Err(self.give_up(gave_up.into_error()).await),
         }
+    }
+}
+
+/// How an entry that finished within its grace ends the run: its value, or its panic.
+type Finished<T> = std::thread::Result<T>;
+
+/// Whether the entry's end within its grace ends the run: its value or its panic does; an
+/// error after the failure is the failure's doing, and a timeout drops the entry.
+fn finished<T, E>(out: Option<TaskResult<T, E>>) -> Option<Finished<T>> {
+    match out? {
+        Ok(Ok(value)) => Some(Ok(value)),
+        Ok(Err(_)) => None,
+        Err(panic) => Some(Err(panic)),
     }
 }
 

@@ -18,7 +18,7 @@ use crate::checkpoint::idb::{Begun, IdbAnswer, IdbPart, IdbWatch, Moved};
 use crate::checkpoint::script::evaluate;
 use crate::checkpoint::{PartCache, is_storable_origin};
 use crate::error::{Error, ErrorKind};
-use crate::relay::{Calls, FrameSession};
+use crate::relay::{Calls, FrameSession, OwnCall};
 
 /// What the capture script reports for one frame.
 #[derive(Deserialize)]
@@ -178,11 +178,12 @@ async fn evaluate_remote(
         "awaitPromise": true,
         "returnByValue": true,
     });
-    let text = Zeroizing::new(
-        calls
-            .call_unless_unanswered(session, "Runtime.evaluate", params, timeout)
-            .await?,
-    );
+    let call = OwnCall {
+        session,
+        method: "Runtime.evaluate",
+        params,
+    };
+    let text = Zeroizing::new(calls.call_unless_unanswered(call, timeout).await?);
     let reply: Reply = serde_json::from_str(&text).ok()?;
     let evaluated = reply.result?;
     if evaluated.exception.is_some() {
@@ -355,6 +356,19 @@ mod tests {
         frame_value, key, read_value, relayed_page, the_frame, two_site_server,
     };
 
+    /// Whether `frame` answers a trivial evaluation within 500 ms.
+    async fn answers(calls: &Calls, frame: &str) -> bool {
+        let params = serde_json::json!({ "expression": "1" });
+        let timeout = Duration::from_millis(500);
+        let call = OwnCall {
+            session: frame.to_owned(),
+            method: "Runtime.evaluate",
+            params,
+        };
+        let reply = calls.call(call, timeout);
+        reply.await.is_some()
+    }
+
     /// A cross-site iframe whose renderer does not answer (its script spins) is counted unread
     /// once the frame timeout has passed, and the rest of the page is captured: one hung
     /// iframe does not cost the checkpoint (the frame timeout used to equal the capture's own
@@ -377,16 +391,7 @@ mod tests {
         frame_value(&calls, &frame, spin).await;
         // Until the frame stops answering (it never answers again).
         let mut answered = 0;
-        while calls
-            .call(
-                frame.clone(),
-                "Runtime.evaluate",
-                serde_json::json!({ "expression": "1" }),
-                Duration::from_millis(500),
-            )
-            .await
-            .is_some()
-        {
+        while answers(&calls, &frame).await {
             answered += 1;
             assert!(answered < 20, "the frame's script spins");
         }
@@ -432,16 +437,7 @@ mod tests {
 
         // Once the frame is free again (it answers what was queued), it is read again.
         let mut waited = 0;
-        while calls
-            .call(
-                frame.clone(),
-                "Runtime.evaluate",
-                serde_json::json!({ "expression": "1" }),
-                Duration::from_millis(500),
-            )
-            .await
-            .is_none()
-        {
+        while !answers(&calls, &frame).await {
             waited += 1;
             assert!(waited < 60, "the frame's script ends after 8 s");
         }

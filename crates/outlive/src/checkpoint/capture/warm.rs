@@ -102,6 +102,29 @@ mod tests {
         panic!("the document did not warm the capture script up within 10 s");
     }
 
+    /// Has `page`'s top-level documents install the capture script as they start, as outlive's
+    /// pages do.
+    async fn install(page: &Page) {
+        let script = AddScriptToEvaluateOnNewDocumentParams::new(install_on_new_document());
+        page.execute(script).await.unwrap();
+    }
+
+    /// A capture of `page` with `warm` armed beside it, as outlive's captures arm it.
+    async fn warm_capture(
+        page: &Page,
+        calls: &Calls,
+        cache: &PartCache,
+        watch: &IdbWatch,
+        warm: &WarmUp,
+        options: CaptureOptions,
+    ) -> Checkpoint {
+        let (cp, ()) = futures::join!(
+            capture(page, calls, cache, watch, options),
+            warm.arm(page, calls)
+        );
+        cp.unwrap()
+    }
+
     /// Once a page was captured, each new document reads and hashes its Web Storage ahead of
     /// the next capture; that capture still compares every string, so what changed after the
     /// warm-up — in each kind of storage — is captured, and nothing unchanged is sent. (No
@@ -119,18 +142,8 @@ mod tests {
             frame_timeout: Duration::from_secs(5),
             indexed_db_in_full: false,
         };
-        let capture = || async {
-            let (cp, ()) = futures::join!(
-                capture(&page, &calls, &cache, &watch, options),
-                warm.arm(&page, &calls)
-            );
-            cp.unwrap()
-        };
-        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
-            install_on_new_document(),
-        ))
-        .await
-        .unwrap();
+        let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
+        install(&page).await;
         let go = |n: u32| page.goto(format!("{url}/page{n}"));
         go(0).await.unwrap();
         let _: i64 = read_value(&page, seed("")).await;
@@ -178,23 +191,13 @@ mod tests {
             frame_timeout: Duration::from_secs(5),
             indexed_db_in_full: false,
         };
-        let capture = || async {
-            let (cp, ()) = futures::join!(
-                capture(&page, &calls, &cache, &watch, options),
-                warm.arm(&page, &calls)
-            );
-            cp.unwrap()
-        };
+        let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
         let frame_key = key(
             &format!("http://127.0.0.1:{port}"),
             &format!("http://localhost:{port}"),
         );
         let frame_local = |cp: &Checkpoint| cp.storage[&frame_key].local.clone().unwrap();
-        page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
-            install_on_new_document(),
-        ))
-        .await
-        .unwrap();
+        install(&page).await;
         let go = |n: u32| page.goto(format!("http://127.0.0.1:{port}/top{n}"));
 
         go(0).await.unwrap();

@@ -14,7 +14,7 @@ use super::plan::Load;
 use super::{PIECE_BYTES, RESTORE_JS, RUN};
 use crate::checkpoint::script::{CODEC_JS, cdp_error, evaluate, evaluate_now};
 use crate::error::{Error, ErrorKind};
-use crate::relay::Calls;
+use crate::relay::{Calls, OwnCall};
 
 /// Where handed-over restore data is assembled, piece by piece, in a restore document's main
 /// world (outlive's own document: no site's script runs there).
@@ -171,15 +171,16 @@ async fn navigate_answered(page: &Page, calls: &Calls, url: &str) -> Result<(), 
         return Ok(());
     }
     let params = serde_json::json!({ "url": url });
-    let session = page.session_id().as_ref().to_owned();
-    let text = calls
-        .call(session, "Page.navigate", params, COMMIT_TIMEOUT)
-        .await
-        .ok_or_else(|| {
-            failed(&format!(
-                "no answer within {COMMIT_TIMEOUT:?}, or the page or the browser died meanwhile"
-            ))
-        })?;
+    let call = OwnCall {
+        session: page.session_id().as_ref().to_owned(),
+        method: "Page.navigate",
+        params,
+    };
+    let text = calls.call(call, COMMIT_TIMEOUT).await.ok_or_else(|| {
+        failed(&format!(
+            "no answer within {COMMIT_TIMEOUT:?}, or the page or the browser died meanwhile"
+        ))
+    })?;
     let reply: Reply = serde_json::from_str(&text)
         .map_err(|e| failed("its answer did not decode").with_source(e))?;
     match (reply.result, reply.error) {
