@@ -161,26 +161,48 @@ async fn outlive_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Erro
     .map_err(|e| bench_error(format!("the outlive arm failed: {e}")))
 }
 
-/// Per page: each arm's median per round, and the ratio of the medians over all rounds.
+/// Per page: each arm's median per round; the paired ratio of each round (its arms ran back
+/// to back) and their median; and the ratio of each arm's median over all its shots. The
+/// ratio of the round medians' medians would mix rounds, and the machine drifts between them.
 pub fn summary(r: &RelayReport) -> String {
     let mut out = format!("{SHOTS} full-page screenshots per arm, page and round\n");
     for page in ["login", "noise"] {
-        let of = |arm: &str| -> Vec<f64> {
+        let runs = |arm: &str| -> Vec<&ShotRun> {
             r.runs
                 .iter()
                 .filter(|x| x.page == page && x.arm == arm)
-                .map(|x| median(&x.shots_ms))
                 .collect()
         };
-        let (direct, outlive) = (of("direct"), of("outlive"));
-        let ratio = median(&outlive) / median(&direct);
+        let (direct, outlive) = (runs("direct"), runs("outlive"));
+        let medians =
+            |runs: &[&ShotRun]| -> Vec<f64> { runs.iter().map(|x| median(&x.shots_ms)).collect() };
+        let (direct_m, outlive_m) = (medians(&direct), medians(&outlive));
+        let paired: Vec<f64> = direct
+            .iter()
+            .filter_map(|d| {
+                let o = outlive.iter().find(|o| o.round == d.round)?;
+                Some(median(&o.shots_ms) / median(&d.shots_ms))
+            })
+            .collect();
+        let pooled = |runs: &[&ShotRun]| -> f64 {
+            let all: Vec<f64> = runs
+                .iter()
+                .flat_map(|x| x.shots_ms.iter().copied())
+                .collect();
+            median(&all)
+        };
+        let (direct_all, outlive_all) = (pooled(&direct), pooled(&outlive));
         let bytes = r
             .runs
             .iter()
             .find(|x| x.page == page)
             .map_or(0, |x| x.png_bytes);
         out.push_str(&format!(
-            "{page} ({bytes} bytes of PNG): direct {direct:.1?} ms, outlive {outlive:.1?} ms; ratio of medians {ratio:.3}\n"
+            "{page} ({bytes} bytes of PNG): direct {direct_m:.1?} ms, outlive {outlive_m:.1?} ms\n  \
+             outlive/direct per round {paired:.3?}, median {:.3}\n  \
+             all shots: direct median {direct_all:.1} ms, outlive {outlive_all:.1} ms, ratio {:.3}\n",
+            median(&paired),
+            outlive_all / direct_all,
         ));
     }
     out
