@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use outlive::chromiumoxide::cdp::browser_protocol::browser::GetVersionParams;
 use outlive::chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
 use outlive::chromiumoxide::handler::HandlerConfig;
 use outlive::chromiumoxide::page::ScreenshotParams;
@@ -25,6 +26,12 @@ const SHOTS: u32 = 60;
 
 /// A page of noise: every pixel random, so its PNG does not compress (about 8 MB of base64).
 const NOISE: &str = "data:text/html,<body style=margin:0><canvas id=c width=1280 height=1600></canvas><script>const c=document.getElementById('c').getContext('2d');const d=c.createImageData(1280,1600);crypto.getRandomValues(new Uint8Array(d.data.buffer).subarray(0,65536));for(let i=0;i<d.data.length;i+=65536)crypto.getRandomValues(d.data.subarray(i,i+65536));for(let i=3;i<d.data.length;i+=4)d.data[i]=255;c.putImageData(d,0,0)</script>";
+
+/// Not a page: the arm times [`ROUND_TRIPS`] `Browser.getVersion` calls instead, what the
+/// relay adds to a small command.
+const VERSION: &str = "about:blank#version";
+/// `Browser.getVersion` calls per arm and round.
+const ROUND_TRIPS: u32 = 600;
 
 /// One arm's screenshots of one page.
 #[derive(Debug, Clone, Serialize)]
@@ -65,7 +72,11 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
     let login = format!("{}/login", bed.bank().base_url());
     let mut runs = Vec::new();
     for round in 0..rounds {
-        for (page, url) in [("login", login.as_str()), ("noise", NOISE)] {
+        for (page, url) in [
+            ("login", login.as_str()),
+            ("noise", NOISE),
+            ("version", VERSION),
+        ] {
             let arms = if round % 2 == 0 {
                 [false, true]
             } else {
@@ -105,8 +116,18 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
 async fn shoot(page: &Page, url: &str) -> Result<(Vec<f64>, usize), String> {
     let viewport = SetDeviceMetricsOverrideParams::new(1280, 800, 1.0, false);
     page.execute(viewport).await.map_err(|e| e.to_string())?;
-    page.goto(url).await.map_err(|e| e.to_string())?;
     let mut times = Vec::new();
+    if url == VERSION {
+        for _ in 0..ROUND_TRIPS {
+            let started = Instant::now();
+            page.execute(GetVersionParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        return Ok((times, 0));
+    }
+    page.goto(url).await.map_err(|e| e.to_string())?;
     let mut size = 0;
     for _ in 0..SHOTS {
         let started = Instant::now();
@@ -166,7 +187,7 @@ async fn outlive_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Erro
 /// ratio of the round medians' medians would mix rounds, and the machine drifts between them.
 pub fn summary(r: &RelayReport) -> String {
     let mut out = format!("{SHOTS} full-page screenshots per arm, page and round\n");
-    for page in ["login", "noise"] {
+    for page in ["login", "noise", "version"] {
         let runs = |arm: &str| -> Vec<&ShotRun> {
             r.runs
                 .iter()
@@ -198,7 +219,7 @@ pub fn summary(r: &RelayReport) -> String {
             .find(|x| x.page == page)
             .map_or(0, |x| x.png_bytes);
         out.push_str(&format!(
-            "{page} ({bytes} bytes of PNG): direct {direct_m:.1?} ms, outlive {outlive_m:.1?} ms\n  \
+            "{page} ({bytes} bytes of PNG; version: {ROUND_TRIPS} Browser.getVersion): direct {direct_m:.1?} ms, outlive {outlive_m:.1?} ms\n  \
              outlive/direct per round {paired:.3?}, median {:.3}\n  \
              all shots: direct median {direct_all:.1} ms, outlive {outlive_all:.1} ms, ratio {:.3}\n",
             median(&paired),
