@@ -11,7 +11,6 @@
 
 mod driver;
 mod forward;
-mod frames;
 mod gate;
 mod socket;
 mod watchdog;

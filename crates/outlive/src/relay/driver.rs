@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::{Error as WsError, Message};
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::forward::{self, Flows, Outbox};
-use super::frames::Frame;
 use super::gate::{Seen, Sent, StartGate, Step};
-use super::socket::{self, Ends, FrameRx, Upstream, classify};
+use super::socket::{self, ClientRx, Upstream, UpstreamRx, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
 use super::{Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals};
@@ -63,20 +63,13 @@ pub(super) async fn run(task: Task) {
     } = task;
     // However the task ends (its handle dropped too), the feeds' receivers learn it.
     let _closed = CloseOnDrop(idb_feeds.clone());
-    let mut up = Ends::of(upstream, true);
-    let Some((client, early)) = socket::accept_client(
-        listener,
-        path,
-        &mut up.frames,
-        &mut control,
-        &mut cut,
-        &signals,
-    )
-    .await
+    let (up_sink, mut up) = upstream.split();
+    let Some((client, early)) =
+        socket::accept_client(listener, path, &mut up, &mut control, &mut cut, &signals).await
     else {
         return;
     };
-    let mut client = Ends::of(client, false);
+    let (client_sink, mut client) = client.split();
     let (mut driver, ends) = Driver::new(heartbeat, signals, flows, idb_feeds);
     let QueueEnds {
         own,
@@ -84,8 +77,8 @@ pub(super) async fn run(task: Task) {
         to_browser,
         to_client,
     } = ends;
-    let browser_writer = forward::write(up.writer, Some(own), to_browser);
-    let client_writer = forward::write(client.writer, None, to_client);
+    let browser_writer = forward::write(up_sink, Some(own), to_browser);
+    let client_writer = forward::write(client_sink, None, to_client);
     tokio::pin!(browser_writer, client_writer);
     for c in early {
         driver.on_control(c);
@@ -98,7 +91,7 @@ pub(super) async fn run(task: Task) {
             Ok(()) => End::ClientGone,
         },
         _ = &mut client_writer => End::ClientGone,
-        end = driver.run(&mut up.frames, &mut client.frames, &mut control, &mut written) => end,
+        end = driver.run(&mut up, &mut client, &mut control, &mut written) => end,
     };
     let End::Died(cause) = end else {
         return;
@@ -129,8 +122,8 @@ impl Drop for CloseOnDrop {
 struct QueueEnds {
     own: forward::Own,
     written: mpsc::UnboundedReceiver<Written>,
-    to_browser: mpsc::Receiver<Frame>,
-    to_client: mpsc::Receiver<Frame>,
+    to_browser: mpsc::Receiver<Message>,
+    to_client: mpsc::Receiver<Message>,
 }
 
 /// The loop's state: the watchdog, the two directions' outboxes, and who waits for replies
@@ -157,7 +150,7 @@ struct Driver {
     gate: StartGate,
 }
 
-type Incoming = Option<Result<Frame, WsError>>;
+type Incoming = Option<Result<Message, WsError>>;
 
 impl Driver {
     fn new(
@@ -198,8 +191,8 @@ impl Driver {
 
     async fn run(
         &mut self,
-        up: &mut FrameRx,
-        client: &mut FrameRx,
+        up: &mut UpstreamRx,
+        client: &mut ClientRx,
         control: &mut ControlRx,
         written: &mut mpsc::UnboundedReceiver<Written>,
     ) -> End {
@@ -218,8 +211,8 @@ impl Driver {
             let browser_clear = self.to_browser.is_clear();
             let step = tokio::select! {
                 biased;
-                msg = up.recv(), if client_clear => self.on_browser_message(msg),
-                msg = client.recv(), if client_clear && browser_clear && gate_open => self.on_client_message(msg),
+                msg = up.next(), if client_clear => self.on_browser_message(msg),
+                msg = client.next(), if client_clear && browser_clear && gate_open => self.on_client_message(msg),
                 Some(c) = control.recv() => {
                     self.on_control(c);
                     Ok(())
@@ -267,15 +260,7 @@ impl Driver {
     fn on_browser_message(&mut self, msg: Incoming) -> Result<(), End> {
         let now = Instant::now();
         match msg {
-            Some(Ok(Frame::Streamed(reply))) => {
-                wire::trace("from browser", &reply.head);
-                self.to_client.push(Frame::Streamed(reply));
-            }
-            // A reply with the client's id, read to its end: the watchdog notes it.
-            Some(Ok(Frame::Arrived(head))) => {
-                let _ = self.dog.on_message(Some(&head), now);
-            }
-            Some(Ok(Frame::Whole(Message::Text(text)))) => {
+            Some(Ok(Message::Text(text))) => {
                 match self.dog.on_message(Some(text.as_bytes()), now) {
                     Verdict::Consumed => {}
                     Verdict::Own(id) => {
@@ -310,18 +295,12 @@ impl Driver {
                     }
                 }
             }
-            Some(Ok(Frame::Whole(m @ Message::Binary(_)))) => {
+            Some(Ok(m @ Message::Binary(_))) => {
                 self.dog.on_message(None, now);
                 self.to_client.push(m);
             }
-            Some(Ok(Frame::Whole(Message::Close(_)))) | None => {
-                return Err(End::Died(DeathCause::Closed));
-            }
-            Some(Ok(Frame::Whole(Message::Ping(payload)))) => {
-                self.dog.on_message(None, now);
-                self.to_browser.push(Message::Pong(payload));
-            }
-            Some(Ok(Frame::Whole(_))) => {
+            Some(Ok(Message::Close(_))) | None => return Err(End::Died(DeathCause::Closed)),
+            Some(Ok(_)) => {
                 self.dog.on_message(None, now);
             }
             Some(Err(e)) => {
@@ -334,7 +313,7 @@ impl Driver {
 
     fn on_client_message(&mut self, msg: Incoming) -> Result<(), End> {
         match msg {
-            Some(Ok(Frame::Whole(Message::Text(text)))) => {
+            Some(Ok(Message::Text(text))) => {
                 wire::trace("to browser", text.as_bytes());
                 let head = Head::of(text.as_bytes());
                 if self.gate.on_client(&head, text.as_bytes()) == Sent::AnswerHere {
@@ -354,14 +333,9 @@ impl Driver {
                     )),
                 }
             }
-            Some(Ok(Frame::Whole(m @ Message::Binary(_)))) => self.to_browser.push(m),
-            Some(Ok(Frame::Whole(Message::Ping(payload)))) => {
-                self.to_client.push(Message::Pong(payload));
-            }
-            Some(Ok(Frame::Whole(Message::Close(_)))) | Some(Err(_)) | None => {
-                return Err(End::ClientGone);
-            }
+            Some(Ok(m @ Message::Binary(_))) => self.to_browser.push(m),
             Some(Ok(_)) => {}
+            Some(Err(_)) | None => return Err(End::ClientGone),
         }
         Ok(())
     }

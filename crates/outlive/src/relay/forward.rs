@@ -14,12 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use async_tungstenite::tungstenite::{Error as WsError, Message};
-use futures::io::AsyncWrite;
+use futures::{Sink, SinkExt};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
-use super::frames::{Frame, Writer};
 use super::watchdog::{Flow, Written};
 
 /// Messages queued per direction before the side feeding it is held back.
@@ -31,14 +30,14 @@ pub(super) const OWN_QUEUE: usize = 64;
 
 /// The driver's end of one direction.
 pub(super) struct Outbox {
-    queue: mpsc::Sender<Frame>,
+    queue: mpsc::Sender<Message>,
     /// Messages that did not fit, oldest first.
-    held: VecDeque<Frame>,
+    held: VecDeque<Message>,
 }
 
 impl Outbox {
     /// An outbox and the receiving end its writer takes from.
-    pub fn new() -> (Outbox, mpsc::Receiver<Frame>) {
+    pub fn new() -> (Outbox, mpsc::Receiver<Message>) {
         let (queue, rx) = mpsc::channel(QUEUE);
         (
             Outbox {
@@ -50,8 +49,7 @@ impl Outbox {
     }
 
     /// Queues `message` behind everything put before it, without waiting.
-    pub fn push(&mut self, message: impl Into<Frame>) {
-        let message = message.into();
+    pub fn push(&mut self, message: Message) {
         if !self.held.is_empty() {
             self.held.push_back(message);
             return;
@@ -99,18 +97,21 @@ pub(super) struct Own {
     pub flows: Flows,
 }
 
-/// Writes what the driver queued to `writer` (the relay's `own` messages first) until the
+/// Writes what the driver queued to `sink` (the relay's `own` messages first) until the
 /// queue closes (`Ok`) or a write fails.
-pub(super) async fn write<W: AsyncWrite + Unpin>(
-    mut writer: Writer<W>,
+pub(super) async fn write<S>(
+    mut sink: S,
     mut own: Option<Own>,
-    mut queue: mpsc::Receiver<Frame>,
-) -> Result<(), WsError> {
+    mut queue: mpsc::Receiver<Message>,
+) -> Result<(), WsError>
+where
+    S: Sink<Message, Error = WsError> + Unpin,
+{
     loop {
         let next = match own.as_mut() {
             Some(own) => tokio::select! {
                 biased;
-                Some((id, m)) = own.messages.recv() => Some((Some(id), Frame::Whole(m))),
+                Some((id, m)) = own.messages.recv() => Some((Some(id), m)),
                 m = queue.recv() => m.map(|m| (None, m)),
             },
             None => queue.recv().await.map(|m| (None, m)),
@@ -118,7 +119,7 @@ pub(super) async fn write<W: AsyncWrite + Unpin>(
         let Some((id, message)) = next else {
             return Ok(());
         };
-        writer.send(message).await?;
+        sink.send(message).await?;
         if let (Some(id), Some(own)) = (id, own.as_ref()) {
             let at = Instant::now();
             let flow = own.flows.now();
