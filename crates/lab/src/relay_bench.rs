@@ -218,8 +218,13 @@ pub fn summary(r: &RelayReport) -> String {
             .iter()
             .find(|x| x.page == page)
             .map_or(0, |x| x.png_bytes);
+        let what = if page == "version" {
+            format!("{ROUND_TRIPS} Browser.getVersion calls")
+        } else {
+            format!("{bytes} bytes of PNG")
+        };
         out.push_str(&format!(
-            "{page} ({bytes} bytes of PNG; version: {ROUND_TRIPS} Browser.getVersion): direct {direct_m:.1?} ms, outlive {outlive_m:.1?} ms\n  \
+            "{page} ({what}): direct {direct_m:.1?} ms, outlive {outlive_m:.1?} ms\n  \
              outlive/direct per round {paired:.3?}, median {:.3}\n  \
              all shots: direct median {direct_all:.1} ms, outlive {outlive_all:.1} ms, ratio {:.3}\n",
             median(&paired),
