@@ -27,10 +27,7 @@ const SHOTS: u32 = 60;
 /// A page of noise: every pixel random, so its PNG does not compress (about 8 MB of base64).
 const NOISE: &str = "data:text/html,<body style=margin:0><canvas id=c width=1280 height=1600></canvas><script>const c=document.getElementById('c').getContext('2d');const d=c.createImageData(1280,1600);crypto.getRandomValues(new Uint8Array(d.data.buffer).subarray(0,65536));for(let i=0;i<d.data.length;i+=65536)crypto.getRandomValues(d.data.subarray(i,i+65536));for(let i=3;i<d.data.length;i+=4)d.data[i]=255;c.putImageData(d,0,0)</script>";
 
-/// Not a page: the arm times [`ROUND_TRIPS`] `Browser.getVersion` calls instead, what the
-/// relay adds to a small command.
-const VERSION: &str = "about:blank#version";
-/// `Browser.getVersion` calls per arm and round.
+/// `Browser.getVersion` calls per arm and round: what the relay adds to a small command.
 const ROUND_TRIPS: u32 = 600;
 
 /// One arm's screenshots of one page.
@@ -41,9 +38,9 @@ pub struct ShotRun {
     pub round: u32,
     /// `direct` or `outlive`.
     pub arm: &'static str,
-    /// `login` or `noise`.
+    /// `login`, `noise` or `version` (round trips).
     pub page: &'static str,
-    /// Every screenshot's time, ms.
+    /// Every screenshot's (or round trip's) time, ms.
     pub shots_ms: Vec<f64>,
     /// The size of the last screenshot's PNG, bytes.
     pub png_bytes: usize,
@@ -72,10 +69,10 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
     let login = format!("{}/login", bed.bank().base_url());
     let mut runs = Vec::new();
     for round in 0..rounds {
-        for (page, url) in [
-            ("login", login.as_str()),
-            ("noise", NOISE),
-            ("version", VERSION),
+        for (page, work) in [
+            ("login", Work::Shots(login.clone())),
+            ("noise", Work::Shots(NOISE.to_owned())),
+            ("version", Work::RoundTrips),
         ] {
             let arms = if round % 2 == 0 {
                 [false, true]
@@ -84,9 +81,9 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
             };
             for through_outlive in arms {
                 let (shots_ms, png_bytes) = if through_outlive {
-                    outlive_arm(&bed, url).await?
+                    outlive_arm(&bed, &work).await?
                 } else {
-                    direct_arm(&bed, url).await?
+                    direct_arm(&bed, &work).await?
                 };
                 let run = ShotRun {
                     round,
@@ -112,12 +109,19 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
     Ok(report)
 }
 
-/// Loads `url` at 1280 × 800 and takes the screenshots; their times and the last one's size.
-async fn shoot(page: &Page, url: &str) -> Result<(Vec<f64>, usize), String> {
-    let viewport = SetDeviceMetricsOverrideParams::new(1280, 800, 1.0, false);
-    page.execute(viewport).await.map_err(|e| e.to_string())?;
+/// What an arm times.
+#[derive(Clone)]
+enum Work {
+    /// Full-page screenshots of the page at this URL.
+    Shots(String),
+    /// `Browser.getVersion` calls.
+    RoundTrips,
+}
+
+/// Does `work` on `page`; each step's time, and the last screenshot's size (0 without one).
+async fn shoot(page: &Page, work: &Work) -> Result<(Vec<f64>, usize), String> {
     let mut times = Vec::new();
-    if url == VERSION {
+    let Work::Shots(url) = work else {
         for _ in 0..ROUND_TRIPS {
             let started = Instant::now();
             page.execute(GetVersionParams::default())
@@ -126,8 +130,10 @@ async fn shoot(page: &Page, url: &str) -> Result<(Vec<f64>, usize), String> {
             times.push(started.elapsed().as_secs_f64() * 1000.0);
         }
         return Ok((times, 0));
-    }
-    page.goto(url).await.map_err(|e| e.to_string())?;
+    };
+    let viewport = SetDeviceMetricsOverrideParams::new(1280, 800, 1.0, false);
+    page.execute(viewport).await.map_err(|e| e.to_string())?;
+    page.goto(url.as_str()).await.map_err(|e| e.to_string())?;
     let mut size = 0;
     for _ in 0..SHOTS {
         let started = Instant::now();
@@ -141,7 +147,7 @@ async fn shoot(page: &Page, url: &str) -> Result<(Vec<f64>, usize), String> {
     Ok((times, size))
 }
 
-async fn direct_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error> {
+async fn direct_arm(bed: &TestBed, work: &Work) -> Result<(Vec<f64>, usize), Error> {
     let session = bed.provider().launch().await.map_err(bench_error)?;
     let result = async {
         let (browser, mut handler) =
@@ -154,7 +160,7 @@ async fn direct_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error
             .await
             .map_err(|e| e.to_string());
         let shots = match page {
-            Ok(page) => shoot(&page, url).await,
+            Ok(page) => shoot(&page, work).await,
             Err(e) => Err(e),
         };
         pump.abort();
@@ -165,16 +171,16 @@ async fn direct_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error
     result.map_err(|e| bench_error(format!("the direct arm failed: {e}")))
 }
 
-async fn outlive_arm(bed: &TestBed, url: &str) -> Result<(Vec<f64>, usize), Error> {
+async fn outlive_arm(bed: &TestBed, work: &Work) -> Result<(Vec<f64>, usize), Error> {
     let provider = bed.provider();
     // No periodic checkpoint lands among the screenshots: the relay alone is measured.
     let options = Options::new().checkpoint_every(Duration::from_secs(3600));
-    let url = url.to_owned();
+    let work = work.clone();
     outlive::outlive(
         &provider,
         |page, _ctx| {
-            let url = url.clone();
-            async move { shoot(&page, &url).await }
+            let work = work.clone();
+            async move { shoot(&page, &work).await }
         },
         options,
     )
