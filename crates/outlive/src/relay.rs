@@ -11,6 +11,7 @@
 
 mod driver;
 mod forward;
+mod frames;
 mod gate;
 mod socket;
 mod watchdog;

@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::{Error as WsError, Message};
-use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::forward::{self, Flows, Outbox};
+use super::frames::Frame;
 use super::gate::{Seen, Sent, StartGate, Step};
-use super::socket::{self, ClientRx, Upstream, UpstreamRx, classify};
+use super::socket::{self, Ends, FrameRx, Upstream, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
 use super::{Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals};
@@ -63,13 +63,20 @@ pub(super) async fn run(task: Task) {
     } = task;
     // However the task ends (its handle dropped too), the feeds' receivers learn it.
     let _closed = CloseOnDrop(idb_feeds.clone());
-    let (up_sink, mut up) = upstream.split();
-    let Some((client, early)) =
-        socket::accept_client(listener, path, &mut up, &mut control, &mut cut, &signals).await
+    let mut up = Ends::of(upstream, true);
+    let Some((client, early)) = socket::accept_client(
+        listener,
+        path,
+        &mut up.frames,
+        &mut control,
+        &mut cut,
+        &signals,
+    )
+    .await
     else {
         return;
     };
-    let (client_sink, mut client) = client.split();
+    let mut client = Ends::of(client, false);
     let (mut driver, ends) = Driver::new(heartbeat, signals, flows, idb_feeds);
     let QueueEnds {
         own,
@@ -77,8 +84,8 @@ pub(super) async fn run(task: Task) {
         to_browser,
         to_client,
     } = ends;
-    let browser_writer = forward::write(up_sink, Some(own), to_browser);
-    let client_writer = forward::write(client_sink, None, to_client);
+    let browser_writer = forward::write(up.writer, Some(own), to_browser);
+    let client_writer = forward::write(client.writer, None, to_client);
     tokio::pin!(browser_writer, client_writer);
     for c in early {
         driver.on_control(c);
@@ -91,7 +98,7 @@ pub(super) async fn run(task: Task) {
             Ok(()) => End::ClientGone,
         },
         _ = &mut client_writer => End::ClientGone,
-        end = driver.run(&mut up, &mut client, &mut control, &mut written) => end,
+        end = driver.run(&mut up.frames, &mut client.frames, &mut control, &mut written) => end,
     };
     let End::Died(cause) = end else {
         return;
@@ -122,8 +129,8 @@ impl Drop for CloseOnDrop {
 struct QueueEnds {
     own: forward::Own,
     written: mpsc::UnboundedReceiver<Written>,
-    to_browser: mpsc::Receiver<Message>,
-    to_client: mpsc::Receiver<Message>,
+    to_browser: mpsc::Receiver<Frame>,
+    to_client: mpsc::Receiver<Frame>,
 }
 
 /// The loop's state: the watchdog, the two directions' outboxes, and who waits for replies
@@ -150,7 +157,7 @@ struct Driver {
     gate: StartGate,
 }
 
-type Incoming = Option<Result<Message, WsError>>;
+type Incoming = Option<Result<Frame, WsError>>;
 
 impl Driver {
     fn new(
@@ -191,8 +198,8 @@ impl Driver {
 
     async fn run(
         &mut self,
-        up: &mut UpstreamRx,
-        client: &mut ClientRx,
+        up: &mut FrameRx,
+        client: &mut FrameRx,
         control: &mut ControlRx,
         written: &mut mpsc::UnboundedReceiver<Written>,
     ) -> End {
@@ -211,8 +218,8 @@ impl Driver {
             let browser_clear = self.to_browser.is_clear();
             let step = tokio::select! {
                 biased;
-                msg = up.next(), if client_clear => self.on_browser_message(msg),
-                msg = client.next(), if client_clear && browser_clear && gate_open => self.on_client_message(msg),
+                msg = up.recv(), if client_clear => self.on_browser_message(msg),
+                msg = client.recv(), if client_clear && browser_clear && gate_open => self.on_client_message(msg),
                 Some(c) = control.recv() => {
                     self.on_control(c);
                     Ok(())
@@ -260,7 +267,15 @@ impl Driver {
     fn on_browser_message(&mut self, msg: Incoming) -> Result<(), End> {
         let now = Instant::now();
         match msg {
-            Some(Ok(Message::Text(text))) => {
+            Some(Ok(Frame::Streamed(reply))) => {
+                wire::trace("from browser", &reply.head);
+                self.to_client.push(Frame::Streamed(reply));
+            }
+            // A reply with the client's id, read to its end: the watchdog notes it.
+            Some(Ok(Frame::Arrived(head))) => {
+                let _ = self.dog.on_message(Some(&head), now);
+            }
+            Some(Ok(Frame::Whole(Message::Text(text)))) => {
                 match self.dog.on_message(Some(text.as_bytes()), now) {
                     Verdict::Consumed => {}
                     Verdict::Own(id) => {
@@ -295,12 +310,18 @@ impl Driver {
                     }
                 }
             }
-            Some(Ok(m @ Message::Binary(_))) => {
+            Some(Ok(Frame::Whole(m @ Message::Binary(_)))) => {
                 self.dog.on_message(None, now);
                 self.to_client.push(m);
             }
-            Some(Ok(Message::Close(_))) | None => return Err(End::Died(DeathCause::Closed)),
-            Some(Ok(_)) => {
+            Some(Ok(Frame::Whole(Message::Close(_)))) | None => {
+                return Err(End::Died(DeathCause::Closed));
+            }
+            Some(Ok(Frame::Whole(Message::Ping(payload)))) => {
+                self.dog.on_message(None, now);
+                self.to_browser.push(Message::Pong(payload));
+            }
+            Some(Ok(Frame::Whole(_))) => {
                 self.dog.on_message(None, now);
             }
             Some(Err(e)) => {
@@ -313,7 +334,7 @@ impl Driver {
 
     fn on_client_message(&mut self, msg: Incoming) -> Result<(), End> {
         match msg {
-            Some(Ok(Message::Text(text))) => {
+            Some(Ok(Frame::Whole(Message::Text(text)))) => {
                 wire::trace("to browser", text.as_bytes());
                 let head = Head::of(text.as_bytes());
                 if self.gate.on_client(&head, text.as_bytes()) == Sent::AnswerHere {
@@ -333,9 +354,14 @@ impl Driver {
                     )),
                 }
             }
-            Some(Ok(m @ Message::Binary(_))) => self.to_browser.push(m),
+            Some(Ok(Frame::Whole(m @ Message::Binary(_)))) => self.to_browser.push(m),
+            Some(Ok(Frame::Whole(Message::Ping(payload)))) => {
+                self.to_client.push(Message::Pong(payload));
+            }
+            Some(Ok(Frame::Whole(Message::Close(_)))) | Some(Err(_)) | None => {
+                return Err(End::ClientGone);
+            }
             Some(Ok(_)) => {}
-            Some(Err(_)) | None => return Err(End::ClientGone),
         }
         Ok(())
     }

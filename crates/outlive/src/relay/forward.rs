@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use async_tungstenite::tungstenite::{Error as WsError, Message};
-use futures::{Sink, SinkExt};
+use futures::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
+use super::frames::{Frame, Writer};
 use super::watchdog::{Flow, Written};
 
 /// Messages queued per direction before the side feeding it is held back.
@@ -30,14 +31,14 @@ pub(super) const OWN_QUEUE: usize = 64;
 
 /// The driver's end of one direction.
 pub(super) struct Outbox {
-    queue: mpsc::Sender<Message>,
+    queue: mpsc::Sender<Frame>,
     /// Messages that did not fit, oldest first.
-    held: VecDeque<Message>,
+    held: VecDeque<Frame>,
 }
 
 impl Outbox {
     /// An outbox and the receiving end its writer takes from.
-    pub fn new() -> (Outbox, mpsc::Receiver<Message>) {
+    pub fn new() -> (Outbox, mpsc::Receiver<Frame>) {
         let (queue, rx) = mpsc::channel(QUEUE);
         (
             Outbox {
@@ -49,7 +50,8 @@ impl Outbox {
     }
 
     /// Queues `message` behind everything put before it, without waiting.
-    pub fn push(&mut self, message: Message) {
+    pub fn push(&mut self, message: impl Into<Frame>) {
+        let message = message.into();
         if !self.held.is_empty() {
             self.held.push_back(message);
             return;
@@ -97,21 +99,18 @@ pub(super) struct Own {
     pub flows: Flows,
 }
 
-/// Writes what the driver queued to `sink` (the relay's `own` messages first) until the
+/// Writes what the driver queued to `writer` (the relay's `own` messages first) until the
 /// queue closes (`Ok`) or a write fails.
-pub(super) async fn write<S>(
-    mut sink: S,
+pub(super) async fn write<W: AsyncWrite + Unpin>(
+    mut writer: Writer<W>,
     mut own: Option<Own>,
-    mut queue: mpsc::Receiver<Message>,
-) -> Result<(), WsError>
-where
-    S: Sink<Message, Error = WsError> + Unpin,
-{
+    mut queue: mpsc::Receiver<Frame>,
+) -> Result<(), WsError> {
     loop {
         let next = match own.as_mut() {
             Some(own) => tokio::select! {
                 biased;
-                Some((id, m)) = own.messages.recv() => Some((Some(id), m)),
+                Some((id, m)) = own.messages.recv() => Some((Some(id), Frame::Whole(m))),
                 m = queue.recv() => m.map(|m| (None, m)),
             },
             None => queue.recv().await.map(|m| (None, m)),
@@ -119,7 +118,7 @@ where
         let Some((id, message)) = next else {
             return Ok(());
         };
-        sink.send(message).await?;
+        writer.send(message).await?;
         if let (Some(id), Some(own)) = (id, own.as_ref()) {
             let at = Instant::now();
             let flow = own.flows.now();

@@ -5,11 +5,13 @@ use async_tungstenite::WebSocketStream;
 use async_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use async_tungstenite::tungstenite::http::StatusCode;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
-use futures::StreamExt;
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::forward::{Draining, Flows};
+use super::frames::{Frame, Reader, Writer};
 use super::{Control, ControlRx, DeathCause, Signals};
 use crate::endpoint::CdpEndpoint;
 
@@ -18,13 +20,29 @@ pub(super) type Upstream =
     WebSocketStream<async_tungstenite::tokio::ClientStream<Draining<TcpStream>>>;
 /// The websocket from chromiumoxide.
 pub(super) type Client = WebSocketStream<async_tungstenite::tokio::TokioAdapter<QuickAck>>;
-/// The reading half of [`Upstream`].
-pub(super) type UpstreamRx = async_tungstenite::WebSocketReceiver<
-    async_tungstenite::tokio::ClientStream<Draining<TcpStream>>,
->;
-/// The reading half of [`Client`].
-pub(super) type ClientRx =
-    async_tungstenite::WebSocketReceiver<async_tungstenite::tokio::TokioAdapter<QuickAck>>;
+/// The messages read from a socket, or the error that ended it.
+pub(super) type FrameRx = mpsc::Receiver<Result<Frame, WsError>>;
+
+/// A websocket past its handshake, read by its own task and written frame by frame.
+pub(super) struct Ends<S> {
+    pub frames: FrameRx,
+    pub writer: Writer<WriteHalf<S>>,
+    _reader: AbortOnDropHandle<()>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Ends<S> {
+    /// The browser's socket (`browser`: large replies stream, writes are masked) or the
+    /// client's.
+    pub fn of(ws: WebSocketStream<S>, browser: bool) -> Ends<S> {
+        let (read, write) = ws.into_inner().split();
+        let (frames, reader) = Reader::spawn(read, browser);
+        Ends {
+            frames,
+            writer: Writer::new(write, browser),
+            _reader: reader,
+        }
+    }
+}
 
 /// Opens the upstream websocket; its socket's writes keep `flows`.
 pub(super) async fn connect_upstream(
@@ -60,7 +78,7 @@ pub(super) fn classify(e: &WsError) -> DeathCause {
 pub(super) async fn accept_client(
     listener: TcpListener,
     path: String,
-    upstream: &mut UpstreamRx,
+    upstream: &mut FrameRx,
     control: &mut ControlRx,
     cut: &mut oneshot::Receiver<()>,
     signals: &Signals,
@@ -74,8 +92,8 @@ pub(super) async fn accept_client(
                     return Some((ws, early));
                 }
             }
-            msg = upstream.next() => match msg {
-                Some(Ok(Message::Close(_))) | None => {
+            msg = upstream.recv() => match msg {
+                Some(Ok(Frame::Whole(Message::Close(_)))) | None => {
                     signals.die(DeathCause::Closed);
                     return None;
                 }

@@ -627,6 +627,7 @@ pub(super) fn for_chromiumoxide(text: Utf8Bytes) -> Message {
 
 mod surrogates;
 
+pub(crate) use surrogates::Mender;
 pub use surrogates::mend_lone_surrogates;
 
 #[cfg(test)]

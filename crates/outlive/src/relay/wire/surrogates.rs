@@ -9,6 +9,7 @@
 //! (and what `String::from_utf16_lossy` does). The escape and its replacement are both six
 //! bytes, so the rewrite is in place and nothing else in the frame moves.
 
+use bytes::Bytes;
 use memchr::memmem;
 
 /// `frame` with every escaped lone surrogate replaced by `\ufffd`, or `None` when it has none
@@ -16,15 +17,78 @@ use memchr::memmem;
 /// everything outside escapes are left as they are; text that is not JSON is scanned the same
 /// way and never panics.
 pub fn mend_lone_surrogates(frame: &[u8]) -> Option<Vec<u8>> {
-    // The common case, a frame with no surrogate escape at all, costs one substring scan.
+    let (lone, _) = scan(frame, false);
+    (!lone.is_empty()).then(|| mend_at(frame, &lone))
+}
+
+/// A frame mended as it streams by, chunk after chunk (see [`mend_lone_surrogates`]). An
+/// escape a chunk ends in is held until the next chunk judges it: at most 11 bytes.
+#[derive(Default)]
+pub(crate) struct Mender {
+    held: Vec<u8>,
+}
+
+impl Mender {
+    /// The next bytes of the frame, mended as far as they can be judged.
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Bytes {
+        let data = if self.held.is_empty() {
+            chunk
+        } else {
+            let mut joined = std::mem::take(&mut self.held);
+            joined.extend_from_slice(&chunk);
+            Bytes::from(joined)
+        };
+        let (lone, judged) = scan(&data, true);
+        self.held = data[judged..].to_vec();
+        let out = data.slice(..judged);
+        if lone.is_empty() {
+            out
+        } else {
+            Bytes::from(mend_at(&out, &lone))
+        }
+    }
+
+    /// The end of the frame: what was held, mended.
+    pub(crate) fn finish(&mut self) -> Bytes {
+        let held = std::mem::take(&mut self.held);
+        let (lone, _) = scan(&held, false);
+        Bytes::from(mend_at(&held, &lone))
+    }
+}
+
+/// A copy of `frame` with `\ufffd` at each of `lone`.
+fn mend_at(frame: &[u8], lone: &[usize]) -> Vec<u8> {
+    let mut mended = frame.to_vec();
+    for &i in lone {
+        mended[i..i + 6].copy_from_slice(br"\ufffd");
+    }
+    mended
+}
+
+/// Where `frame`'s lone surrogate escapes start, and how far it could be judged. With `more`
+/// (more bytes follow), it stops at an escape it ends too early to judge; else at its end.
+fn scan(frame: &[u8], more: bool) -> (Vec<usize>, usize) {
+    // The common case, a frame with no surrogate escape at all, costs one substring scan. An
+    // escape it cannot judge starts in its last 11 bytes.
     let candidate = |i: usize| matches!(frame.get(i + 2), Some(b'd' | b'D'));
-    if !memmem::find_iter(frame, br"\u").any(candidate) {
-        return None;
+    let tail = frame.len().saturating_sub(11);
+    let open_end = more && memchr::memchr(b'\\', &frame[tail..]).is_some();
+    if !open_end && !memmem::find_iter(frame, br"\u").any(candidate) {
+        return (Vec::new(), frame.len());
     }
     let mut lone = Vec::new();
     let mut at = 0;
     while let Some(found) = memchr::memchr(b'\\', &frame[at..]) {
         let i = at + found;
+        let needs = match (frame.get(i + 1), unit(frame, i)) {
+            (None, _) => 2,
+            (Some(b'u'), None) => 6,
+            (Some(b'u'), Some(0xD800..=0xDBFF)) => 12,
+            _ => 0,
+        };
+        if more && i + needs > frame.len() {
+            return (lone, i);
+        }
         match frame.get(i + 1) {
             Some(b'u') => {}
             // `\\`, `\"`, `\n`…: two bytes, whatever the second is.
@@ -44,14 +108,7 @@ pub fn mend_lone_surrogates(frame: &[u8]) -> Option<Vec<u8>> {
             None => at = i + 2, // not four hex digits: not a unicode escape
         }
     }
-    if lone.is_empty() {
-        return None;
-    }
-    let mut mended = frame.to_vec();
-    for i in lone {
-        mended[i..i + 6].copy_from_slice(br"\ufffd");
-    }
-    Some(mended)
+    (lone, frame.len())
 }
 
 /// The UTF-16 code unit escaped as `\uXXXX` at `at`, if one is there.
@@ -71,7 +128,7 @@ fn unit(frame: &[u8], at: usize) -> Option<u16> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::mend_lone_surrogates;
+    use super::{Mender, mend_lone_surrogates};
 
     fn mended(json: &str) -> Option<String> {
         mend_lone_surrogates(json.as_bytes()).map(|m| String::from_utf8(m).unwrap())
@@ -168,6 +225,28 @@ mod tests {
                     prop_assert_eq!(read, expected);
                 }
             }
+        }
+
+        /// Mended in chunks, cut anywhere, a frame comes out as mended whole.
+        #[test]
+        fn a_frame_mended_in_chunks_is_the_frame_mended_whole(
+            units in proptest::collection::vec(unit(), 0..40),
+            cuts in proptest::collection::vec(0usize..300, 0..6),
+        ) {
+            let json = json_string(&units, &[]);
+            let whole = mend_lone_surrogates(json.as_bytes()).unwrap_or_else(|| json.clone().into_bytes());
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(json.len())).collect();
+            cuts.sort_unstable();
+            let mut mender = Mender::default();
+            let mut out = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([json.len()]) {
+                let chunk = bytes::Bytes::copy_from_slice(&json.as_bytes()[from..cut]);
+                out.extend_from_slice(&mender.push(chunk));
+                from = cut;
+            }
+            out.extend_from_slice(&mender.finish());
+            prop_assert_eq!(out, whole);
         }
     }
 }
