@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::forward::{self, Flows, Outbox};
-use super::frames::Frame;
+use super::frames::{Frame, WriteError};
 use super::gate::{Seen, Sent, StartGate, Step};
 use super::socket::{self, Ends, FrameRx, Upstream, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
@@ -94,25 +94,32 @@ pub(super) async fn run(task: Task) {
         biased;
         _ = &mut cut => return,
         written = &mut browser_writer => match written {
-            Err(e) => End::Died(classify(&e)),
+            Err(e) => {
+                tracing::debug!(error = %e, "writing to the browser failed");
+                End::Died(DeathCause::Reset)
+            }
             Ok(()) => End::ClientGone,
         },
-        _ = &mut client_writer => End::ClientGone,
+        written = &mut client_writer => {
+            if let Err(WriteError::Cut) = written {
+                // The browser's socket failed inside a reply; the client's frame is cut too.
+                driver.signals.die(DeathCause::Reset);
+            }
+            return;
+        }
         end = driver.run(&mut up.frames, &mut client.frames, &mut control, &mut written) => end,
     };
     let End::Died(cause) = end else {
         return;
     };
     driver.signals.die(cause);
-    // What the browser sent before it died still reaches the client, within `DRAIN`.
+    // What the browser sent before it died still reaches the client, within `DRAIN`. The
+    // writer runs while the held messages go into its queue.
     let to_client = driver.to_client;
     tokio::select! {
         _ = &mut cut => {}
         _ = tokio::time::sleep(DRAIN) => {}
-        _ = async {
-            to_client.close().await;
-            let _ = client_writer.await;
-        } => {}
+        _ = futures::future::join(to_client.close(), client_writer) => {}
     }
 }
 
@@ -267,13 +274,15 @@ impl Driver {
     fn on_browser_message(&mut self, msg: Incoming) -> Result<(), End> {
         let now = Instant::now();
         match msg {
+            // A reply to the client, noted as answered at its start: a page failing while it
+            // streams gets no second reply.
             Some(Ok(Frame::Streamed(reply))) => {
                 wire::trace("from browser", &reply.head);
+                let _ = self.dog.on_message(Some(&reply.head), now);
                 self.to_client.push(Frame::Streamed(reply));
             }
-            // A reply with the client's id, read to its end: the watchdog notes it.
-            Some(Ok(Frame::Arrived(head))) => {
-                let _ = self.dog.on_message(Some(&head), now);
+            Some(Ok(Frame::Arrived)) => {
+                self.dog.on_message(None, now);
             }
             Some(Ok(Frame::Whole(Message::Text(text)))) => {
                 match self.dog.on_message(Some(text.as_bytes()), now) {

@@ -13,13 +13,13 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use async_tungstenite::tungstenite::{Error as WsError, Message};
+use async_tungstenite::tungstenite::Message;
 use futures::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
-use super::frames::{Frame, Writer};
+use super::frames::{Frame, WriteError, Writer};
 use super::watchdog::{Flow, Written};
 
 /// Messages queued per direction before the side feeding it is held back.
@@ -105,7 +105,7 @@ pub(super) async fn write<W: AsyncWrite + Unpin>(
     mut writer: Writer<W>,
     mut own: Option<Own>,
     mut queue: mpsc::Receiver<Frame>,
-) -> Result<(), WsError> {
+) -> Result<(), WriteError> {
     loop {
         let next = match own.as_mut() {
             Some(own) => tokio::select! {

@@ -3,9 +3,10 @@
 //!
 //! A [`Reader`] task per socket turns frames into [`Frame`]s: whole messages, or, from the
 //! browser, a [`Streamed`] reply to one of chromiumoxide's commands of [`STREAM_FROM`] bytes
-//! or more. Its body comes in chunks as they are read, mended of lone surrogates, and the
-//! client's [`Writer`] writes each at once. Everything the relay reads itself comes whole.
-//! No extension is negotiated; text is checked as UTF-8 only where the relay reads it.
+//! or more. Its body comes in chunks as they are read, checked as UTF-8 and mended of lone
+//! surrogates, and the client's [`Writer`] writes each at once. The browser is read as fast
+//! as it sends, however slow the client: at most one message waits, as when replies were
+//! read whole. Everything the relay reads itself comes whole. No extension is negotiated.
 
 use async_tungstenite::tungstenite::error::ProtocolError;
 use async_tungstenite::tungstenite::protocol::CloseFrame;
@@ -25,8 +26,6 @@ const REPLY_START: &[u8] = br#"{"id":"#;
 const HEAD: usize = 32;
 /// The most bytes one read of a streamed body asks for.
 const CHUNK: usize = 256 << 10;
-/// Chunks of a streamed body read ahead of its writer.
-const CHUNKS_AHEAD: usize = 32;
 /// Frames read ahead of the relay's loop.
 const FRAMES_AHEAD: usize = 4;
 /// The reading buffer: many small frames per read.
@@ -36,8 +35,8 @@ const READ_BUFFER: usize = 64 << 10;
 pub(super) enum Frame {
     Whole(Message),
     Streamed(Streamed),
-    /// From a reader only: the streamed reply with this head has been read to its end.
-    Arrived(Bytes),
+    /// From a reader only: the streamed reply before it has been read to its end.
+    Arrived,
 }
 
 impl From<Message> for Frame {
@@ -51,7 +50,27 @@ impl From<Message> for Frame {
 pub(super) struct Streamed {
     pub len: u64,
     pub head: Bytes,
-    pub body: mpsc::Receiver<Bytes>,
+    /// Unbounded so that a slow client never holds back reading the browser; the reader
+    /// checked the length against `MAX_MESSAGE`.
+    pub body: mpsc::UnboundedReceiver<Bytes>,
+}
+
+/// Why a [`Writer`] stopped.
+#[derive(Debug)]
+pub(super) enum WriteError {
+    /// Its socket failed.
+    Io(std::io::Error),
+    /// A streamed reply ended short: the browser's socket failed inside it.
+    Cut,
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Io(e) => write!(f, "{e}"),
+            WriteError::Cut => f.write_str("the browser's socket ended inside a streamed reply"),
+        }
+    }
 }
 
 /// A frame's header.
@@ -119,7 +138,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
     }
 
     /// The next message; a streamed one is handed to `tx` as it starts, and is
-    /// [`Frame::Arrived`] here.
+    /// [`Frame::Arrived`] here. An error inside it ends its body short.
     async fn next(&mut self, tx: &mpsc::Sender<Result<Frame, WsError>>) -> Result<Frame, WsError> {
         loop {
             let h = self.header().await?;
@@ -227,8 +246,10 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             whole.extend_from_slice(&self.payload(h, h.len as usize - HEAD, HEAD as u64).await?);
             return message(TEXT, whole).map(Frame::Whole);
         }
+        let mut utf8 = Utf8Check::default();
+        utf8.push(&head)?;
         let head = Bytes::from(head);
-        let (body_tx, body) = mpsc::channel(CHUNKS_AHEAD);
+        let (body_tx, body) = mpsc::unbounded_channel();
         let streamed = Streamed {
             len: h.len,
             head: head.clone(),
@@ -237,7 +258,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
         // The loop may be gone; the frame is still read to its end.
         let _ = tx.send(Ok(Frame::Streamed(streamed))).await;
         let mut mender = Mender::default();
-        let _ = body_tx.send(mender.push(head.clone())).await;
+        let _ = body_tx.send(mender.push(head));
         let mut read = HEAD as u64;
         let mut buf = BytesMut::new();
         while read < h.len {
@@ -253,12 +274,14 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             if let Some(key) = h.mask {
                 unmask(&mut buf[start..], key, read);
             }
+            utf8.push(&buf[start..])?;
             read += n as u64;
             let chunk = buf.split().freeze();
-            let _ = body_tx.send(mender.push(chunk)).await;
+            let _ = body_tx.send(mender.push(chunk));
         }
-        let _ = body_tx.send(mender.finish()).await;
-        Ok(Frame::Arrived(head))
+        utf8.finish()?;
+        let _ = body_tx.send(mender.finish());
+        Ok(Frame::Arrived)
     }
 
     /// `len` bytes of `h`'s payload, `offset` bytes into it, unmasked.
@@ -283,6 +306,52 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             Err(e) => Err(read_error(e)),
         }
     }
+}
+
+/// UTF-8 checked piece by piece: a character cut between pieces is judged with the next.
+#[derive(Default)]
+struct Utf8Check {
+    /// The start of a character the last piece ended inside: at most 3 bytes.
+    held: Vec<u8>,
+}
+
+impl Utf8Check {
+    fn push(&mut self, mut piece: &[u8]) -> Result<(), WsError> {
+        if !self.held.is_empty() {
+            let had = self.held.len();
+            let take = (4 - had).min(piece.len());
+            self.held.extend_from_slice(&piece[..take]);
+            let valid = match std::str::from_utf8(&self.held) {
+                Ok(_) => self.held.len(),
+                Err(e) if e.error_len().is_some() => return Err(not_utf8()),
+                // Still cut: the piece was shorter than the rest of the character.
+                Err(e) if e.valid_up_to() == 0 => return Ok(()),
+                Err(e) => e.valid_up_to(),
+            };
+            piece = &piece[valid - had..];
+            self.held.clear();
+        }
+        match std::str::from_utf8(piece) {
+            Ok(_) => Ok(()),
+            Err(e) if e.error_len().is_some() => Err(not_utf8()),
+            Err(e) => {
+                self.held = piece[e.valid_up_to()..].to_vec();
+                Ok(())
+            }
+        }
+    }
+
+    /// The end of the text: nothing may be left cut.
+    fn finish(&self) -> Result<(), WsError> {
+        match self.held.is_empty() {
+            true => Ok(()),
+            false => Err(not_utf8()),
+        }
+    }
+}
+
+fn not_utf8() -> WsError {
+    WsError::Utf8("a text message that is not UTF-8".into())
 }
 
 /// A message of `opcode` from its payload (text checked as UTF-8).
@@ -363,16 +432,16 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
     }
 
     /// Writes `frame`, then flushes.
-    pub async fn send(&mut self, frame: Frame) -> Result<(), WsError> {
+    pub async fn send(&mut self, frame: Frame) -> Result<(), WriteError> {
         match frame {
             Frame::Whole(m) => self.whole(m).await?,
             Frame::Streamed(s) => self.streamed(s).await?,
-            Frame::Arrived(_) => return Ok(()),
+            Frame::Arrived => return Ok(()),
         }
-        self.io.flush().await.map_err(WsError::Io)
+        self.io.flush().await.map_err(WriteError::Io)
     }
 
-    async fn whole(&mut self, m: Message) -> Result<(), WsError> {
+    async fn whole(&mut self, m: Message) -> Result<(), WriteError> {
         let (opcode, payload) = match m {
             Message::Text(t) => (TEXT, Bytes::from(t)),
             Message::Binary(b) => (BINARY, b),
@@ -397,7 +466,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         self.write(&out).await
     }
 
-    async fn streamed(&mut self, mut s: Streamed) -> Result<(), WsError> {
+    async fn streamed(&mut self, mut s: Streamed) -> Result<(), WriteError> {
         let key = self.masks.then(rand::random::<[u8; 4]>);
         let (header, n) = header(TEXT, s.len, key);
         self.write(&header[..n]).await?;
@@ -415,13 +484,13 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         }
         if written != s.len {
             // The browser's socket ended inside the message: so does this one.
-            return Err(reset());
+            return Err(WriteError::Cut);
         }
         Ok(())
     }
 
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), WsError> {
-        self.io.write_all(bytes).await.map_err(WsError::Io)
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        self.io.write_all(bytes).await.map_err(WriteError::Io)
     }
 }
 

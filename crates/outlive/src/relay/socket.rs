@@ -34,6 +34,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Ends<S> {
     /// The browser's socket (`browser`: large replies stream, writes are masked) or the
     /// client's.
     pub fn of(ws: WebSocketStream<S>, browser: bool) -> Ends<S> {
+        // tungstenite holds no frame yet: the relay has sent the browser nothing, and a client
+        // sends none before the handshake's answer (RFC 6455, 4.1).
         let (read, write) = ws.into_inner().split();
         let (frames, reader) = Reader::spawn(read, browser);
         Ends {

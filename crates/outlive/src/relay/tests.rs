@@ -41,6 +41,9 @@ enum Upstream {
     /// on session `T`. That is as Chromium, as a rule, sends a commit's event before its
     /// completion's reply. Before the reply to command 150, one on `S` has a number as its key.
     IndexedDbEventFirst,
+    /// Answers the relay's probes; to the client's first command it starts a 1 MiB reply,
+    /// sends 300 KiB of it, and closes its socket.
+    DiesInsideAReply,
 }
 
 /// A fake browser on 127.0.0.1 (with a small receive buffer, so the relay's writes fill the
@@ -80,6 +83,16 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
                 continue;
             }
+            if !own && matches!(how, Upstream::DiesInsideAReply) {
+                use tokio::io::AsyncWriteExt;
+                let mut raw = vec![0x81u8, 127];
+                raw.extend_from_slice(&(1u64 << 20).to_be_bytes());
+                raw.extend_from_slice(format!(r#"{{"id":{id},"result":{{"data":""#).as_bytes());
+                raw.resize(300 << 10, b'A');
+                ws.get_mut().get_mut().inner.write_all(&raw).await.unwrap();
+                let _ = stopped_tx.take().map(|tx| tx.send(Instant::now()));
+                return;
+            }
             if !own && matches!(how, Upstream::IndexedDbEventFirst) {
                 if id == 150 {
                     let event = r#"{"method":"Storage.indexedDBListUpdated","params":{"storageKey":7},"sessionId":"S"}"#;
@@ -104,7 +117,10 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
             let stop = match how {
                 Upstream::StopsAfterCommands(n) => commands == n,
                 Upstream::StopsAfterHeartbeat => own,
-                Upstream::Slow | Upstream::LoneSurrogate | Upstream::IndexedDbEventFirst => false,
+                Upstream::Slow
+                | Upstream::LoneSurrogate
+                | Upstream::IndexedDbEventFirst
+                | Upstream::DiesInsideAReply => false,
             };
             if stop {
                 if let Some(tx) = stopped_tx.take() {
@@ -286,6 +302,27 @@ async fn a_multi_mb_command_over_a_slow_link_is_not_silence() {
     call(&mut client, 4).await;
     tokio::time::sleep(HEARTBEAT.interval + HEARTBEAT.timeout).await;
     assert_eq!(relay.death(), None);
+}
+
+/// A browser whose socket ends inside a large reply to the client, as the relay streams it
+/// on, is a death: the client's cut frame does not pass for the client leaving.
+#[tokio::test]
+async fn a_browser_gone_inside_a_streamed_reply_is_a_death() {
+    let (endpoint, stopped) = upstream(Upstream::DiesInsideAReply).await;
+    let (mut relay, mut client) = relay_and_client(&endpoint).await;
+    client.send(command(1, 16)).await.unwrap();
+    let death = tokio::time::timeout(Duration::from_secs(30), relay.died())
+        .await
+        .expect("the relay noticed nothing in 30 s");
+    stopped.await.expect("the upstream stopped");
+    assert_eq!(death.cause, DeathCause::Reset);
+    // The client's connection ends without a whole reply to its command.
+    while let Some(Ok(m)) = client.next().await {
+        assert!(
+            !matches!(&m, Message::Text(t) if wire::Head::of(t.as_bytes()).id == Some(1)),
+            "the cut reply reached the client whole"
+        );
+    }
 }
 
 /// The relay's own calls (outlive reading a cross-site frame's storage) are read with serde

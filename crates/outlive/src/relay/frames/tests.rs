@@ -7,7 +7,7 @@ use async_tungstenite::tungstenite::{Bytes, Message};
 use futures::StreamExt;
 use tokio::io::DuplexStream;
 
-use super::{Frame, Reader, STREAM_FROM, Streamed, Writer, unmask};
+use super::{Frame, Reader, STREAM_FROM, Streamed, WriteError, Writer, unmask};
 
 type Pipe = TokioAdapter<DuplexStream>;
 
@@ -54,7 +54,7 @@ async fn whole(
 ) -> Message {
     match rx.recv().await {
         Some(Ok(Frame::Whole(m))) => m,
-        Some(Ok(Frame::Streamed(_) | Frame::Arrived(_))) => panic!("streamed, expected whole"),
+        Some(Ok(Frame::Streamed(_) | Frame::Arrived)) => panic!("streamed, expected whole"),
         other => panic!("expected a message, got {:?}", other.map(|r| r.err())),
     }
 }
@@ -115,10 +115,9 @@ async fn a_large_reply_to_the_client_streams_and_what_follows_comes_whole() {
     let (_browser, reply) = sending.await.unwrap();
     assert_eq!(len, reply.len() as u64);
     assert_eq!(got, reply.as_bytes());
-    let Some(Ok(Frame::Arrived(head))) = rx.recv().await else {
+    let Some(Ok(Frame::Arrived)) = rx.recv().await else {
         panic!("no word that the reply was read");
     };
-    assert_eq!(crate::wire::reply_id(&head), Some(7));
     assert_eq!(whole(&mut rx).await, Message::text(event));
 }
 
@@ -194,7 +193,10 @@ async fn a_socket_ending_inside_a_streamed_reply_ends_the_written_one() {
     let (c, d) = pipe_of(1 << 20);
     let mut writer = Writer::new(c, false);
     let written = writer.send(Frame::Streamed(s)).await;
-    assert!(written.is_err(), "a short body must fail the write");
+    assert!(
+        matches!(written, Err(WriteError::Cut)),
+        "a short body must cut the write"
+    );
     assert!(matches!(rx_frames.recv().await, Some(Err(_))));
     drop(d);
 }
@@ -229,4 +231,81 @@ fn unmasking_in_pieces_is_unmasking_whole() {
     }
     unmask(&mut whole, key, 0);
     assert_eq!(whole, data);
+}
+
+#[tokio::test]
+async fn a_client_not_reading_a_streamed_reply_does_not_hold_back_the_browser() {
+    let (mut browser, mut rx, _task) = tungstenite_and_reader(Role::Server, true).await;
+    let reply = big_reply(8, 12 << 20, "");
+    let answer = r#"{"id":1000000001,"result":{}}"#;
+    let sending = tokio::spawn(async move {
+        browser.send(Message::text(reply)).await.unwrap();
+        browser.send(Message::text(answer)).await.unwrap();
+        browser
+    });
+    let Some(Ok(Frame::Streamed(s))) = rx.recv().await else {
+        panic!("the reply did not stream");
+    };
+    // Nobody takes the body, yet the reply is read to its end and what follows comes.
+    assert!(matches!(rx.recv().await, Some(Ok(Frame::Arrived))));
+    assert_eq!(whole(&mut rx).await, Message::text(answer));
+    let _browser = sending.await.unwrap();
+    assert_eq!(body(s).await.len(), big_reply(8, 12 << 20, "").len());
+}
+
+#[tokio::test]
+async fn a_streamed_reply_that_is_not_utf8_ends_short_with_an_error() {
+    let (a, b) = pipe_of(1 << 20);
+    let (mut rx, _task) = Reader::spawn(b, true);
+    let mut reply = big_reply(4, 300_000, "").into_bytes();
+    reply[200_000] = 0xff;
+    let mut raw = vec![0x81u8, 127];
+    raw.extend_from_slice(&(reply.len() as u64).to_be_bytes());
+    raw.extend_from_slice(&reply);
+    let mut a = a.into_inner();
+    let sending = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        a.write_all(&raw).await.unwrap();
+        a
+    });
+    let Some(Ok(Frame::Streamed(s))) = rx.recv().await else {
+        panic!("the reply did not stream");
+    };
+    assert!(matches!(rx.recv().await, Some(Err(_))));
+    assert!(body(s).await.len() < reply.len());
+    drop(sending.await.unwrap());
+}
+
+mod utf8 {
+    use proptest::prelude::*;
+
+    use super::super::Utf8Check;
+
+    /// Arbitrary bytes, or text with characters of every width.
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..64),
+            ".{0,24}".prop_map(String::into_bytes),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn checked_in_pieces_is_checked_whole(
+            text in text(),
+            cuts in proptest::collection::vec(0usize..96, 0..6),
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(text.len())).collect();
+            cuts.sort_unstable();
+            let mut check = Utf8Check::default();
+            let mut at = 0;
+            let mut ok = true;
+            for cut in cuts.into_iter().chain([text.len()]) {
+                ok &= check.push(&text[at..cut]).is_ok();
+                at = cut;
+            }
+            ok &= check.finish().is_ok();
+            prop_assert_eq!(ok, std::str::from_utf8(&text).is_ok());
+        }
+    }
 }
