@@ -2,7 +2,8 @@
 //! chromiumoxide takes 60 full-page screenshots connected straight to a gateway session, and
 //! as a task under `outlive::outlive` (through the relay); arms alternate, several rounds.
 //! Two pages: the bank's login page (a small PNG, the case) and a 1280 × 1600 canvas of
-//! noise (a multi-MB reply each).
+//! noise (a multi-MB reply each). Back-to-back login shots lock to the compositor's frames and
+//! fall in two modes a frame apart, so the login page is also shot after random pauses.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use outlive::chromiumoxide::handler::HandlerConfig;
 use outlive::chromiumoxide::page::ScreenshotParams;
 use outlive::chromiumoxide::{Browser, Page};
 use outlive::{Options, Provider};
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -27,6 +29,9 @@ const SHOTS: u32 = 60;
 /// A page of noise: every pixel random, so its PNG does not compress (about 8 MB of base64).
 const NOISE: &str = "data:text/html,<body style=margin:0><canvas id=c width=1280 height=1600></canvas><script>const c=document.getElementById('c').getContext('2d');const d=c.createImageData(1280,1600);crypto.getRandomValues(new Uint8Array(d.data.buffer).subarray(0,65536));for(let i=0;i<d.data.length;i+=65536)crypto.getRandomValues(d.data.subarray(i,i+65536));for(let i=3;i<d.data.length;i+=4)d.data[i]=255;c.putImageData(d,0,0)</script>";
 
+/// The longest random pause before a paced shot: a compositor frame and a bit.
+const PACE_MS: u64 = 20;
+
 /// `Browser.getVersion` calls per arm and round: what the relay adds to a small command.
 const ROUND_TRIPS: u32 = 600;
 
@@ -38,7 +43,7 @@ pub struct ShotRun {
     pub round: u32,
     /// `direct` or `outlive`.
     pub arm: &'static str,
-    /// `login`, `noise` or `version` (round trips).
+    /// `login`, `login-paced`, `noise` or `version` (round trips).
     pub page: &'static str,
     /// Every screenshot's (or round trip's) time, ms.
     pub shots_ms: Vec<f64>,
@@ -70,8 +75,9 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (page, work) in [
-            ("login", Work::Shots(login.clone())),
-            ("noise", Work::Shots(NOISE.to_owned())),
+            ("login", Work::shots(&login, None)),
+            ("login-paced", Work::shots(&login, Some(u64::from(round)))),
+            ("noise", Work::shots(NOISE, None)),
             ("version", Work::RoundTrips),
         ] {
             let arms = if round % 2 == 0 {
@@ -93,7 +99,7 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
                     png_bytes,
                 };
                 eprintln!(
-                    "  round {round} {:<7} {page:<5} median {:>6.1} ms ({} bytes)",
+                    "  round {round} {:<7} {page:<11} median {:>6.1} ms ({} bytes)",
                     run.arm,
                     median(&run.shots_ms),
                     run.png_bytes
@@ -112,16 +118,26 @@ pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Erro
 /// What an arm times.
 #[derive(Clone)]
 enum Work {
-    /// Full-page screenshots of the page at this URL.
-    Shots(String),
+    /// Full-page screenshots of the page at `url`; with a seed, each after a random pause
+    /// (the same pauses in both arms of a round).
+    Shots { url: String, pace: Option<u64> },
     /// `Browser.getVersion` calls.
     RoundTrips,
+}
+
+impl Work {
+    fn shots(url: &str, pace: Option<u64>) -> Work {
+        Work::Shots {
+            url: url.to_owned(),
+            pace,
+        }
+    }
 }
 
 /// Does `work` on `page`; each step's time, and the last screenshot's size (0 without one).
 async fn shoot(page: &Page, work: &Work) -> Result<(Vec<f64>, usize), String> {
     let mut times = Vec::new();
-    let Work::Shots(url) = work else {
+    let Work::Shots { url, pace } = work else {
         for _ in 0..ROUND_TRIPS {
             let started = Instant::now();
             page.execute(GetVersionParams::default())
@@ -135,7 +151,12 @@ async fn shoot(page: &Page, work: &Work) -> Result<(Vec<f64>, usize), String> {
     page.execute(viewport).await.map_err(|e| e.to_string())?;
     page.goto(url.as_str()).await.map_err(|e| e.to_string())?;
     let mut size = 0;
+    let mut pauses = pace.map(rand::rngs::StdRng::seed_from_u64);
     for _ in 0..SHOTS {
+        if let Some(rng) = pauses.as_mut() {
+            let pause = Duration::from_micros(rng.random_range(0..PACE_MS * 1000));
+            tokio::time::sleep(pause).await;
+        }
         let started = Instant::now();
         let png = page
             .screenshot(ScreenshotParams::builder().full_page(true).build())
@@ -193,7 +214,7 @@ async fn outlive_arm(bed: &TestBed, work: &Work) -> Result<(Vec<f64>, usize), Er
 /// ratio of the round medians' medians would mix rounds, and the machine drifts between them.
 pub fn summary(r: &RelayReport) -> String {
     let mut out = format!("{SHOTS} full-page screenshots per arm, page and round\n");
-    for page in ["login", "noise", "version"] {
+    for page in ["login", "login-paced", "noise", "version"] {
         let runs = |arm: &str| -> Vec<&ShotRun> {
             r.runs
                 .iter()

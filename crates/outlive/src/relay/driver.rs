@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::forward::{self, Flows, Outbox};
-use super::frames::{Frame, WriteError};
+use super::frames::{Frame, Reading, WriteError};
 use super::gate::{Seen, Sent, StartGate, Step};
 use super::socket::{self, Ends, FrameRx, Upstream, classify};
 use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
@@ -107,7 +107,7 @@ pub(super) async fn run(task: Task) {
             }
             return;
         }
-        end = driver.run(&mut up.frames, &mut client.frames, &mut control, &mut written) => end,
+        end = driver.run(&mut up.frames, &mut up.reading, &mut client.frames, &mut control, &mut written) => end,
     };
     let End::Died(cause) = end else {
         return;
@@ -206,6 +206,7 @@ impl Driver {
     async fn run(
         &mut self,
         up: &mut FrameRx,
+        reading: &mut Reading,
         client: &mut FrameRx,
         control: &mut ControlRx,
         written: &mut mpsc::UnboundedReceiver<Written>,
@@ -214,13 +215,15 @@ impl Driver {
         self.gate.start(id, Instant::now());
         self.send_own(id, wire::hold_new_pages_message(id));
         loop {
+            let mid_body = self.heard_reading(reading);
             self.dog.on_flow(self.flows.now());
             let now = Instant::now();
             let deadline = self.dog.next_deadline(now);
             let deadline = self.gate.due().map_or(deadline, |d| d.min(deadline));
             let gate_open = self.gate.is_open();
             // While the client does not take what the browser sends, nothing more is read from
-            // the browser, and no silence is judged: the answers may be waiting unread.
+            // the browser, and no silence is judged: the answers may be waiting unread. Unless
+            // a streamed body is being read: the answers are behind it.
             let client_clear = self.to_client.is_clear();
             let browser_clear = self.to_browser.is_clear();
             let step = tokio::select! {
@@ -237,13 +240,26 @@ impl Driver {
                 }
                 () = self.to_browser.make_room(), if !browser_clear => Ok(()),
                 () = self.to_client.make_room(), if !client_clear => Ok(()),
-                () = sleep_until(deadline), if client_clear => self.on_deadline(),
+                Ok(()) = reading.changed() => Ok(()),
+                () = sleep_until(deadline), if client_clear || mid_body => {
+                    self.heard_reading(reading);
+                    self.on_deadline()
+                }
             };
             if let Err(end) = step {
                 return end;
             }
             self.release_tabs();
         }
+    }
+
+    /// Tells the watchdog when a streamed body's last bytes came; whether one is being read.
+    fn heard_reading(&mut self, reading: &mut Reading) -> bool {
+        let at = *reading.borrow_and_update();
+        if let Some(at) = at {
+            self.dog.on_progress(at);
+        }
+        at.is_some()
     }
 
     /// Sends what the gate asks for: chromiumoxide's auto-attach on a held tab, early; a
@@ -278,11 +294,11 @@ impl Driver {
             // streams gets no second reply.
             Some(Ok(Frame::Streamed(reply))) => {
                 wire::trace("from browser", &reply.head);
-                let _ = self.dog.on_message(Some(&reply.head), now);
+                self.dog.on_reply_started(&reply.head, now);
                 self.to_client.push(Frame::Streamed(reply));
             }
-            Some(Ok(Frame::Arrived)) => {
-                self.dog.on_message(None, now);
+            Some(Ok(Frame::Arrived(head))) => {
+                let _ = self.dog.on_message(Some(&head), now);
             }
             Some(Ok(Frame::Whole(Message::Text(text)))) => {
                 match self.dog.on_message(Some(text.as_bytes()), now) {

@@ -5,15 +5,16 @@
 //! browser, a [`Streamed`] reply to one of chromiumoxide's commands of [`STREAM_FROM`] bytes
 //! or more. Its body comes in chunks as they are read, checked as UTF-8 and mended of lone
 //! surrogates, and the client's [`Writer`] writes each at once. The browser is read as fast
-//! as it sends, however slow the client: at most one message waits, as when replies were
-//! read whole. Everything the relay reads itself comes whole. No extension is negotiated.
+//! as it sends, however slow the client, as when replies were read whole; [`Reading`] tells
+//! the relay's loop a body's progress. What the relay reads itself comes whole.
 
 use async_tungstenite::tungstenite::error::ProtocolError;
 use async_tungstenite::tungstenite::protocol::CloseFrame;
 use async_tungstenite::tungstenite::{Bytes, Error as WsError, Message, Utf8Bytes};
 use bytes::BytesMut;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::wire::{self, Mender};
@@ -35,8 +36,8 @@ const READ_BUFFER: usize = 64 << 10;
 pub(super) enum Frame {
     Whole(Message),
     Streamed(Streamed),
-    /// From a reader only: the streamed reply before it has been read to its end.
-    Arrived,
+    /// From a reader only: the streamed reply with this head has been read to its end.
+    Arrived(Bytes),
 }
 
 impl From<Message> for Frame {
@@ -73,6 +74,16 @@ impl std::fmt::Display for WriteError {
     }
 }
 
+/// While a streamed body is being read from the browser: when its last bytes came.
+pub(super) type Reading = watch::Receiver<Option<Instant>>;
+
+/// A reader's frames and the handle that owns its task.
+pub(super) struct Spawned {
+    pub frames: mpsc::Receiver<Result<Frame, WsError>>,
+    pub reading: Reading,
+    pub task: AbortOnDropHandle<()>,
+}
+
 /// A frame's header.
 struct Header {
     fin: bool,
@@ -95,26 +106,27 @@ pub(super) struct Reader<R> {
     streams: bool,
     /// A fragmented message so far: its opcode and payload.
     partial: Option<(u8, Vec<u8>)>,
+    reading: watch::Sender<Option<Instant>>,
 }
 
 impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
     /// Starts reading `io` on a task the handle owns; each message, or the error that ended
     /// the socket, comes out of the receiver.
-    pub fn spawn(
-        io: R,
-        streams: bool,
-    ) -> (
-        mpsc::Receiver<Result<Frame, WsError>>,
-        AbortOnDropHandle<()>,
-    ) {
+    pub fn spawn(io: R, streams: bool) -> Spawned {
+        let (reading, reading_rx) = watch::channel(None);
         let reader = Reader {
             io: BufReader::with_capacity(READ_BUFFER, io),
             streams,
             partial: None,
+            reading,
         };
-        let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
+        let (tx, frames) = mpsc::channel(FRAMES_AHEAD);
         let task = crate::quiet::spawn(reader.run(tx));
-        (rx, AbortOnDropHandle::new(task))
+        Spawned {
+            frames,
+            reading: reading_rx,
+            task: AbortOnDropHandle::new(task),
+        }
     }
 
     async fn run(mut self, tx: mpsc::Sender<Result<Frame, WsError>>) {
@@ -255,8 +267,23 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             head: head.clone(),
             body,
         };
+        self.reading.send_replace(Some(Instant::now()));
         // The loop may be gone; the frame is still read to its end.
         let _ = tx.send(Ok(Frame::Streamed(streamed))).await;
+        let read = self.body(h, head.clone(), body_tx, utf8).await;
+        self.reading.send_replace(None);
+        read.map(|()| Frame::Arrived(head))
+    }
+
+    /// The rest of a streamed reply's payload, into `body_tx`; the first bytes are `head`.
+    /// The body ends short if the payload is not all read or is not UTF-8.
+    async fn body(
+        &mut self,
+        h: &Header,
+        head: Bytes,
+        body_tx: mpsc::UnboundedSender<Bytes>,
+        mut utf8: Utf8Check,
+    ) -> Result<(), WsError> {
         let mut mender = Mender::default();
         let _ = body_tx.send(mender.push(head));
         let mut read = HEAD as u64;
@@ -276,12 +303,19 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             }
             utf8.push(&buf[start..])?;
             read += n as u64;
+            if read == h.len {
+                utf8.finish()?;
+            }
+            // No notice per chunk: the loop looks when it needs to.
+            self.reading.send_if_modified(|at| {
+                *at = Some(Instant::now());
+                false
+            });
             let chunk = buf.split().freeze();
             let _ = body_tx.send(mender.push(chunk));
         }
-        utf8.finish()?;
         let _ = body_tx.send(mender.finish());
-        Ok(Frame::Arrived)
+        Ok(())
     }
 
     /// `len` bytes of `h`'s payload, `offset` bytes into it, unmasked.
@@ -436,7 +470,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         match frame {
             Frame::Whole(m) => self.whole(m).await?,
             Frame::Streamed(s) => self.streamed(s).await?,
-            Frame::Arrived => return Ok(()),
+            Frame::Arrived(_) => return Ok(()),
         }
         self.io.flush().await.map_err(WriteError::Io)
     }

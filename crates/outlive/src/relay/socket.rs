@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::AbortOnDropHandle;
 
 use super::forward::{Draining, Flows};
-use super::frames::{Frame, Reader, Writer};
+use super::frames::{Frame, Reader, Reading, Writer};
 use super::{Control, ControlRx, DeathCause, Signals};
 use crate::endpoint::CdpEndpoint;
 
@@ -26,6 +26,8 @@ pub(super) type FrameRx = mpsc::Receiver<Result<Frame, WsError>>;
 /// A websocket past its handshake, read by its own task and written frame by frame.
 pub(super) struct Ends<S> {
     pub frames: FrameRx,
+    /// A streamed body's progress (the browser's socket only).
+    pub reading: Reading,
     pub writer: Writer<WriteHalf<S>>,
     _reader: AbortOnDropHandle<()>,
 }
@@ -37,11 +39,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Ends<S> {
         // tungstenite holds no frame yet: the relay has sent the browser nothing, and a client
         // sends none before the handshake's answer (RFC 6455, 4.1).
         let (read, write) = ws.into_inner().split();
-        let (frames, reader) = Reader::spawn(read, browser);
+        let reader = Reader::spawn(read, browser);
         Ends {
-            frames,
+            frames: reader.frames,
+            reading: reader.reading,
             writer: Writer::new(write, browser),
-            _reader: reader,
+            _reader: reader.task,
         }
     }
 }

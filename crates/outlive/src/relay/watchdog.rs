@@ -231,6 +231,23 @@ impl Watchdog {
         }
     }
 
+    /// A reply to the client starts to stream in (`head`, its first bytes). Its page command
+    /// is answered, so a page failing meanwhile does not answer it again; a busy command
+    /// still counts as in flight until the reply's end comes to [`Self::on_message`].
+    pub fn on_reply_started(&mut self, head: &[u8], now: Instant) {
+        self.on_progress(now);
+        if let Inbound::Reply(id) = wire::inbound(head) {
+            self.page.replied(id);
+        }
+    }
+
+    /// Bytes of a message still being read came at `at`: the browser is alive.
+    pub fn on_progress(&mut self, at: Instant) {
+        if at > self.last_heard {
+            let _ = self.on_message(None, at);
+        }
+    }
+
     /// A command from the client.
     pub fn on_command(&mut self, head: &Head<'_>, now: Instant) -> Outbound {
         if let (Some(id), Some(session)) = (head.id, head.session_id.as_deref()) {

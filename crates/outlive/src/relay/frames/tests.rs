@@ -7,7 +7,7 @@ use async_tungstenite::tungstenite::{Bytes, Message};
 use futures::StreamExt;
 use tokio::io::DuplexStream;
 
-use super::{Frame, Reader, STREAM_FROM, Streamed, WriteError, Writer, unmask};
+use super::{Frame, Reader, STREAM_FROM, Spawned, Streamed, WriteError, Writer, unmask};
 
 type Pipe = TokioAdapter<DuplexStream>;
 
@@ -31,8 +31,8 @@ async fn tungstenite_and_reader(
 ) {
     let (a, b) = pipe();
     let ws = WebSocketStream::from_raw_socket(a, role, None).await;
-    let (rx, task) = Reader::spawn(b, streams);
-    (ws, rx, task)
+    let reader = Reader::spawn(b, streams);
+    (ws, reader.frames, reader.task)
 }
 
 /// A reply of about `len` bytes whose payload is base64-like, with `extra` inside it.
@@ -54,7 +54,7 @@ async fn whole(
 ) -> Message {
     match rx.recv().await {
         Some(Ok(Frame::Whole(m))) => m,
-        Some(Ok(Frame::Streamed(_) | Frame::Arrived)) => panic!("streamed, expected whole"),
+        Some(Ok(Frame::Streamed(_) | Frame::Arrived(_))) => panic!("streamed, expected whole"),
         other => panic!("expected a message, got {:?}", other.map(|r| r.err())),
     }
 }
@@ -115,9 +115,10 @@ async fn a_large_reply_to_the_client_streams_and_what_follows_comes_whole() {
     let (_browser, reply) = sending.await.unwrap();
     assert_eq!(len, reply.len() as u64);
     assert_eq!(got, reply.as_bytes());
-    let Some(Ok(Frame::Arrived)) = rx.recv().await else {
+    let Some(Ok(Frame::Arrived(head))) = rx.recv().await else {
         panic!("no word that the reply was read");
     };
+    assert_eq!(crate::wire::reply_id(&head), Some(7));
     assert_eq!(whole(&mut rx).await, Message::text(event));
 }
 
@@ -173,8 +174,8 @@ async fn a_streamed_reply_reaches_tungstenite_through_the_writer() {
 #[tokio::test]
 async fn a_socket_ending_inside_a_streamed_reply_ends_the_written_one() {
     let (a, b) = pipe();
-    let (rx_frames, _task) = Reader::spawn(b, true);
-    let mut rx_frames = rx_frames;
+    let reader = Reader::spawn(b, true);
+    let mut rx_frames = reader.frames;
     let reply = big_reply(5, 500_000, "");
     let cut = 300_000;
     let mut raw = vec![0x81u8, 127];
@@ -204,7 +205,11 @@ async fn a_socket_ending_inside_a_streamed_reply_ends_the_written_one() {
 #[tokio::test]
 async fn fragments_make_one_message() {
     let (a, b) = pipe();
-    let (mut rx, _task) = Reader::spawn(b, true);
+    let Spawned {
+        frames: mut rx,
+        task: _task,
+        ..
+    } = Reader::spawn(b, true);
     let mut a = a.into_inner();
     // "he" (text, not final), a ping between, "llo" (continuation, final); unmasked.
     let raw = [&[0x01u8, 2][..], b"he", &[0x89, 0], &[0x80, 3], b"llo"].concat();
@@ -247,18 +252,23 @@ async fn a_client_not_reading_a_streamed_reply_does_not_hold_back_the_browser() 
         panic!("the reply did not stream");
     };
     // Nobody takes the body, yet the reply is read to its end and what follows comes.
-    assert!(matches!(rx.recv().await, Some(Ok(Frame::Arrived))));
+    assert!(matches!(rx.recv().await, Some(Ok(Frame::Arrived(_)))));
     assert_eq!(whole(&mut rx).await, Message::text(answer));
     let _browser = sending.await.unwrap();
     assert_eq!(body(s).await.len(), big_reply(8, 12 << 20, "").len());
 }
 
-#[tokio::test]
-async fn a_streamed_reply_that_is_not_utf8_ends_short_with_an_error() {
+/// A reply of about 300 kB, streamed raw; `broken` changes its bytes. Returns what of its body
+/// came, and whether the reader then reported an error.
+async fn stream_raw(broken: impl FnOnce(&mut Vec<u8>)) -> (usize, usize, bool) {
     let (a, b) = pipe_of(1 << 20);
-    let (mut rx, _task) = Reader::spawn(b, true);
+    let Spawned {
+        frames: mut rx,
+        mut reading,
+        task: _task,
+    } = Reader::spawn(b, true);
     let mut reply = big_reply(4, 300_000, "").into_bytes();
-    reply[200_000] = 0xff;
+    broken(&mut reply);
     let mut raw = vec![0x81u8, 127];
     raw.extend_from_slice(&(reply.len() as u64).to_be_bytes());
     raw.extend_from_slice(&reply);
@@ -271,9 +281,25 @@ async fn a_streamed_reply_that_is_not_utf8_ends_short_with_an_error() {
     let Some(Ok(Frame::Streamed(s))) = rx.recv().await else {
         panic!("the reply did not stream");
     };
-    assert!(matches!(rx.recv().await, Some(Err(_))));
-    assert!(body(s).await.len() < reply.len());
+    let body = body(s).await.len();
+    let failed = matches!(rx.recv().await, Some(Err(_)));
+    assert!(
+        reading.borrow_and_update().is_none(),
+        "the body is no more read"
+    );
     drop(sending.await.unwrap());
+    (body, reply.len(), failed)
+}
+
+#[tokio::test]
+async fn a_streamed_reply_that_is_not_utf8_ends_short_with_an_error() {
+    let (body, len, failed) = stream_raw(|r| r[200_000] = 0xff).await;
+    assert!(body < len && failed, "{body} of {len}, failed: {failed}");
+    // A character cut by the reply's end is caught before the last bytes go on.
+    let (body, len, failed) = stream_raw(|r| *r.last_mut().unwrap() = 0xe2).await;
+    assert!(body < len && failed, "{body} of {len}, failed: {failed}");
+    let (body, len, failed) = stream_raw(|_| {}).await;
+    assert!(body == len && !failed, "{body} of {len}, failed: {failed}");
 }
 
 mod utf8 {

@@ -899,3 +899,51 @@ fn a_programs_screenshot_gets_the_same_allowance() {
     let silent = sim.run_until(ms(120_000)).expect("silence");
     assert_eq!(silent, ms(2 + 10 + 250) + Duration::from_secs(30));
 }
+
+#[test]
+fn a_streaming_reply_is_answered_for_its_page_at_once_and_busy_until_its_end() {
+    let mut sim = Sim::new(None).watching();
+    sim.command(1, "Runtime.evaluate", Some("S"));
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.now = sim.at(ms(10));
+    sim.command(2, "Page.captureScreenshot", Some("S"));
+    sim.command(3, "DOM.getDocument", Some("S"));
+    sim.now = sim.at(ms(100));
+    sim.dog
+        .on_reply_started(br#"{"id":2,"result":{"data":"iVBO"#, sim.now);
+    // Its bytes keep coming for 10 s; the allowance holds while they do.
+    for t in (200..10_000).step_by(100) {
+        assert_eq!(sim.run_until(ms(t)), None, "busy, not silent");
+        sim.dog.on_progress(sim.now);
+    }
+    // Then none for a while: the screenshot is still in flight, with its allowance.
+    assert_eq!(sim.run_until(ms(25_000)), None, "busy until its end");
+    let crash = r#"{"method":"Inspector.targetCrashed","params":{},"sessionId":"S"}"#;
+    let Verdict::Forward(Some(failure)) = sim.hear(crash) else {
+        panic!("the crash failed no page");
+    };
+    assert_eq!(
+        failure.commands,
+        vec![3],
+        "the streaming reply is not answered twice"
+    );
+}
+
+#[test]
+fn bytes_of_a_large_reply_still_coming_are_heard() {
+    let mut sim = Sim::new(None);
+    sim.command(1, "Runtime.evaluate", None);
+    sim.now += ms(2);
+    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.command(2, "Runtime.evaluate", None);
+    sim.dog
+        .on_reply_started(br#"{"id":2,"result":{"result":{"#, sim.now);
+    // A slow link: bytes every 200 ms for 5 s, then nothing.
+    for t in (200..5_000).step_by(200) {
+        assert_eq!(sim.run_until(ms(2 + t)), None, "alive while bytes come");
+        sim.dog.on_progress(sim.now);
+    }
+    let silent = sim.run_until(ms(60_000)).expect("silence once they stop");
+    assert!(silent <= ms(4_802 + 250 + 850), "{silent:?}");
+}
