@@ -84,12 +84,7 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
                 continue;
             }
             if !own && matches!(how, Upstream::DiesInsideAReply) {
-                use tokio::io::AsyncWriteExt;
-                let mut raw = vec![0x81u8, 127];
-                raw.extend_from_slice(&(1u64 << 20).to_be_bytes());
-                raw.extend_from_slice(format!(r#"{{"id":{id},"result":{{"data":""#).as_bytes());
-                raw.resize(300 << 10, b'A');
-                ws.get_mut().get_mut().inner.write_all(&raw).await.unwrap();
+                start_a_reply(ws.get_mut().get_mut(), id).await;
                 let _ = stopped_tx.take().map(|tx| tx.send(Instant::now()));
                 return;
             }
@@ -132,6 +127,16 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
         }
     });
     (CdpEndpoint::new(url).unwrap(), stopped)
+}
+
+/// Writes the first 300 KiB of a 1 MiB reply to `id`, raw.
+async fn start_a_reply(socket: &mut Throttled, id: u64) {
+    use tokio::io::AsyncWriteExt;
+    let mut raw = vec![0x81u8, 127];
+    raw.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    raw.extend_from_slice(format!(r#"{{"id":{id},"result":{{"data":""#).as_bytes());
+    raw.resize(300 << 10, b'A');
+    socket.inner.write_all(&raw).await.unwrap();
 }
 
 /// The upstream's socket, read 64 KiB per 10 ms when `slow`.
