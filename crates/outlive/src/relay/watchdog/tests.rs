@@ -216,6 +216,13 @@ impl Sim {
         assert_eq!(out, Outbound::Forward);
     }
 
+    /// Command 1 (on `session`) goes out now and is answered `rtt` later: a round trip measured.
+    fn round_trip(&mut self, session: Option<&str>, rtt: Duration) {
+        self.command(1, "Runtime.evaluate", session);
+        self.now += rtt;
+        self.dog.on_message(Some(&reply(1)), self.now);
+    }
+
     /// A message from the browser arrives now.
     fn hear(&mut self, text: &str) -> Verdict {
         self.dog.on_message(Some(text.as_bytes()), self.now)
@@ -268,9 +275,7 @@ fn a_write_stuck_on_a_half_open_socket_is_silence_within_interval_plus_timeout()
 
     // Written (the socket took it), the waiting path's own timeout: 250 + 600 ms.
     let mut sim = Sim::new(None);
-    sim.command(1, "Runtime.evaluate", None);
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(None, ms(2));
     sim.now += ms(8);
     sim.command(2, "Runtime.evaluate", None);
     assert_eq!(sim.run_until(ms(60_000)), Some(ms(10 + 250 + 600)));
@@ -280,9 +285,7 @@ fn a_write_stuck_on_a_half_open_socket_is_silence_within_interval_plus_timeout()
 fn a_slow_write_that_keeps_draining_is_not_silence() {
     let mut sim = Sim::new(None);
     // A measured round trip, so both the waiting path and the heartbeat are armed.
-    sim.command(1, "Runtime.evaluate", None);
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(None, ms(2));
     // A 40 MB command over a slow link: its write waits for room, the socket draining
     // every 700 ms (a third of the send buffer acknowledged) for 5 s; then it stops.
     sim.command(2, "Runtime.evaluate", None);
@@ -304,18 +307,14 @@ fn a_probe_written_after_a_slow_write_waits_for_the_send_buffer_to_cross() {
     // The write ends at 5 s; the probes behind it go out then, behind a send buffer that
     // takes three stalls (2.1 s, at most the heartbeat timeout: 2 s) to cross.
     let mut sim = Sim::new(None);
-    sim.command(1, "Runtime.evaluate", None);
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(None, ms(2));
     sim.command(2, "Runtime.evaluate", None);
     sim.draining(ms(100), ms(5000), ms(700), true);
     let silent = sim.run_until(ms(60_000)).expect("silence");
     assert_eq!(silent, ms(5000) + HEARTBEAT.timeout + ms(600));
     // A browser that answers once the buffer has crossed is alive (until the next probe).
     let mut sim = Sim::new(Some(ms(1900)));
-    sim.command(1, "Runtime.evaluate", None);
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(None, ms(2));
     sim.command(2, "Runtime.evaluate", None);
     sim.draining(ms(100), ms(5000), ms(700), true);
     assert_eq!(sim.run_until(ms(7500)), None, "{:?}", sim.log);
@@ -781,9 +780,7 @@ fn slow_sim(rtt: Duration) -> Sim {
     let mut sim = Sim::new(None);
     sim.dog = Watchdog::new(SLOW, sim.t0);
     let mut sim = sim.watching();
-    sim.command(1, "Runtime.evaluate", Some("S"));
-    sim.now += rtt;
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(Some("S"), rtt);
     sim
 }
 
@@ -861,9 +858,7 @@ fn a_programs_calls_wait_no_more_once_its_connection_or_page_is_gone() {
 #[test]
 fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before() {
     let mut sim = Sim::new(None).watching();
-    sim.command(1, "Runtime.evaluate", Some("S"));
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(Some("S"), ms(2));
     // A screenshot keeps the browser from answering anything, probes included.
     sim.now = sim.at(ms(10));
     sim.command(2, "Page.captureScreenshot", Some("S"));
@@ -876,9 +871,7 @@ fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before
 
     // A screenshot on a browser that died: silent once the allowance is out.
     let mut sim = Sim::new(None).watching();
-    sim.command(1, "Runtime.evaluate", Some("S"));
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(Some("S"), ms(2));
     sim.now = sim.at(ms(10));
     sim.command(2, "Page.captureScreenshot", Some("S"));
     // The fast probe goes at 260 ms and gets the 30 s allowance.
@@ -903,9 +896,7 @@ fn a_programs_screenshot_gets_the_same_allowance() {
 #[test]
 fn a_streaming_reply_is_answered_for_its_page_at_once_and_busy_until_its_end() {
     let mut sim = Sim::new(None).watching();
-    sim.command(1, "Runtime.evaluate", Some("S"));
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(Some("S"), ms(2));
     sim.now = sim.at(ms(10));
     sim.command(2, "Page.captureScreenshot", Some("S"));
     sim.command(3, "DOM.getDocument", Some("S"));
@@ -933,9 +924,7 @@ fn a_streaming_reply_is_answered_for_its_page_at_once_and_busy_until_its_end() {
 #[test]
 fn bytes_of_a_large_reply_still_coming_are_heard() {
     let mut sim = Sim::new(None);
-    sim.command(1, "Runtime.evaluate", None);
-    sim.now += ms(2);
-    sim.hear(std::str::from_utf8(&reply(1)).unwrap());
+    sim.round_trip(None, ms(2));
     sim.command(2, "Runtime.evaluate", None);
     sim.dog
         .on_reply_started(br#"{"id":2,"result":{"result":{"#, sim.now);
