@@ -139,13 +139,14 @@ impl Watchdog {
 
     /// When probe `id`, sent at `sent` and unanswered for `timeout`, is judged: `timeout`
     /// after its clock started once written; not written yet, once the socket has not
-    /// drained for the heartbeat timeout since it was sent.
+    /// drained for the heartbeat timeout since it was sent. A clock waits for the end of a
+    /// busy command the probe was queued behind (a screenshot's probes answer after it).
     fn judged_at(&self, id: u64, sent: Instant, timeout: Duration) -> Instant {
         match self.clocks.get(&id) {
-            Some(started) => *started + timeout,
+            Some(started) => self.silence.clock_from(*started) + timeout,
             None => {
                 let moved = self.flow.drained.map_or(sent, |d| d.max(sent));
-                moved + timeout.max(self.heartbeat.timeout)
+                self.silence.clock_from(moved) + timeout.max(self.heartbeat.timeout)
             }
         }
     }

@@ -42,6 +42,9 @@ pub(super) struct Waiting {
     /// Fast probes answered since the last reply to a command: each doubles the quiet time
     /// before the next, so a long silent command costs a handful of probes, not a stream.
     pub answered: u32,
+    /// When a command that kept the browser busy was last answered: a probe sent before
+    /// waited behind it, so its clock runs from then.
+    busy_ended: Option<Instant>,
 }
 
 impl Waiting {
@@ -99,6 +102,7 @@ impl Waiting {
         if let Some(sent) = self.in_flight.remove(&id) {
             self.sample(now - sent.at);
             self.answered = 0;
+            self.note_busy_end(sent, now);
         }
     }
 
@@ -119,10 +123,23 @@ impl Waiting {
                 if let Some((sent, _)) = self.program.remove(&(conn, id)) {
                     self.sample(at.saturating_duration_since(sent.at));
                     self.answered = 0;
+                    self.note_busy_end(sent, at);
                 }
             }
             ProgramCall::Gone { conn } => self.program.retain(|(c, _), _| *c != conn),
         }
+    }
+
+    fn note_busy_end(&mut self, sent: Sent, at: Instant) {
+        if sent.busy {
+            self.busy_ended = Some(self.busy_ended.map_or(at, |e| e.max(at)));
+        }
+    }
+
+    /// When a probe whose clock started at `started` may start to be judged: not while a
+    /// busy command it waited behind was still running.
+    pub fn clock_from(&self, started: Instant) -> Instant {
+        self.busy_ended.map_or(started, |ended| started.max(ended))
     }
 
     /// The page with this target failed: a program's commands to it will not be answered.

@@ -878,6 +878,66 @@ fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before
     assert_eq!(sim.run_until(ms(60_000)), Some(ms(30_260)));
 }
 
+/// The probes sent while a screenshot runs, in the order they went: (id, a page probe).
+fn probes_out(sim: &Sim) -> Vec<(u64, bool)> {
+    let mut out = Vec::new();
+    for (_, action) in &sim.log {
+        match action {
+            Action::Probe(id) => out.push((*id, false)),
+            Action::ProbeStall {
+                page_id,
+                browser_id,
+                ..
+            } => out.extend([(*page_id, true), (*browser_id, false)]),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn probes_queued_behind_a_screenshot_are_judged_from_its_end() {
+    // Seen in CI on a loaded machine: a 33 MB screenshot answered past the stall probe's
+    // timeout, its probes just after it; judged from when they were sent, the page was
+    // called hung (or the browser silent) between the two.
+    let mut sim = Sim::new(None).watching();
+    sim.round_trip(Some("S"), ms(2));
+    sim.now = sim.at(ms(10));
+    sim.command(2, "Page.captureScreenshot", Some("S"));
+    assert_eq!(sim.run_until(ms(5_000)), None, "busy, not silent");
+    let probes = probes_out(&sim);
+    assert!(
+        probes.iter().any(|p| p.1),
+        "a stall probe went: {:?}",
+        sim.log
+    );
+    sim.hear(std::str::from_utf8(&reply(2)).unwrap());
+    // The browser's probes answer 100 ms after the screenshot, the page's never.
+    sim.now = sim.at(ms(5_100));
+    for (id, _) in probes.iter().filter(|p| !p.1) {
+        sim.dog.on_message(Some(&reply(*id)), sim.now);
+    }
+    assert_eq!(sim.run_until(ms(6_999)), None);
+    assert!(
+        !sim.log
+            .iter()
+            .any(|(_, a)| matches!(a, Action::PageFailed(_))),
+        "not hung within the timeout after the screenshot: {:?}",
+        sim.log
+    );
+    assert_eq!(sim.run_until(ms(7_000)), None);
+    let failed = sim
+        .log
+        .iter()
+        .find(|(_, a)| matches!(a, Action::PageFailed(_)));
+    assert_eq!(
+        failed.map(|f| f.0),
+        Some(ms(5_000 + 2_000)),
+        "{:?}",
+        sim.log
+    );
+}
+
 #[test]
 fn a_programs_screenshot_gets_the_same_allowance() {
     let mut sim = slow_sim(ms(2));
