@@ -855,15 +855,21 @@ fn a_programs_calls_wait_no_more_once_its_connection_or_page_is_gone() {
     assert!(sim.run_until(Duration::from_secs(10)).is_some());
 }
 
-#[test]
-fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before() {
+/// The watched page's screenshot (command 2), sent at 10 ms on a browser that answers
+/// nothing else, probes included, until the screenshot's reply at `end`.
+fn screenshot_answered_at(end: Duration) -> Sim {
     let mut sim = Sim::new(None).watching();
     sim.round_trip(Some("S"), ms(2));
-    // A screenshot keeps the browser from answering anything, probes included.
     sim.now = sim.at(ms(10));
     sim.command(2, "Page.captureScreenshot", Some("S"));
-    assert_eq!(sim.run_until(ms(5_000)), None, "busy, not silent");
+    assert_eq!(sim.run_until(end), None, "busy, not silent");
     sim.hear(std::str::from_utf8(&reply(2)).unwrap());
+    sim
+}
+
+#[test]
+fn a_browser_busy_with_a_screenshot_is_given_its_allowance_then_judged_as_before() {
+    let mut sim = screenshot_answered_at(ms(5_000));
     // Done: a plain command on a browser gone quiet is judged by the fast rule again.
     sim.command(3, "Runtime.evaluate", None);
     let silent = sim.run_until(ms(60_000)).expect("silence");
@@ -900,18 +906,13 @@ fn probes_queued_behind_a_screenshot_are_judged_from_its_end() {
     // Seen in CI on a loaded machine: a 33 MB screenshot answered past the stall probe's
     // timeout, its probes just after it; judged from when they were sent, the page was
     // called hung (or the browser silent) between the two.
-    let mut sim = Sim::new(None).watching();
-    sim.round_trip(Some("S"), ms(2));
-    sim.now = sim.at(ms(10));
-    sim.command(2, "Page.captureScreenshot", Some("S"));
-    assert_eq!(sim.run_until(ms(5_000)), None, "busy, not silent");
+    let mut sim = screenshot_answered_at(ms(5_000));
     let probes = probes_out(&sim);
     assert!(
         probes.iter().any(|p| p.1),
         "a stall probe went: {:?}",
         sim.log
     );
-    sim.hear(std::str::from_utf8(&reply(2)).unwrap());
     // The browser's probes answer 100 ms after the screenshot, the page's never.
     sim.now = sim.at(ms(5_100));
     for (id, _) in probes.iter().filter(|p| !p.1) {
