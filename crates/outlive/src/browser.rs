@@ -20,7 +20,7 @@ use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
 use crate::options::Options;
 use crate::provider::{Provider, Session};
-use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, Relay};
+use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, LinkWatch, Relay, Stalls};
 use crate::run::{Backend, LiveBrowser};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -34,6 +34,18 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) struct CdpBackend<'p, P: ?Sized> {
     pub(crate) provider: &'p P,
+    /// The stalls every relay of the run survived.
+    pub(crate) stalls: Arc<Stalls>,
+}
+
+impl<'p, P: ?Sized> CdpBackend<'p, P> {
+    /// A backend launching through `provider`.
+    pub(crate) fn new(provider: &'p P) -> Self {
+        CdpBackend {
+            provider,
+            stalls: Arc::default(),
+        }
+    }
 }
 
 pub(crate) struct CdpBrowser {
@@ -65,6 +77,10 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
     type Page = Page;
     type Browser = CdpBrowser;
 
+    fn stalls(&self) -> Option<Arc<Stalls>> {
+        Some(self.stalls.clone())
+    }
+
     async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
         let session = self.provider.launch().await?;
         let heartbeat = Heartbeat {
@@ -74,14 +90,18 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         // A Rust task's dialogs are dismissed unless it says otherwise (a command's client
         // answers its own: `run_command` sets `Leave`).
         let dialogs = options.dialogs.unwrap_or(Dialogs::Dismiss);
-        let relay =
-            match Relay::start(session.endpoint(), heartbeat, dialogs, CONNECT_TIMEOUT).await {
-                Ok(r) => r,
-                Err(e) => {
-                    release_quietly(session).await;
-                    return Err(e);
-                }
-            };
+        let link = LinkWatch {
+            second_connection: session.second_connection(),
+            stalls: self.stalls.clone(),
+        };
+        let endpoint = session.endpoint();
+        let relay = match Relay::start(endpoint, heartbeat, dialogs, CONNECT_TIMEOUT, link).await {
+            Ok(r) => r,
+            Err(e) => {
+                release_quietly(session).await;
+                return Err(e);
+            }
+        };
         let exited = session.exited();
         match connect(relay, exited, options).await {
             Ok(mut b) => {
@@ -311,8 +331,13 @@ impl LiveBrowser for CdpBrowser {
     }
 
     async fn confirm_alive(&self, timeout: Duration) -> bool {
-        let (browser, page) =
+        let (mut browser, mut page) =
             tokio::join!(self.relay.probe(timeout), self.relay.probe_page(timeout));
+        // Unanswered may be a stall: judged as any silence is, then asked again once heard.
+        if !browser && self.relay.heard_again().await {
+            (browser, page) =
+                tokio::join!(self.relay.probe(timeout), self.relay.probe_page(timeout));
+        }
         if !browser {
             self.relay.declare(DeathCause::ProbeFailed);
             false

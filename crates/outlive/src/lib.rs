@@ -201,7 +201,7 @@ pub use provider::{Cloud, Dialect};
 pub use provider::{Solari, SolariLaunch};
 pub use quiet::{Quiet, quietly};
 pub use redact::Diagnostics;
-pub use relay::DeathCause;
+pub use relay::{Confirmation, DeathCause};
 pub use report::{Milestone, Outcome, WideEvent};
 #[cfg(feature = "durable")]
 pub use seal::{SealKey, Sealer};
@@ -276,5 +276,10 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Display,
 {
-    quietly(run::run(&browser::CdpBackend { provider }, task, &options)).await
+    quietly(run::run(
+        &browser::CdpBackend::new(provider),
+        task,
+        &options,
+    ))
+    .await
 }

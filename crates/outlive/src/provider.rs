@@ -69,6 +69,19 @@ pub trait Session: Send + Sync {
         Box::pin(std::future::pending())
     }
 
+    /// Whether a second, short-lived connection to [`Session::endpoint`] may ask the browser
+    /// whether it lives while outlive's own stays open: allowed, reaching the same browser,
+    /// and without side effects (no new browser, no end of the session when it closes).
+    /// outlive uses one to tell a stalled connection from a dead browser
+    /// (`docs/deaths.md`, "A stall or a death").
+    ///
+    /// # Default
+    ///
+    /// `false`: a silence is then judged by time alone, within a longer allowance.
+    fn second_connection(&self) -> bool {
+        false
+    }
+
     /// The OS process id of the browser when it runs on this machine (a lab or a test can
     /// signal it); `None` for a browser elsewhere.
     fn pid(&self) -> Option<u32> {
@@ -129,6 +142,8 @@ struct ByIdSession<P: Provider + Clone + 'static> {
     /// Always set once the session is handed out.
     endpoint: Option<CdpEndpoint>,
     lifetime: Option<Duration>,
+    /// See [`Session::second_connection`]: the provider's to say.
+    second_connection: bool,
     released: bool,
 }
 
@@ -140,6 +155,7 @@ impl<P: Provider + Clone + 'static> ByIdSession<P> {
             id,
             endpoint: None,
             lifetime,
+            second_connection: false,
             released: false,
         }
     }
@@ -164,6 +180,10 @@ impl<P: Provider + Clone + 'static> Session for ByIdSession<P> {
 
     fn lifetime(&self) -> Option<Duration> {
         self.lifetime
+    }
+
+    fn second_connection(&self) -> bool {
+        self.second_connection
     }
 
     fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {

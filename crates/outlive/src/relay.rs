@@ -6,9 +6,11 @@
 //! (`Browser.getVersion`) after a quiet heartbeat interval. It also watches the task's page for
 //! a crash, a close and a hang. Each death is published before the client side is cut.
 //! Parts: this module (the handle: [`Relay`], [`Calls`], [`DeathSender`], [`Death`],
-//! [`DeathCause`], [`IdbFeeds`]), `driver`, `forward`, `gate`, `watchdog`, `wire`, `socket`. How and
-//! why: `docs/deaths.md`, from "The browser dies" to "Inside the relay".
+//! [`DeathCause`], [`IdbFeeds`]), `driver`, `forward`, `gate`, `watchdog`, `confirm` (the second
+//! path), `wire`, `socket`. How and why: `docs/deaths.md`, "The browser dies" to "Inside the
+//! relay".
 
+mod confirm;
 mod driver;
 mod forward;
 mod frames;
@@ -18,6 +20,7 @@ mod watchdog;
 pub(crate) mod wire;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -81,6 +84,49 @@ impl DeathCause {
     }
 }
 
+/// How a browser's death was made sure of: what the connection, or a second one, showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Confirmation {
+    /// A close frame or an end of stream, on the connection or on a second one.
+    Close,
+    /// A TCP reset or another I/O error.
+    Reset,
+    /// A second connection was refused (no listener; HTTP 403, 404 or 410), or reached a
+    /// browser without the targets of this one.
+    Refused,
+    /// Nothing: a silence outlasted its allowance, with no second connection to ask or none
+    /// that answered.
+    Silence,
+    /// The local browser process exited.
+    Exit,
+}
+
+impl Confirmation {
+    /// A short stable name for logs and the wide event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confirmation::Close => "close",
+            Confirmation::Reset => "reset",
+            Confirmation::Refused => "refused",
+            Confirmation::Silence => "silence",
+            Confirmation::Exit => "exit",
+        }
+    }
+
+    /// How a death of `cause` is confirmed when nothing more was learned; `None` for a page's
+    /// failure.
+    pub fn of(cause: DeathCause) -> Option<Confirmation> {
+        match cause {
+            DeathCause::Closed => Some(Confirmation::Close),
+            DeathCause::Reset => Some(Confirmation::Reset),
+            DeathCause::ProcessExit => Some(Confirmation::Exit),
+            DeathCause::Silence | DeathCause::ProbeFailed => Some(Confirmation::Silence),
+            _ => None,
+        }
+    }
+}
+
 /// A death and the moment it was detected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Death {
@@ -88,6 +134,19 @@ pub struct Death {
     pub cause: DeathCause,
     /// When it saw it.
     pub at: Instant,
+    /// How the browser's death was made sure of; `None` for a page's failure.
+    pub confirmed: Option<Confirmation>,
+}
+
+impl Death {
+    /// A death of `cause` detected at `at`, confirmed as the cause alone says.
+    pub fn new(cause: DeathCause, at: Instant) -> Death {
+        Death {
+            cause,
+            at,
+            confirmed: Confirmation::of(cause),
+        }
+    }
 }
 
 /// Heartbeat settings.
@@ -147,6 +206,47 @@ enum Control {
     ArmFrames(Vec<String>),
     /// A program's command on its own connection to the browser (see [`ProgramCall`]).
     Program(ProgramCall),
+    /// An on-demand probe went unanswered: suspect the connection, as for a silence, and tell
+    /// the sender when it is heard again (dropped if the browser is dead).
+    Suspect(oneshot::Sender<()>),
+}
+
+/// How the relay may make sure a silent browser is dead, and where it sums the stalls it
+/// survived.
+#[derive(Clone, Default)]
+pub(crate) struct LinkWatch {
+    /// A second, short-lived connection to the endpoint may ask the browser whether it lives
+    /// ([`crate::Session::second_connection`]).
+    pub second_connection: bool,
+    /// Shared by the relays of one run.
+    pub stalls: Arc<Stalls>,
+}
+
+/// The stalls the relays of one run survived: silences that raised a suspicion and ended
+/// with the connection heard again.
+#[derive(Debug, Default)]
+pub(crate) struct Stalls {
+    survived: AtomicU32,
+    longest_ms: AtomicU64,
+}
+
+impl Stalls {
+    /// A stall of `stall` survived.
+    pub fn record(&self, stall: Duration) {
+        self.survived.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+        self.longest_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How many were survived.
+    pub fn survived(&self) -> u32 {
+        self.survived.load(Ordering::Relaxed)
+    }
+
+    /// The longest, in milliseconds.
+    pub fn longest_ms(&self) -> u64 {
+        self.longest_ms.load(Ordering::Relaxed)
+    }
 }
 
 /// What the front tells the relay of a program's commands, which travel on the program's own
@@ -177,10 +277,7 @@ pub(crate) async fn wait_death(rx: &mut watch::Receiver<Option<Death>>) -> Death
         }
         if rx.changed().await.is_err() {
             // The relay is gone without reporting; treat it as a closed connection.
-            return Death {
-                cause: DeathCause::Closed,
-                at: Instant::now(),
-            };
+            return Death::new(DeathCause::Closed, Instant::now());
         }
     }
 }
@@ -201,10 +298,7 @@ pub(crate) async fn wait_page_death(rx: &mut watch::Receiver<PageDeath>, generat
 
 /// Records the failure of page `generation` unless one is recorded; returns the recorded one.
 fn declare_page(tx: &watch::Sender<PageDeath>, generation: u64, cause: DeathCause) -> Death {
-    let mut recorded = Death {
-        cause,
-        at: Instant::now(),
-    };
+    let mut recorded = Death::new(cause, Instant::now());
     tx.send_if_modified(|d| match d {
         Some((g, existing)) if *g == generation => {
             recorded = *existing;
@@ -225,9 +319,16 @@ pub(crate) struct DeathSender(watch::Sender<Option<Death>>);
 impl DeathSender {
     /// Records `cause` now unless a death is already recorded; returns the recorded one.
     pub fn declare(&self, cause: DeathCause) -> Death {
+        self.declare_confirmed(cause, Confirmation::of(cause))
+    }
+
+    /// Records `cause`, made sure of as `confirmed`, now unless a death is already recorded;
+    /// returns the recorded one.
+    pub fn declare_confirmed(&self, cause: DeathCause, confirmed: Option<Confirmation>) -> Death {
         let mut recorded = Death {
             cause,
             at: Instant::now(),
+            confirmed,
         };
         self.0.send_if_modified(|d| match d {
             Some(existing) => {
@@ -269,6 +370,7 @@ impl Relay {
         heartbeat: Heartbeat,
         dialogs: Dialogs,
         connect_timeout: Duration,
+        link: LinkWatch,
     ) -> Result<Relay, Error> {
         let flows = forward::Flows::default();
         let connect = socket::connect_upstream(upstream, flows.clone());
@@ -327,6 +429,8 @@ impl Relay {
             control: control_rx,
             cut: cut_rx,
             idb_feeds: idb_feeds.clone(),
+            second: link.second_connection.then(|| upstream.clone()),
+            stalls: link.stalls,
         }));
         Ok(Relay {
             client_url,
@@ -382,6 +486,16 @@ impl Relay {
     /// Asks the watched page for a sign of life now. `true` if it answered within `timeout`.
     pub async fn probe_page(&self, timeout: Duration) -> bool {
         self.page_death().is_none() && self.ask(Control::ProbePage, timeout).await
+    }
+
+    /// After an on-demand probe went unanswered: whether the connection is heard again (it
+    /// was stalled), judged as any silence is (`docs/deaths.md`). `false` once the browser is
+    /// found dead.
+    pub async fn heard_again(&self) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.death().is_none()
+            && self.control.send(Control::Suspect(tx)).is_ok()
+            && rx.await.is_ok()
     }
 
     async fn ask(&self, control: fn(oneshot::Sender<()>) -> Control, timeout: Duration) -> bool {
@@ -704,6 +818,11 @@ impl Signals {
     /// Publishes the browser's death (unless one is published already).
     fn die(&self, cause: DeathCause) {
         DeathSender(self.death.clone()).declare(cause);
+    }
+
+    /// Publishes the browser's death, made sure of as `confirmed`.
+    fn die_confirmed(&self, cause: DeathCause, confirmed: Confirmation) {
+        DeathSender(self.death.clone()).declare_confirmed(cause, Some(confirmed));
     }
 
     /// Publishes the failure of page `generation` (unless one is published already).

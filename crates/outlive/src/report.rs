@@ -86,6 +86,16 @@ pub struct WideEvent {
     /// serving the task): the extra session time rotation and standby cost. Not in the
     /// TypeScript original.
     pub standby_ms: u64,
+    /// Silences that raised a suspicion of death and ended with the connection heard again:
+    /// network stalls outlive waited out instead of replacing a live browser
+    /// (`docs/deaths.md`). Not in the TypeScript original.
+    pub stalls_survived: u32,
+    /// The longest of them.
+    pub longest_stall_ms: u64,
+    /// Browser deaths by how each was made sure of
+    /// ([`Confirmation::as_str`](crate::Confirmation::as_str): `close`, `reset`, `refused`,
+    /// `silence`, `exit`). Not in the TypeScript original.
+    pub deaths_confirmed_by: std::collections::BTreeMap<String, u32>,
     /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
     /// task error's type name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -159,6 +169,9 @@ mod tests {
             rotations: 0,
             sessions: 2,
             standby_ms: 0,
+            stalls_survived: 0,
+            longest_stall_ms: 0,
+            deaths_confirmed_by: Default::default(),
             error_name: Some("GaveUp".into()),
             error_code: Some("gave_up".into()),
             error: Some("x".into()),
@@ -235,6 +248,8 @@ pub enum Milestone {
         attempt: u32,
         /// What gave the death away.
         cause: crate::DeathCause,
+        /// How it was made sure of.
+        confirmed: Option<crate::Confirmation>,
         /// When it was detected.
         detected_at: std::time::Instant,
         /// The work lost by this death, as `lost_work_ms` counts it.

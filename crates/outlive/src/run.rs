@@ -47,6 +47,11 @@ pub(crate) trait Backend: Sync {
         &self,
         options: &Options,
     ) -> impl Future<Output = Result<Self::Browser, Error>> + Send;
+
+    /// The stalls its browsers' connections survived, if it keeps them.
+    fn stalls(&self) -> Option<Arc<crate::relay::Stalls>> {
+        None
+    }
 }
 
 /// One connected browser, for the run loop.
@@ -119,6 +124,8 @@ struct Tally {
     rotations: u32,
     /// Time successors and standbys were up beside the task's browser.
     standby: Duration,
+    /// Browser deaths by how each was made sure of.
+    deaths_confirmed_by: std::collections::BTreeMap<String, u32>,
 }
 
 /// Builds and emits the wide event exactly once; if the run future is dropped first, its
@@ -130,6 +137,8 @@ struct Reporter<'o> {
     store: Arc<Store>,
     tally: Tally,
     budget: Budget,
+    /// The stalls the backend's relays survived, if it keeps them.
+    stalls: Option<Arc<crate::relay::Stalls>>,
     emitted: bool,
 }
 
@@ -160,6 +169,9 @@ impl Reporter<'_> {
             rotations: self.tally.rotations,
             sessions: self.budget.sessions(),
             standby_ms: self.tally.standby.as_millis() as u64,
+            stalls_survived: self.stalls.as_ref().map_or(0, |s| s.survived()),
+            longest_stall_ms: self.stalls.as_ref().map_or(0, |s| s.longest_ms()),
+            deaths_confirmed_by: self.tally.deaths_confirmed_by.clone(),
             error_name,
             error_code,
             error,
@@ -188,6 +200,17 @@ impl Reporter<'_> {
         };
         self.emit(outcome, Some((name.to_owned(), e.code(), e.to_string())));
         RunError::Outlive(e)
+    }
+
+    /// Counts a browser's death by how it was made sure of.
+    fn count_death(&mut self, death: Death) {
+        if let Some(how) = death.confirmed {
+            let count = self
+                .tally
+                .deaths_confirmed_by
+                .entry(how.as_str().to_owned());
+            *count.or_default() += 1;
+        }
     }
 
     /// Adds the work `death` cost to the tally: from the newest checkpoint (or the entry's
@@ -295,6 +318,7 @@ where
         store: store.clone(),
         tally: Tally::default(),
         budget: Budget::new(options),
+        stalls: backend.stalls(),
         emitted: false,
     };
     let mut run = Run {

@@ -33,6 +33,26 @@ pub(crate) async fn connect<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    open(endpoint, wrap, config()).await
+}
+
+/// Opens a plain websocket to the browser at `endpoint` with `config` (a short-lived check's
+/// smaller limits).
+pub(crate) async fn connect_with(
+    endpoint: &CdpEndpoint,
+    config: WebSocketConfig,
+) -> Result<WebSocketStream<ClientStream<TcpStream>>, WsError> {
+    open(endpoint, |socket| socket, config).await
+}
+
+async fn open<S>(
+    endpoint: &CdpEndpoint,
+    wrap: impl FnOnce(TcpStream) -> S,
+    config: WebSocketConfig,
+) -> Result<WebSocketStream<ClientStream<S>>, WsError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let url = url::Url::parse(endpoint.expose()).map_err(|_| WsError::Url(UrlError::NoHostName))?;
     let host = url
         .host_str()
@@ -47,7 +67,7 @@ where
         endpoint.expose(),
         wrap(socket),
         None,
-        Some(config()),
+        Some(config),
     )
     .await?;
     Ok(ws)

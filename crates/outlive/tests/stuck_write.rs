@@ -1,7 +1,8 @@
 //! A half-open browser connection while the task sends a multi-MB command, end to end with
 //! Chromium. A proxy in front of the browser stops reading (and forwarding) for good, so the
-//! relay's write of the command fills the kernel buffers and never finishes. The relay must
-//! still declare the silence within heartbeat interval + timeout. The task is re-entered on a
+//! relay's write of the command fills the kernel buffers and never finishes. This provider
+//! allows no second connection, so the relay must declare the silence once it has lasted the
+//! unconfirmed allowance (5 s; `docs/deaths.md`). The task is re-entered on a
 //! fresh browser. It is not left waiting on the write (and on chromiumoxide's 60 s request
 //! timeout), as when the relay awaited its writes where it decides.
 
@@ -19,6 +20,8 @@ use tokio::sync::Notify;
 
 const INTERVAL: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a silence no second connection can confirm may last (`docs/deaths.md`).
+const ALLOWANCE: Duration = Duration::from_secs(5);
 /// What a loaded machine may add.
 const TOLERANCE: Duration = Duration::from_secs(1);
 
@@ -163,6 +166,6 @@ async fn a_half_open_browser_during_a_multi_mb_command_is_silence_within_interva
     let after = detected_at.saturating_duration_since(frozen_at);
     eprintln!("{cause:?} detected {after:?} after the proxy stopped reading");
     assert_eq!(cause, DeathCause::Silence);
-    assert!(after <= INTERVAL + TIMEOUT + TOLERANCE, "{after:?}");
+    assert!(after <= ALLOWANCE + TOLERANCE, "{after:?}");
     profiles.assert_nothing_left();
 }

@@ -77,6 +77,7 @@ pub(super) async fn relayed_page() -> (
         heartbeat,
         crate::options::Dialogs::Dismiss,
         Duration::from_secs(10),
+        Default::default(),
     )
     .await
     .expect("the relay starts");

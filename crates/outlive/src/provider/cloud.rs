@@ -74,6 +74,9 @@ pub struct Dialect {
     lifetime_field: Option<(&'static str, Unit)>,
     /// The lifetime a session gets when the create asks for none, where the SDK documents it.
     default_lifetime: Option<Duration>,
+    /// A second connection to a session's CDP URL reaches the same browser without side
+    /// effects ([`crate::Session::second_connection`]; `docs/providers.md`).
+    second_connection: bool,
 }
 
 impl Dialect {
@@ -93,6 +96,7 @@ impl Dialect {
         release_body: Some(r#"{"status":"REQUEST_RELEASE"}"#),
         lifetime_field: Some(("timeout", Unit::Seconds)),
         default_lifetime: None,
+        second_connection: false,
     };
 
     /// Steel (`steel-sdk`): `POST /v1/sessions` → `websocketUrl`, which takes the key as
@@ -111,6 +115,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: Some(("timeout", Unit::Millis)),
         default_lifetime: Some(Duration::from_secs(300)),
+        second_connection: true,
     };
 
     /// Browserless (Session API, docs.browserless.io): `POST /session?token=…` →
@@ -130,6 +135,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: Some(("ttl", Unit::Millis)),
         default_lifetime: None,
+        second_connection: false,
     };
 
     /// Hyperbrowser (`@hyperbrowser/sdk`): `POST /api/session` → `wsEndpoint`; released by
@@ -148,6 +154,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: Some(("timeoutMinutes", Unit::Minutes)),
         default_lifetime: None,
+        second_connection: false,
     };
 
     /// Anchor (`anchorbrowser`): `POST /v1/sessions` → `data.cdp_url`; released by
@@ -166,6 +173,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: Some(("session.timeout.max_duration", Unit::Minutes)),
         default_lifetime: Some(Duration::from_secs(20 * 60)),
+        second_connection: true,
     };
 
     /// Kernel (`@onkernel/sdk`): `POST /browsers` → `cdp_ws_url`, `session_id`; released by
@@ -184,6 +192,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: None,
         default_lifetime: None,
+        second_connection: true,
     };
 
     /// Notte (`notte-sdk`): `POST /sessions/start` → `session_id` and `cdp_url`, or else
@@ -203,6 +212,7 @@ impl Dialect {
         release_body: None,
         lifetime_field: Some(("max_duration_minutes", Unit::Minutes)),
         default_lifetime: Some(Duration::from_secs(15 * 60)),
+        second_connection: false,
     };
 
     /// Every built-in dialect.
@@ -224,6 +234,13 @@ impl Dialect {
     /// Its name, as [`Dialect::named`] takes it.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Whether outlive may confirm a silent browser of this cloud by a second connection to
+    /// its CDP URL ([`crate::Session::second_connection`]). Where not, silence is judged by
+    /// time alone.
+    pub fn second_connection(&self) -> bool {
+        self.second_connection
     }
 
     /// The environment variable its SDKs read the key from.
@@ -386,6 +403,7 @@ impl Cloud {
             .ok_or_else(|| (self.missing(self.dialect.id_field), false))?
             .to_owned();
         let mut session = ByIdSession::new(self.clone(), id, self.stated_lifetime());
+        session.second_connection = self.dialect.second_connection;
         // From here the session exists: an error drops it, and the drop releases it.
         let cdp = match field_str(&body, self.dialect.cdp_field) {
             Some(url) => url.to_owned(),

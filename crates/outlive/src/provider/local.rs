@@ -584,6 +584,10 @@ impl Session for LocalBrowser {
         Some(LocalBrowser::pid(self))
     }
 
+    fn second_connection(&self) -> bool {
+        true
+    }
+
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
         Box::pin(async move { (*self).close().await })
     }

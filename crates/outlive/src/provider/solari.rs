@@ -324,6 +324,10 @@ impl Session for SolariSession {
         Some(&self.id)
     }
 
+    fn second_connection(&self) -> bool {
+        true
+    }
+
     fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
         self.released = true;
         let (client, id) = (self.client.clone(), self.id.clone());

@@ -4,20 +4,25 @@
 //! however stuck a write is.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::forward::{self, Flows, Outbox};
 use super::frames::{Frame, Reading, WriteError};
 use super::gate::{Seen, Sent, StartGate, Step};
 use super::socket::{self, Ends, FrameRx, Upstream, classify};
-use super::watchdog::{Action, Outbound, PageFailure, Verdict, Watchdog, Written};
+use super::watchdog::{Action, Answer, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
-use super::{Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals};
+use super::{
+    Confirmation, Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals, Stalls, confirm,
+};
+use crate::endpoint::CdpEndpoint;
 
 /// After a death, how long the client may still take what was queued for it before the
 /// browser died (it was read first, so chromiumoxide gets it, as it would without queues).
@@ -25,8 +30,9 @@ const DRAIN: Duration = Duration::from_secs(1);
 
 /// Why the loop ended.
 enum End {
-    /// The browser connection died: publish it, let the client take what is queued, close.
-    Died(DeathCause),
+    /// The browser connection died, made sure of as it says: publish it, let the client take
+    /// what is queued, close.
+    Died(DeathCause, Confirmation),
     /// chromiumoxide went away: outlive is done with this browser.
     ClientGone,
 }
@@ -46,6 +52,10 @@ pub(super) struct Task {
     pub cut: oneshot::Receiver<()>,
     /// Where IndexedDB change events are handed as they are read.
     pub idb_feeds: IdbFeeds,
+    /// The endpoint again, when a second connection may ask the browser whether it lives.
+    pub second: Option<CdpEndpoint>,
+    /// Where the stalls the connection survived are summed.
+    pub stalls: Arc<Stalls>,
 }
 
 /// The relay's task, from accepting the client to the end of the connection.
@@ -60,6 +70,8 @@ pub(super) async fn run(task: Task) {
         mut control,
         mut cut,
         idb_feeds,
+        second,
+        stalls,
     } = task;
     // However the task ends (its handle dropped too), the feeds' receivers learn it.
     let _closed = CloseOnDrop(idb_feeds.clone());
@@ -78,6 +90,7 @@ pub(super) async fn run(task: Task) {
     };
     let mut client = Ends::of(client, false);
     let (mut driver, ends) = Driver::new(heartbeat, signals, flows, idb_feeds);
+    driver.second(second, stalls);
     let QueueEnds {
         own,
         mut written,
@@ -96,7 +109,7 @@ pub(super) async fn run(task: Task) {
         written = &mut browser_writer => match written {
             Err(e) => {
                 tracing::debug!(error = %e, "writing to the browser failed");
-                End::Died(DeathCause::Reset)
+                End::Died(DeathCause::Reset, Confirmation::Reset)
             }
             Ok(()) => End::ClientGone,
         },
@@ -109,10 +122,10 @@ pub(super) async fn run(task: Task) {
         }
         end = driver.run(&mut up.frames, &mut up.reading, &mut client.frames, &mut control, &mut written) => end,
     };
-    let End::Died(cause) = end else {
+    let End::Died(cause, confirmed) = end else {
         return;
     };
-    driver.signals.die(cause);
+    driver.signals.die_confirmed(cause, confirmed);
     // What the browser sent before it died still reaches the client, within `DRAIN`. The
     // writer runs while the held messages go into its queue.
     let to_client = driver.to_client;
@@ -162,6 +175,13 @@ struct Driver {
     idb_feeds: IdbFeeds,
     /// Holds each new tab until chromiumoxide has set its auto-attach on it.
     gate: StartGate,
+    /// The second path: the endpoint, the check out (one at a time), where it answers.
+    second: Option<CdpEndpoint>,
+    check: Option<AbortOnDropHandle<()>>,
+    answers: (mpsc::Sender<Answer>, mpsc::Receiver<Answer>),
+    /// Who waits for a suspicion to end (see [`Control::Suspect`]).
+    suspects: Vec<oneshot::Sender<()>>,
+    stalls: Arc<Stalls>,
 }
 
 type Incoming = Option<Result<Frame, WsError>>;
@@ -199,8 +219,21 @@ impl Driver {
             frame_scripts: Vec::new(),
             idb_feeds,
             gate: StartGate::default(),
+            second: None,
+            check: None,
+            answers: mpsc::channel(1),
+            suspects: Vec::new(),
+            stalls: Arc::default(),
         };
         (driver, ends)
+    }
+
+    /// Where a second connection may ask the browser whether it lives, if anywhere, and where
+    /// the stalls survived are summed.
+    fn second(&mut self, second: Option<CdpEndpoint>, stalls: Arc<Stalls>) {
+        self.dog.can_confirm(second.is_some());
+        self.second = second;
+        self.stalls = stalls;
     }
 
     async fn run(
@@ -238,6 +271,10 @@ impl Driver {
                     self.dog.on_written(w);
                     Ok(())
                 }
+                Some(answer) = self.answers.1.recv() => {
+                    let action = self.dog.on_answer(answer, Instant::now());
+                    self.act(action)
+                }
                 () = self.to_browser.make_room(), if !browser_clear => Ok(()),
                 () = self.to_client.make_room(), if !client_clear => Ok(()),
                 Ok(()) = reading.changed() => Ok(()),
@@ -249,6 +286,7 @@ impl Driver {
             if let Err(end) = step {
                 return end;
             }
+            self.note_stalls();
             self.release_tabs();
         }
     }
@@ -340,7 +378,7 @@ impl Driver {
                 self.to_client.push(m);
             }
             Some(Ok(Frame::Whole(Message::Close(_)))) | None => {
-                return Err(End::Died(DeathCause::Closed));
+                return Err(End::Died(DeathCause::Closed, Confirmation::Close));
             }
             Some(Ok(Frame::Whole(Message::Ping(payload)))) => {
                 self.dog.on_message(None, now);
@@ -351,7 +389,9 @@ impl Driver {
             }
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "reading the browser's connection failed");
-                return Err(End::Died(classify(&e)));
+                let cause = classify(&e);
+                let how = Confirmation::of(cause).unwrap_or(Confirmation::Reset);
+                return Err(End::Died(cause, how));
             }
         }
         Ok(())
@@ -395,7 +435,13 @@ impl Driver {
         self.gate.expire(Instant::now());
         // The socket may have drained since the deadline was computed.
         self.dog.on_flow(self.flows.now());
-        match self.dog.on_deadline(Instant::now()) {
+        let action = self.dog.on_deadline(Instant::now());
+        self.act(action)
+    }
+
+    /// Does what the watchdog asks.
+    fn act(&mut self, action: Option<Action>) -> Result<(), End> {
+        match action {
             None => {}
             Some(Action::Probe(id)) => self.send_own(id, wire::probe_message(id)),
             Some(Action::ProbeStall {
@@ -406,10 +452,40 @@ impl Driver {
                 self.send_own(page_id, wire::page_probe_message(page_id, &session));
                 self.send_own(browser_id, wire::probe_message(browser_id));
             }
-            Some(Action::Silent) => return Err(End::Died(DeathCause::Silence)),
+            Some(Action::Confirm(limit)) => self.start_check(limit),
+            Some(Action::Silent(how)) => return Err(End::Died(DeathCause::Silence, how)),
             Some(Action::PageFailed(f)) => self.fail_page(f),
         }
         Ok(())
+    }
+
+    /// Opens the second connection and asks, unless a check is out already. Its answer comes
+    /// back on `answers`; the check ends with the driver.
+    fn start_check(&mut self, limit: Duration) {
+        let Some(endpoint) = self.second.clone() else {
+            return;
+        };
+        if self.check.as_ref().is_some_and(|c| !c.is_finished()) {
+            return;
+        }
+        let target = self.dog.watched_target();
+        let answers = self.answers.0.clone();
+        self.check = Some(AbortOnDropHandle::new(crate::quiet::spawn(async move {
+            let answer = confirm::ask(&endpoint, target.as_deref(), limit).await;
+            let _ = answers.send(answer).await;
+        })));
+    }
+
+    /// Sums a stall the connection survived, and tells who waits that the silence ended.
+    fn note_stalls(&mut self) {
+        if let Some(stall) = self.dog.take_stall() {
+            self.stalls.record(stall);
+        }
+        if !self.suspects.is_empty() && !self.dog.is_suspected() {
+            for waiter in self.suspects.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
     }
 
     fn on_control(&mut self, c: Control) {
@@ -445,6 +521,13 @@ impl Driver {
                 self.frame_scripts = scripts;
             }
             Control::Program(call) => self.dog.on_program(call),
+            Control::Suspect(waiter) => {
+                self.suspects.retain(|w| !w.is_closed());
+                self.suspects.push(waiter);
+                if let Some(Action::Confirm(limit)) = self.dog.suspect_now(Instant::now()) {
+                    self.start_check(limit);
+                }
+            }
             Control::PageFailed(generation) => {
                 if let Some(f) = self.dog.fail_watched(generation) {
                     self.fail_page(f);

@@ -61,6 +61,8 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
     let mut stopped_tx = Some(stopped_tx);
     tokio::spawn(async move {
         let (stream, _) = listener.accept().await.unwrap();
+        // One browser connection: a second one, asking whether it lives, is refused.
+        drop(listener);
         let slow = matches!(how, Upstream::Slow);
         let stream = Throttled {
             inner: stream,
@@ -196,6 +198,10 @@ async fn relay_and_client(endpoint: &CdpEndpoint) -> (Relay, ClientWs) {
         HEARTBEAT,
         Dialogs::Dismiss,
         Duration::from_secs(5),
+        LinkWatch {
+            second_connection: true,
+            ..LinkWatch::default()
+        },
     )
     .await
     .unwrap();

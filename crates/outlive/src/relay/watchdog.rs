@@ -11,6 +11,7 @@
 
 mod page;
 mod silence;
+mod suspicion;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,8 +20,10 @@ use tokio::time::Instant;
 
 use self::page::{PageState, StallProbe};
 use self::silence::Waiting;
+pub(crate) use self::suspicion::Answer;
+use self::suspicion::{Link, Step};
 use super::wire::{self, Head, Inbound};
-use super::{DeathCause, Heartbeat, ProgramCall, WatchedPage};
+use super::{Confirmation, DeathCause, Heartbeat, ProgramCall, WatchedPage};
 
 /// What the driver must do when a deadline passed.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,8 +37,12 @@ pub(super) enum Action {
         browser_id: u64,
         session: String,
     },
-    /// Nothing came from the browser in time: the connection is silent.
-    Silent,
+    /// The connection fell silent: ask the browser by a second connection whether it lives,
+    /// within this long, and hand the answer to [`Watchdog::on_answer`].
+    Confirm(Duration),
+    /// The browser is dead, confirmed this way: a second connection was refused or closed,
+    /// or the silence outlasted its allowance.
+    Silent(Confirmation),
     /// The watched page failed.
     PageFailed(PageFailure),
 }
@@ -113,10 +120,15 @@ pub(super) struct Watchdog {
     clocks: BTreeMap<u64, Instant>,
     silence: Waiting,
     page: PageState,
+    /// What the connection has shown, and a silence under suspicion.
+    link: Link,
+    /// A stall that ended since the driver last asked ([`Watchdog::take_stall`]).
+    stall: Option<Duration>,
 }
 
 impl Watchdog {
-    /// A watchdog for a connection that was last heard from at `now`.
+    /// A watchdog for a connection that was last heard from at `now`. Its silences are judged
+    /// by time alone until [`Watchdog::can_confirm`] says a second connection may ask.
     pub fn new(heartbeat: Heartbeat, now: Instant) -> Watchdog {
         Watchdog {
             heartbeat,
@@ -127,7 +139,19 @@ impl Watchdog {
             clocks: BTreeMap::new(),
             silence: Waiting::default(),
             page: PageState::default(),
+            link: Link::default(),
+            stall: None,
         }
+    }
+
+    /// Whether a second connection may ask the browser whether it lives.
+    pub fn can_confirm(&mut self, can: bool) {
+        self.link.can_confirm = can;
+    }
+
+    /// The watched page's target: a second connection that lists it reached this browser.
+    pub fn watched_target(&self) -> Option<String> {
+        self.page.watched.as_ref().map(|w| w.target_id.clone())
     }
 
     /// A fresh id for a message of the relay's own.
@@ -140,13 +164,18 @@ impl Watchdog {
     /// When probe `id`, sent at `sent` and unanswered for `timeout`, is judged: `timeout`
     /// after its clock started once written; not written yet, once the socket has not
     /// drained for the heartbeat timeout since it was sent. A clock waits for the end of a
-    /// busy command the probe was queued behind (a screenshot's probes answer after it).
+    /// busy command the probe was queued behind (a screenshot's probes answer after it), and
+    /// for the end of a stall the connection survived (its answers were held behind it).
     fn judged_at(&self, id: u64, sent: Instant, timeout: Duration) -> Instant {
+        let from = |t: Instant| {
+            let t = self.silence.clock_from(t);
+            self.link.stall_ended.map_or(t, |e| e.max(t))
+        };
         match self.clocks.get(&id) {
-            Some(started) => self.silence.clock_from(*started) + timeout,
+            Some(started) => from(*started) + timeout,
             None => {
                 let moved = self.flow.drained.map_or(sent, |d| d.max(sent));
-                self.silence.clock_from(moved) + timeout.max(self.heartbeat.timeout)
+                from(moved) + timeout.max(self.heartbeat.timeout)
             }
         }
     }
@@ -181,13 +210,18 @@ impl Watchdog {
     /// frame. Anything at all is a sign of life.
     pub fn on_message(&mut self, text: Option<&[u8]>, now: Instant) -> Verdict {
         self.last_heard = now;
-        self.heartbeat_sent = None;
+        if let Some(stall) = self.link.heard(now) {
+            tracing::debug!(?stall, "the connection was stalled, not dead: heard again");
+            self.stall = Some(self.stall.map_or(stall, |s| s.max(stall)));
+        }
+        let heartbeat = self.heartbeat_sent.take();
         let Some(bytes) = text else {
             self.silence.heard(None, now);
             return Verdict::Forward(None);
         };
         match wire::inbound(bytes) {
             Inbound::Reply(id) if id >= wire::OWN_ID_BASE => {
+                self.sample_probe(id, heartbeat, now);
                 if self.silence.heard(Some(id), now) {
                     return Verdict::Consumed;
                 }
@@ -230,6 +264,29 @@ impl Watchdog {
                 Verdict::Forward(None)
             }
         }
+    }
+
+    /// A probe's answer is a round trip of the link's own: the heartbeat, the fast probe,
+    /// the browser probe beside a page stall probe.
+    fn sample_probe(&mut self, id: u64, heartbeat: Option<(u64, Instant)>, now: Instant) {
+        let stall = self.page.stall_probe.as_ref();
+        let sent = [
+            heartbeat,
+            self.silence.probe,
+            stall.map(|p| (p.browser_id, p.sent)),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|(pid, _)| *pid == id);
+        if let Some((_, sent)) = sent {
+            let started = self.clocks.get(&id).copied().unwrap_or(sent);
+            self.link.sample(now.saturating_duration_since(started));
+        }
+    }
+
+    /// The longest stall the connection survived since the last call, if any.
+    pub fn take_stall(&mut self) -> Option<Duration> {
+        self.stall.take()
     }
 
     /// A reply to the client starts to stream in (`head`, its first bytes). Its page command
@@ -281,6 +338,9 @@ impl Watchdog {
 
     /// The next moment [`Watchdog::on_deadline`] may have something to do.
     pub fn next_deadline(&mut self, now: Instant) -> Instant {
+        if let Some(due) = self.link.deadline(self.heartbeat) {
+            return due;
+        }
         [self.silence_due(now), self.stall_due()]
             .into_iter()
             .flatten()
@@ -312,10 +372,14 @@ impl Watchdog {
     /// What is due at `now`, if anything: the fast probe (or the silence it ends in), the
     /// page's stall probe (or the hang or silence it ends in), the heartbeat (or the silence).
     pub fn on_deadline(&mut self, now: Instant) -> Option<Action> {
+        if self.link.is_suspected() {
+            let step = self.link.on_deadline(now, self.heartbeat);
+            return step.map(|s| self.act(s));
+        }
         if self.silence_due(now).is_some_and(|d| d <= now) {
             if self.silence.probe.is_some() {
                 tracing::debug!(timeout = ?self.silence.timeout(self.heartbeat), rtt = ?self.silence.rtt(), "nothing from the browser while commands wait, probe unanswered");
-                return Some(Action::Silent);
+                return self.suspect(now);
             }
             let id = self.next_id();
             self.silence.probe = Some((id, now));
@@ -330,7 +394,7 @@ impl Watchdog {
         }
         if self.heartbeat_sent.is_some() {
             tracing::debug!(timeout = ?self.silence.allowance(self.heartbeat), "heartbeat unanswered");
-            return Some(Action::Silent);
+            return self.suspect(now);
         }
         let id = self.next_id();
         self.heartbeat_sent = Some((id, now));
@@ -345,9 +409,11 @@ impl Watchdog {
                 self.fail_page(DeathCause::PageHung).map(Action::PageFailed)
             }
             // Neither answered: the connection is silent, the browser is gone.
-            Some(_) => {
+            Some(probe) => {
                 tracing::debug!(timeout = ?self.silence.allowance(self.heartbeat), "page and browser probes unanswered");
-                Some(Action::Silent)
+                // Kept: if the connection was only stalled, the answers still come.
+                self.page.stall_probe = Some(probe);
+                self.suspect(now)
             }
             // A command has been outstanding for half an interval: ask the page and the browser.
             None => {
@@ -367,6 +433,39 @@ impl Watchdog {
                     session,
                 })
             }
+        }
+    }
+
+    /// The connection is silent: suspect it, and ask a second path if there is one. Without
+    /// one, the verdict waits for the allowance ([`Link::allowance`]).
+    fn suspect(&mut self, now: Instant) -> Option<Action> {
+        let step = self.link.suspect(self.last_heard)?;
+        tracing::debug!(silent = ?now.saturating_duration_since(self.last_heard), "the connection is silent; asking the browser by a second connection");
+        Some(self.act(step))
+    }
+
+    /// Something outside says the browser may be gone (an on-demand probe went unanswered):
+    /// suspect the connection, as for a silence.
+    pub fn suspect_now(&mut self, now: Instant) -> Option<Action> {
+        self.suspect(now)
+    }
+
+    /// Whether a silence is under suspicion.
+    pub fn is_suspected(&self) -> bool {
+        self.link.is_suspected()
+    }
+
+    /// A second-path check answered at `now`.
+    pub fn on_answer(&mut self, answer: Answer, now: Instant) -> Option<Action> {
+        tracing::debug!(?answer, "the second connection answered");
+        let step = self.link.on_answer(answer, now)?;
+        Some(self.act(step))
+    }
+
+    fn act(&self, step: Step) -> Action {
+        match step {
+            Step::Confirm => Action::Confirm(self.link.check_timeout()),
+            Step::Dead(how) => Action::Silent(how),
         }
     }
 

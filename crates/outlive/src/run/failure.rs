@@ -195,9 +195,11 @@ where
         } else {
             self.lifetime
                 .died_at(death.at.saturating_duration_since(self.born));
+            self.reporter.count_death(death);
             self.options.note(Milestone::Died {
                 attempt: loss.attempt,
                 cause: death.cause,
+                confirmed: death.confirmed,
                 detected_at: death.at.into_std(),
                 lost_work: loss.lost,
                 redone: loss.redone,

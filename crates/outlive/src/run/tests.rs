@@ -84,7 +84,7 @@ struct FakeBrowser {
 /// A death by `cause` at `at`, once `at` has passed.
 fn passed(at: Option<Instant>, cause: DeathCause) -> Option<Death> {
     at.filter(|at| Instant::now() >= *at)
-        .map(|at| Death { cause, at })
+        .map(|at| Death::new(cause, at))
 }
 
 impl FakeBrowser {
@@ -161,7 +161,7 @@ impl LiveBrowser for FakeBrowser {
             match first {
                 Some((at, cause)) => {
                     sleep_until(at).await;
-                    Death { cause, at }
+                    Death::new(cause, at)
                 }
                 None => std::future::pending().await,
             }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::silence::Waiting;
+use super::suspicion::{MAX_STALL, UNCONFIRMED_ALLOWANCE};
 use super::*;
 use crate::options::Dialogs;
 
@@ -10,6 +11,12 @@ const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_secs(1),
     timeout: Duration::from_secs(2),
 };
+
+/// A watchdog whose silences a second connection confirms.
+fn confirming(mut dog: Watchdog) -> Watchdog {
+    dog.can_confirm(true);
+    dog
+}
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -44,13 +51,19 @@ struct Sim {
     queued: Vec<(u64, bool)>,
     /// Every action but a silence, with when it came (since `t0`).
     log: Vec<(Duration, Action)>,
+    /// What a second connection answers, and after how long; `None`: it never does.
+    second: Option<(Duration, Answer)>,
+    /// The second connection's answer on its way: when it arrives.
+    answer: Option<(Instant, Answer)>,
+    /// When the watchdog asked a second connection (since `t0`).
+    confirms: Vec<Duration>,
 }
 
 impl Sim {
     fn new(rtt: Option<Duration>) -> Sim {
         let t0 = Instant::now();
         Sim {
-            dog: Watchdog::new(HEARTBEAT, t0),
+            dog: confirming(Watchdog::new(HEARTBEAT, t0)),
             t0,
             now: t0,
             rtt,
@@ -59,6 +72,9 @@ impl Sim {
             drains: Vec::new(),
             queued: Vec::new(),
             log: Vec::new(),
+            second: Some((Duration::ZERO, Answer::Dead(Confirmation::Refused))),
+            answer: None,
+            confirms: Vec::new(),
         }
     }
 
@@ -141,7 +157,8 @@ impl Sim {
             self.dog.on_flow(self.flow());
             let deadline = self.dog.next_deadline(self.now);
             let reply = self.replies.iter().map(|r| r.0).min();
-            let next = [Some(deadline), reply, self.next_socket_change()]
+            let answer = self.answer.map(|a| a.0);
+            let next = [Some(deadline), reply, answer, self.next_socket_change()]
                 .into_iter()
                 .flatten()
                 .min()
@@ -154,6 +171,9 @@ impl Sim {
             self.now = next;
             self.write_queued();
             self.deliver();
+            if let Some(silent) = self.answered() {
+                return Some(silent);
+            }
             self.dog.on_flow(self.flow());
             if deadline <= self.now {
                 if let Some(silent) = self.on_deadline() {
@@ -173,11 +193,28 @@ impl Sim {
         }
     }
 
+    /// The second connection's answer, if it came: `Some(when)` if it confirmed a death.
+    fn answered(&mut self) -> Option<Duration> {
+        let (at, answer) = self.answer.filter(|(at, _)| *at <= self.now)?;
+        self.answer = None;
+        let action = self.dog.on_answer(answer, at)?;
+        self.act(action)
+    }
+
     fn on_deadline(&mut self) -> Option<Duration> {
-        let since = self.now - self.t0;
         let action = self.dog.on_deadline(self.now)?;
+        self.act(action)
+    }
+
+    fn act(&mut self, action: Action) -> Option<Duration> {
+        let since = self.now - self.t0;
         match &action {
-            Action::Silent => return Some(since),
+            Action::Silent(_) => return Some(since),
+            Action::Confirm(_) => {
+                self.confirms.push(since);
+                self.answer = self.second.map(|(after, a)| (self.now + after, a));
+                return self.answered();
+            }
             Action::Probe(id) => self.queued.push((*id, true)),
             Action::ProbeStall {
                 page_id,
@@ -778,7 +815,7 @@ fn program_sent(conn: u64, id: u64, target: Option<&str>, at: Instant) -> Progra
 /// one of outlive's own commands (sent at 0).
 fn slow_sim(rtt: Duration) -> Sim {
     let mut sim = Sim::new(None);
-    sim.dog = Watchdog::new(SLOW, sim.t0);
+    sim.dog = confirming(Watchdog::new(SLOW, sim.t0));
     let mut sim = sim.watching();
     sim.round_trip(Some("S"), rtt);
     sim
@@ -996,4 +1033,112 @@ fn bytes_of_a_large_reply_still_coming_are_heard() {
     }
     let silent = sim.run_until(ms(60_000)).expect("silence once they stop");
     assert!(silent <= ms(4_802 + 250 + 850), "{silent:?}");
+}
+
+/// A watched page's command waits on a link that stopped answering after a 5 ms round trip.
+fn stalled_sim() -> Sim {
+    let mut sim = Sim::new(Some(ms(5))).watching();
+    sim.round_trip(Some("S"), ms(5));
+    sim.rtt = None;
+    sim.command(2, "Runtime.evaluate", Some("S"));
+    sim
+}
+
+fn hear_reply(sim: &mut Sim, id: u64) {
+    sim.dog.on_message(Some(&reply(id)), sim.now);
+}
+
+#[test]
+fn a_stall_the_second_connection_finds_alive_is_waited_out_and_counted() {
+    let mut sim = stalled_sim();
+    sim.second = Some((ms(3), Answer::Alive));
+    assert_eq!(sim.run_until(ms(3000)), None, "no death in a 3 s stall");
+    // Asked at ~0.85 s, then 1 s after its answer (then 2 s, 4 s): a few, not a stream.
+    assert_eq!(sim.confirms.len(), 2, "{:?}", sim.confirms);
+    assert!(sim.confirms[0] < ms(1000), "{:?}", sim.confirms);
+    hear_reply(&mut sim, 2);
+    let stall = sim.dog.take_stall().expect("a stall survived");
+    assert_eq!(stall, ms(3000 - 5));
+    assert_eq!(sim.dog.take_stall(), None, "reported once");
+    sim.rtt = Some(ms(5));
+    sim.command(3, "Runtime.evaluate", Some("S"));
+    assert_eq!(sim.run_until(ms(10_000)), None);
+}
+
+#[test]
+fn a_connection_silent_past_the_stall_limit_is_dead_though_the_browser_answers() {
+    let mut sim = stalled_sim();
+    sim.second = Some((ms(3), Answer::Alive));
+    assert_eq!(sim.run_until(ms(60_000)), Some(ms(5) + MAX_STALL));
+}
+
+#[test]
+fn a_refusing_second_connection_confirms_a_death_at_once() {
+    let mut sim = stalled_sim();
+    sim.second = Some((ms(2), Answer::Dead(Confirmation::Refused)));
+    let dead = sim.run_until(ms(60_000)).expect("a death");
+    assert_eq!(sim.confirms.len(), 1);
+    assert_eq!(dead, sim.confirms[0] + ms(2));
+    assert!(dead < ms(1000), "noticed in under a second: {dead:?}");
+}
+
+#[test]
+fn without_a_second_path_a_silence_is_dead_after_the_allowance() {
+    let mut sim = stalled_sim();
+    sim.dog.can_confirm(false);
+    assert_eq!(
+        sim.run_until(ms(60_000)),
+        Some(ms(5) + UNCONFIRMED_ALLOWANCE)
+    );
+    assert!(sim.confirms.is_empty());
+}
+
+#[test]
+fn an_inconclusive_second_connection_waits_the_allowance() {
+    let mut sim = stalled_sim();
+    sim.second = Some((ms(1000), Answer::Inconclusive));
+    assert_eq!(
+        sim.run_until(ms(60_000)),
+        Some(ms(5) + UNCONFIRMED_ALLOWANCE)
+    );
+    assert!(sim.confirms.len() >= 2, "asked again: {:?}", sim.confirms);
+}
+
+#[test]
+fn a_stall_survived_lengthens_the_allowance_of_the_next() {
+    let mut sim = stalled_sim();
+    sim.dog.can_confirm(false);
+    assert_eq!(sim.run_until(ms(4000)), None);
+    hear_reply(&mut sim, 2);
+    assert_eq!(sim.dog.take_stall(), Some(ms(3995)));
+    sim.command(3, "Runtime.evaluate", Some("S"));
+    // Twice the longest stall survived, not the 5 s floor.
+    assert_eq!(sim.run_until(ms(60_000)), Some(ms(4000) + ms(2 * 3995)));
+}
+
+#[test]
+fn a_page_probe_held_by_a_stall_is_judged_from_the_stall_end() {
+    let mut sim = stalled_sim();
+    sim.second = Some((ms(3), Answer::Alive));
+    assert_eq!(sim.run_until(ms(4000)), None);
+    let stall_probe = sim.log.iter().find_map(|(_, a)| match a {
+        Action::ProbeStall {
+            page_id,
+            browser_id,
+            ..
+        } => Some((*page_id, *browser_id)),
+        _ => None,
+    });
+    let (page_id, browser_id) = stall_probe.expect("the stalled command was probed");
+    // The link comes back: the browser's answer first, the page's 100 ms later.
+    hear_reply(&mut sim, browser_id);
+    assert_eq!(sim.run_until(ms(4100)), None);
+    hear_reply(&mut sim, page_id);
+    hear_reply(&mut sim, 2);
+    assert_eq!(sim.run_until(ms(10_000)), None);
+    let failed = sim
+        .log
+        .iter()
+        .any(|(_, a)| matches!(a, Action::PageFailed(_)));
+    assert!(!failed, "{:?}", sim.log);
 }
