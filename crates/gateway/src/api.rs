@@ -560,6 +560,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         "deadSessions": s.dead_sessions,
         "chromiumProcesses": s.chromium_processes,
         "peakSessions": s.peak_sessions,
+        "stallsHit": s.stalls_hit,
     }))
     .into_response()
 }

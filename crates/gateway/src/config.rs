@@ -8,8 +8,12 @@ use std::time::Duration;
 use outlive::LocalChromium;
 
 use crate::error::Error;
+use crate::weather::Weather;
 
 /// How a session's browser dies, as its client sees it.
+///
+/// Each mode is what a connection open at the death meets. A connection that arrives after
+/// the death is closed with `1011` ("the browser is unreachable"): the browser is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeathMode {
     /// A websocket close frame (code 1001, "going away"), then a clean TCP close.
@@ -153,6 +157,7 @@ pub struct Config {
     pub(crate) rtt: Duration,
     pub(crate) max_sessions: usize,
     pub(crate) connections_per_session: usize,
+    pub(crate) weather: Weather,
     pub(crate) chromium: LocalChromium,
 }
 
@@ -176,6 +181,7 @@ impl fmt::Debug for Config {
             .field("rtt", &self.rtt)
             .field("max_sessions", &self.max_sessions)
             .field("connections_per_session", &self.connections_per_session)
+            .field("weather", &self.weather)
             .field("chromium", &self.chromium)
             .finish()
     }
@@ -195,6 +201,7 @@ impl Config {
             rtt: Duration::ZERO,
             max_sessions: 2,
             connections_per_session: 4,
+            weather: Weather::calm(),
             chromium: LocalChromium::new(),
         }
     }
@@ -321,6 +328,18 @@ impl Config {
         self
     }
 
+    /// Network weather on the relay: stalls of each connection or of the whole link, and
+    /// frame jitter, on the browser's frames to the client (see [`Weather`]). Nothing is
+    /// dropped; a stalled connection is slow, not dead.
+    ///
+    /// # Default
+    ///
+    /// [`Weather::calm`].
+    pub fn weather(mut self, weather: Weather) -> Self {
+        self.weather = weather;
+        self
+    }
+
     /// The launcher for each session's Chromium.
     ///
     /// # Default
@@ -403,7 +422,7 @@ impl Config {
                 format!("rtt must be at most 60 s, got {:?}", self.rtt),
             ));
         }
-        Ok(())
+        self.weather.validate()
     }
 }
 
@@ -427,6 +446,11 @@ mod tests {
             (Config::new().doa(f64::NAN), "doa"),
             (Config::new().max_sessions(0), "max_sessions"),
             (Config::new().rtt(Duration::from_secs(61)), "rtt"),
+            (
+                Config::new()
+                    .weather(Weather::calm().flows(Duration::from_secs(2), Duration::from_secs(1))),
+                "weather",
+            ),
             (
                 Config::new().page_fault(PageFault::Crash, Duration::ZERO),
                 "page_fault",

@@ -37,7 +37,7 @@
 //! | `DELETE /sessions/:id` | `204`, also for an already released session; kills Chromium and closes the relay (`404 InvalidSessionId` for an id this gateway never issued) |
 //! | unknown or malformed id | `404 InvalidSessionId` (ids are hyphenated UUIDs; braced, `urn:uuid:` or bare-hex spellings are malformed) |
 //! | a known route, another method | `405 MethodNotAllowed` |
-//! | `GET /cdp/:id?token=…` | websocket upgrade to the session's CDP relay; `401` wrong token, `404` unknown session, `409 SessionBusy` while another client is connected, `410 SessionReleased` |
+//! | `GET /cdp/:id?token=…` | websocket upgrade to the session's CDP relay (after its death: `101`, then close `1011`); `401` wrong token, `404` unknown session, `409 SessionBusy` while another client is connected, `410 SessionReleased` |
 //!
 //! `wsEndpoint` and `cdpEndpoint` are the same raw-CDP URL,
 //! `ws://<host>/cdp/<sessionId>?token=<per-session capability>` (there is no Playwright
@@ -56,7 +56,9 @@
 //!   once Chromium is gone; without `mode` the session dies the death it was created with
 //!   (`404 InvalidSessionId`; `409 SessionEnded` if already dead). In process:
 //!   [`Gateway::kill`];
-//! * `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses, peakSessions}` (`peakSessions`: the most sessions held at once since the start).
+//! * `GET /__chaos/status` → `{liveSessions, deadSessions, chromiumProcesses, peakSessions,
+//!   stallsHit}` (`peakSessions`: the most sessions held at once since the start;
+//!   `stallsHit`: see [Weather](#weather)).
 //!
 //! ## Control-plane faults
 //!
@@ -82,7 +84,9 @@
 //! gateway issued), so a client's own retries each take one; a faulted create never records
 //! or replays its `Idempotency-Key`.
 //!
-//! A client connecting to a dead session gets that death at once.
+//! A connection open at the death meets the death itself. One that arrives after it gets a
+//! close frame `1011` ("the browser is unreachable") at once: the browser is gone, and a
+//! proxy cannot reach it.
 //!
 //! ## Page faults
 //!
@@ -99,6 +103,15 @@
 //!   must then have one (else `400 ValidationError` naming the key).
 //! * On demand: [`Gateway::fail_page`], which answers once each page is seen crashed or gone.
 //!
+//! # Weather
+//!
+//! A bad network is not a death. [`Config::weather`] makes the relay stall the browser's
+//! frames to the client ([`Weather`]): each connection on its own schedule
+//! ([`Weather::flows`]), the whole link at once ([`Weather::link`]), and a random delay per
+//! frame ([`Weather::frame_jitter`]). Held frames are delivered, in order, when the hold
+//! ends; nothing is dropped, and the client's frames to the browser pass untouched.
+//! [`Status::stalls_hit`] (`stallsHit`) counts the stalls that held at least one frame.
+//!
 //! # Layout
 //!
 //! * [`config`]: [`Config`], [`DeathMode`] and [`PageFault`], validated once.
@@ -106,8 +119,10 @@
 //! * `api`: the REST routes, auth, and JSON errors.
 //! * `dialect`: the other clouds' session APIs ([`DIALECTS`]), each under its own prefix.
 //! * `session`: the session registry, one keeper task per browser, and orderly shutdown.
-//! * `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death.
+//! * `relay`: the hand-made websocket upgrade and the CDP relay, which carries out each death
+//!   and the weather.
 //! * `chaos`: when and how each session dies, and when its pages do.
+//! * `weather`: [`Weather`], and the stalls it drives on each relay connection and the link.
 //! * `page`: page faults, over a CDP connection of the gateway's own to the browser.
 //! * `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
 //!   next creates and deletes.
@@ -127,6 +142,7 @@ mod page;
 mod relay;
 mod server;
 mod session;
+mod weather;
 
 pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
 pub use dialect::DIALECTS;
@@ -134,3 +150,4 @@ pub use error::{Error, ErrorKind};
 pub use fault::{DeleteFault, FaultCounters};
 pub use server::{Gateway, serve, spawn};
 pub use session::Status;
+pub use weather::Weather;

@@ -1,5 +1,6 @@
-//! The CDP relay at `/cdp/:id?token=…`: one client websocket per session, forwarded frame by
-//! frame to the session's Chromium, and killed the way the session's fate says.
+//! The CDP relay at `/cdp/:id?token=…`: client websockets forwarded frame by frame to the
+//! session's Chromium, through the gateway's [`Weather`](crate::Weather), and killed the way
+//! the session's fate says. A connection that arrives after the death is closed `1011`.
 //!
 //! The upgrade is done by hand (not with axum's `WebSocketUpgrade`) so that the relay gets the
 //! raw [`TcpStream`] back from hyper. A [`Death::Reset`] needs it to set `SO_LINGER` to zero
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_tungstenite::WebSocketStream;
-use async_tungstenite::tokio::{TokioAdapter, connect_async_with_config};
+use async_tungstenite::tokio::{ConnectStream, TokioAdapter, connect_async_with_config};
 use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -36,6 +37,7 @@ use uuid::Uuid;
 use crate::chaos::Death;
 use crate::error::json_error as error;
 use crate::session::{AttachError, Attachment, Phase, Shared, constant_time_eq, parse_session_id};
+use crate::weather::Flow;
 
 /// How long the relay waits for Chromium to accept its websocket.
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
@@ -45,10 +47,13 @@ const DEATH_NOTICE: Duration = Duration::from_secs(5);
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Messages in flight per direction (read, waiting out the added latency, not yet written).
 const QUEUE: usize = 1024;
+/// Why a connection to a dead browser is closed (code 1011).
+const UNREACHABLE: &str = "the browser is unreachable";
 /// CDP messages (screenshots, big DOM snapshots) can be large.
 const MAX_MESSAGE: usize = 256 << 20;
 
 type ClientWs = WebSocketStream<TokioAdapter<TcpStream>>;
+type UpstreamWs = WebSocketStream<ConnectStream>;
 
 fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
@@ -100,12 +105,15 @@ pub(crate) async fn upgrade(
         );
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let delay = shared.config.rtt / 2;
+    let pace = Pace {
+        delay: shared.config.rtt / 2,
+        flow: shared.climate.flow(),
+    };
     let detach = Detach {
         shared: shared.clone(),
         id,
     };
-    let spawned = shared.spawn(serve(on_upgrade, attachment, delay, detach));
+    let spawned = shared.spawn(serve(on_upgrade, attachment, pace, detach));
     if !spawned {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -162,7 +170,7 @@ fn switching_protocols(accept: HeaderValue) -> Response {
 
 /// The relay task of one upgraded connection: takes the socket back from hyper and relays
 /// until the session or the client ends it; the session is detached when it returns.
-async fn serve(on_upgrade: OnUpgrade, attachment: Attachment, delay: Duration, detach: Detach) {
+async fn serve(on_upgrade: OnUpgrade, attachment: Attachment, pace: Pace, detach: Detach) {
     let id = detach.id;
     let _detach = detach;
     let upgraded = match on_upgrade.await {
@@ -184,7 +192,7 @@ async fn serve(on_upgrade: OnUpgrade, attachment: Attachment, delay: Duration, d
     )
     .await;
     tracing::debug!(session = %id, "relay connected");
-    run(client, attachment, delay).await;
+    run(client, attachment, pace).await;
     tracing::debug!(session = %id, "relay ended");
 }
 
@@ -219,6 +227,13 @@ impl Drop for Detach {
     }
 }
 
+/// What a connection's frames wait for: the added latency each way, and the weather on the
+/// browser's frames to the client.
+struct Pace {
+    delay: Duration,
+    flow: Flow,
+}
+
 /// Why the forwarding stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -231,13 +246,17 @@ enum End {
 }
 
 /// Relays one client connection until it or the session ends.
-async fn run(client: ClientWs, att: Attachment, delay: Duration) {
+async fn run(client: ClientWs, att: Attachment, pace: Pace) {
     let Attachment {
         upstream,
         mut phase,
     } = att;
-    if *phase.borrow_and_update() != Phase::Live {
-        return finish(client, phase).await;
+    let arrived = *phase.borrow_and_update();
+    match arrived {
+        Phase::Live => {}
+        // Too late for the death itself: the browser is gone, so no proxy could reach it.
+        Phase::Dead(_) => return close_with(client, CloseCode::Error, UNREACHABLE).await,
+        Phase::Released => return finish(client, phase).await,
     }
     let connect = timeout(
         UPSTREAM_CONNECT,
@@ -248,24 +267,41 @@ async fn run(client: ClientWs, att: Attachment, delay: Duration) {
         _ = phase.changed() => return finish(client, phase).await,
         connected = connect => match connected {
             Ok(Ok((ws, _))) => ws,
-            _ => return close_with(client, CloseCode::Error, "the browser is unreachable").await,
+            _ => return close_with(client, CloseCode::Error, UNREACHABLE).await,
         },
     };
 
+    if let Some((client, end)) = relay(client, upstream, &mut phase, &pace).await {
+        conclude(client, end, phase).await;
+    }
+}
+
+/// Forwards both ways until a side or the session's phase ends it; returns the client socket
+/// (unless it broke) and why it stopped.
+async fn relay(
+    client: ClientWs,
+    upstream: UpstreamWs,
+    phase: &mut watch::Receiver<Phase>,
+    pace: &Pace,
+) -> Option<(ClientWs, End)> {
     let (mut client_tx, mut client_rx) = client.split();
     let (mut upstream_tx, mut upstream_rx) = upstream.split();
+    let Pace { delay, flow } = pace;
     let end = tokio::select! {
         biased;
         _ = phase.changed() => End::PhaseChanged,
-        end = forward(&mut client_rx, &mut upstream_tx, delay, End::ClientGone, End::UpstreamGone) => end,
-        end = forward(&mut upstream_rx, &mut client_tx, delay, End::UpstreamGone, End::ClientGone) => end,
+        end = forward(&mut client_rx, &mut upstream_tx, *delay, None, End::ClientGone, End::UpstreamGone) => end,
+        end = forward(&mut upstream_rx, &mut client_tx, *delay, Some(flow), End::UpstreamGone, End::ClientGone) => end,
+        never = flow.drive() => match never {},
     };
     // Nothing more reaches Chromium, whatever happens to the client next.
     drop((upstream_tx, upstream_rx));
-    let Ok(mut client) = WebSocketStream::reunite(client_tx, client_rx) else {
-        return;
-    };
+    let client = WebSocketStream::reunite(client_tx, client_rx).ok()?;
+    Some((client, end))
+}
 
+/// Ends the client connection once the forwarding stopped, as `end` says.
+async fn conclude(mut client: ClientWs, end: End, mut phase: watch::Receiver<Phase>) {
     match end {
         End::ClientGone => {
             // Let tungstenite send its close reply (or notice EOF) before the socket is dropped.
@@ -301,12 +337,14 @@ async fn run(client: ClientWs, att: Attachment, delay: Duration) {
     }
 }
 
-/// Forwards data frames from one side to the other, each delayed by `delay`, in order.
-/// Pings are answered by tungstenite itself, on the side that received them.
+/// Forwards data frames from one side to the other, each delayed by `delay`, in order; with
+/// `weather`, also jittered and held through its stalls. Pings are answered by tungstenite
+/// itself, on the side that received them.
 async fn forward<A, B>(
     from: &mut WebSocketReceiver<A>,
     to: &mut WebSocketSender<B>,
     delay: Duration,
+    weather: Option<&Flow>,
     from_gone: End,
     to_gone: End,
 ) -> End
@@ -320,7 +358,9 @@ where
         loop {
             match from.next().await {
                 Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
-                    if queue_tx.send((Instant::now() + delay, m)).await.is_err() {
+                    let jitter = weather.map_or(Duration::ZERO, Flow::jitter);
+                    let at = Instant::now() + delay + jitter;
+                    if queue_tx.send((at, m)).await.is_err() {
                         return to_gone;
                     }
                 }
@@ -330,9 +370,13 @@ where
         }
     };
     let write = async {
+        // In queue order: a frame never overtakes one jittered longer.
         while let Some((at, m)) = queue_rx.recv().await {
-            if !delay.is_zero() {
+            if at > Instant::now() {
                 sleep_until(at).await;
+            }
+            if let Some(weather) = weather {
+                weather.pass().await;
             }
             if to.send(m).await.is_err() {
                 return to_gone;
@@ -354,7 +398,7 @@ async fn finish(client: ClientWs, mut phase: watch::Receiver<Phase>) {
             close_with(client, CloseCode::Away, "the browser session ended").await;
         }
         Phase::Dead(Death::OnArrival) => {
-            close_with(client, CloseCode::Error, "the browser is dead").await;
+            close_with(client, CloseCode::Error, UNREACHABLE).await;
         }
         Phase::Dead(Death::Reset) => reset(client),
         Phase::Dead(Death::Silence) => hold_silently(client, phase).await,

@@ -72,10 +72,13 @@ async fn run(
     let router = api::router(shared.clone());
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
+    // The link's weather runs while the gateway serves; it clears when dropped.
+    let mut link = Box::pin(shared.climate.drive_link());
     tracing::info!(addr = %shared.local_addr, "gateway listening");
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            never = &mut link => match never {},
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     connections.spawn(outlive::quietly(serve_connection(stream, router.clone())));
@@ -94,6 +97,7 @@ async fn run(
         }
     }
     tracing::info!("gateway shutting down");
+    drop(link);
     drop(listener);
     // In-flight requests (a create mid-launch included) are dropped: whatever they started
     // is killed by its owner's Drop.
@@ -190,7 +194,8 @@ impl Gateway {
         &self.shared.config.api_key
     }
 
-    /// Live and dead sessions, and the Chromium processes still alive.
+    /// Live and dead sessions, the Chromium processes still alive, and the weather's stalls
+    /// that held a frame.
     pub fn status(&self) -> Status {
         self.shared.status()
     }

@@ -25,6 +25,7 @@ use crate::chromium::{Browser, Processes};
 use crate::config::{Config, PageFault};
 use crate::fault::Faults;
 use crate::page;
+use crate::weather::Climate;
 
 /// Released sessions remembered in full (for `GET` and the list); older ones are remembered
 /// by id only, so that `DELETE` stays idempotent for every id this gateway issued.
@@ -55,6 +56,9 @@ pub struct Status {
     /// The most sessions held at once since the gateway started: unreleased ones, live or
     /// dead, and creates in flight — what its concurrency limit counts.
     pub peak_sessions: usize,
+    /// Weather stalls (of one connection or of the whole link) that held at least one of the
+    /// browser's frames: proof that the [`Weather`](crate::Weather) met real traffic.
+    pub stalls_hit: u64,
 }
 
 /// Where a session is in its life.
@@ -212,6 +216,8 @@ pub(crate) struct Shared {
     pub(crate) local_addr: SocketAddr,
     pub(crate) processes: Arc<Processes>,
     pub(crate) faults: Faults,
+    /// The relay's network weather while the gateway runs.
+    pub(crate) climate: Arc<Climate>,
     registry: Mutex<Registry>,
     panics: AtomicUsize,
     /// Sessions created so far (for [`DeathMode::Cycle`](crate::DeathMode::Cycle)).
@@ -221,6 +227,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(config: Config, local_addr: SocketAddr) -> Arc<Self> {
         Arc::new(Self {
+            climate: Climate::new(config.weather),
             config,
             local_addr,
             processes: Arc::new(Processes::default()),
@@ -290,6 +297,7 @@ impl Shared {
             chromium_processes: self.processes.alive(),
             relay_clients: clients,
             peak_sessions: peak,
+            stalls_hit: self.climate.stalls_hit(),
         }
     }
 

@@ -35,6 +35,15 @@ pub struct GatewayArgs {
     /// Concurrent sessions allowed.
     #[arg(long, default_value_t = 2)]
     pub max_sessions: usize,
+    /// Weather: hold each connection's browser frames for HOLD, every EVERY (e.g. 1.2s/10s).
+    #[arg(long, value_name = "HOLD/EVERY", value_parser = parse_stall)]
+    pub stall_flow: Option<(Duration, Duration)>,
+    /// Weather: hold every connection's browser frames at once, HOLD every EVERY.
+    #[arg(long, value_name = "HOLD/EVERY", value_parser = parse_stall)]
+    pub stall_link: Option<(Duration, Duration)>,
+    /// Weather: a random extra delay of up to DUR on each browser frame, order kept.
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub frame_jitter: Option<Duration>,
     /// Page chaos: crash (`crash`) or close (`close`) every page of each session, once,
     /// `--page-fault-after` its creation; the browser lives on.
     #[arg(long, requires = "page_fault_after")]
@@ -75,6 +84,9 @@ impl GatewayArgs {
             (Some(fault), Some(after)) => config.page_fault(fault, after),
             _ => config,
         };
+        let config = config.weather(weather(self.stall_flow, self.stall_link, self.frame_jitter));
+        // Before anything listens: a bad option is reported, not a half-started gateway.
+        config.validate().context("invalid gateway options")?;
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("could not listen on {}", self.listen))?;
@@ -101,5 +113,50 @@ impl GatewayArgs {
                 .context("the gateway failed")
         };
         tokio::try_join!(gateway, bank).map(|_| ())
+    }
+}
+
+/// The gateway's weather from the `--stall-*` and `--frame-jitter` flags.
+fn weather(
+    flow: Option<(Duration, Duration)>,
+    link: Option<(Duration, Duration)>,
+    frame_jitter: Option<Duration>,
+) -> gateway::Weather {
+    let mut weather = gateway::Weather::calm();
+    if let Some((hold, every)) = flow {
+        weather = weather.flows(hold, every);
+    }
+    if let Some((hold, every)) = link {
+        weather = weather.link(hold, every);
+    }
+    if let Some(jitter) = frame_jitter {
+        weather = weather.frame_jitter(jitter);
+    }
+    weather
+}
+
+/// `HOLD/EVERY`, two durations (e.g. `1.2s/10s`); their range is the library's to check.
+fn parse_stall(s: &str) -> Result<(Duration, Duration), String> {
+    let (hold, every) = s
+        .split_once('/')
+        .ok_or_else(|| "expected HOLD/EVERY, e.g. 1.2s/10s".to_owned())?;
+    let parse = |what: &str, d: &str| {
+        humantime::parse_duration(d.trim()).map_err(|e| format!("bad {what} {d:?} ({e})"))
+    };
+    Ok((parse("HOLD", hold)?, parse("EVERY", every)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stalls_parse_as_hold_over_every() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_stall("1.2s/10s"), Ok((ms(1200), ms(10_000))));
+        assert_eq!(parse_stall("600ms / 2s"), Ok((ms(600), ms(2000))));
+        for bad in ["1s", "1s/", "/2s", "x/2s", "1s/2s/3s"] {
+            assert!(parse_stall(bad).is_err(), "{bad}");
+        }
     }
 }
