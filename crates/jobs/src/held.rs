@@ -206,6 +206,10 @@ impl<W: OnRelease> Session for Wrapped<W> {
         self.inner.lifetime()
     }
 
+    fn second_connection(&self) -> bool {
+        self.inner.second_connection()
+    }
+
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<(), outlive::Error>> {
         let Wrapped { inner, then } = *self;
         then.release(inner)

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway::DeathMode;
-use outlive::{DeathCause, Milestone, Options, Solari};
+use outlive::{Cloud, DeathCause, Dialect, Milestone, Options, Provider, Solari};
 
 use super::records::*;
 use crate::stats::median;
@@ -84,6 +84,31 @@ pub(super) async fn detection(
     command_waiting: bool,
 ) -> Result<Detection, Error> {
     let (bed, provider) = killable_bed().await?;
+    detection_on(bed, provider, mode, kills, heartbeat, command_waiting).await
+}
+
+/// [`detection`] through a cloud `dialect`'s API on the gateway (`/NAME`), not Solari's.
+pub(super) async fn detection_through(
+    dialect: Dialect,
+    mode: DeathMode,
+    kills: u32,
+    heartbeat: (Duration, Duration),
+    command_waiting: bool,
+) -> Result<Detection, Error> {
+    let bed = TestBed::start(until_killed(Duration::ZERO)).await?;
+    let url = format!("{}/{}", bed.gateway().base_url(), dialect.name());
+    let provider = Recording::new(Cloud::new(dialect, bed.gateway().api_key()).base_url(url));
+    detection_on(bed, provider, mode, kills, heartbeat, command_waiting).await
+}
+
+async fn detection_on<P: Provider>(
+    bed: TestBed,
+    provider: Recording<P>,
+    mode: DeathMode,
+    kills: u32,
+    heartbeat: (Duration, Duration),
+    command_waiting: bool,
+) -> Result<Detection, Error> {
     let (entered_tx, entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (died_tx, died_rx) =
         tokio::sync::mpsc::unbounded_channel::<(std::time::Instant, DeathCause)>();
@@ -148,9 +173,9 @@ pub(super) type Timed = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<DeathCause>);
 
 /// Kills the newest session `mode`'s way each time an entry begins, `kills` times, and times
 /// how long outlive takes to report each death; then waits for the entry after the last.
-pub(super) async fn kill_each_entry(
+pub(super) async fn kill_each_entry<P: Provider>(
     bed: &TestBed,
-    provider: &Recording<Solari>,
+    provider: &Recording<P>,
     mode: DeathMode,
     kills: u32,
     mut entered_rx: tokio::sync::mpsc::UnboundedReceiver<()>,

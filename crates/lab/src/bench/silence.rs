@@ -3,7 +3,10 @@
 //!
 //! * **library** — the task's own command waits (`outlive::outlive`);
 //! * **serve** — a program's call waits on its connection to `outlive::serve`'s front;
-//! * **run** — the same program, started by `outlive::run_command`, as `outlive run` does.
+//! * **run** — the same program, started by `outlive::run_command`, as `outlive run` does;
+//! * **steel**, **anchor**, **kernel** — library mode through each cloud dialect that lets a
+//!   second connection confirm a silence (the gateway serves their APIs);
+//! * **idle** — library mode, Solari, with no call waiting (the heartbeat's path).
 //!
 //! The waiting call is a `Runtime.evaluate` of a promise that never settles. The program says
 //! it waits once a later call on the same session was answered, so the first is on the wire.
@@ -14,12 +17,12 @@ use std::time::Duration;
 use async_tungstenite::tungstenite::Message;
 use futures::StreamExt;
 use gateway::DeathMode;
-use outlive::{DeathCause, Milestone, Options, Solari};
+use outlive::{DeathCause, Dialect, Milestone, Options, Solari};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::micro::{Timed, detection, kill_each_entry, killable_bed};
+use super::micro::{Timed, detection, detection_through, kill_each_entry, killable_bed};
 use super::records::{Detection, ms};
 use crate::stats::median;
 use crate::{create_out, write_json, write_text};
@@ -31,6 +34,11 @@ const HEARTBEAT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_
 
 /// The hidden command `run`'s arm starts as its program.
 pub const PROGRAM_COMMAND: &str = "silence-program";
+
+/// Every arm, in the order of the first round.
+const ARMS: [&str; 7] = [
+    "library", "serve", "run", "steel", "anchor", "kernel", "idle",
+];
 
 /// One arm's deaths in one round.
 #[derive(Debug, Clone, Serialize)]
@@ -68,14 +76,10 @@ pub async fn run(rounds: u32, kills: u32, out: &std::path::Path) -> Result<Silen
     create_out(out)?;
     let mut runs = Vec::new();
     for round in 0..rounds {
-        let mut arms = ["library", "serve", "run"];
-        arms.rotate_left(round as usize % 3);
+        let mut arms = ARMS;
+        arms.rotate_left(round as usize % ARMS.len());
         for arm in arms {
-            let detection = match arm {
-                "library" => detection(DeathMode::Silence, kills, HEARTBEAT, true).await?,
-                "serve" => serve_arm(kills).await?,
-                _ => run_arm(kills).await?,
-            };
+            let detection = arm_detection(arm, kills).await?;
             eprintln!(
                 "  round {round} {arm:<7} noticed, median {:>6.1} ms after the kill call ({:.1} ms after it returned)",
                 median(&detection.latency_ms),
@@ -95,6 +99,21 @@ pub async fn run(rounds: u32, kills: u32, out: &std::path::Path) -> Result<Silen
     write_json(out, "silence.json", &report)?;
     write_text(out, "silence-summary.txt", &summary(&report))?;
     Ok(report)
+}
+
+/// One arm's detections of `kills` silent deaths.
+async fn arm_detection(arm: &str, kills: u32) -> Result<Detection, Error> {
+    let silence = DeathMode::Silence;
+    match arm {
+        "library" => detection(silence, kills, HEARTBEAT, true).await,
+        "idle" => detection(silence, kills, HEARTBEAT, false).await,
+        "serve" => serve_arm(kills).await,
+        "run" => run_arm(kills).await,
+        dialect => {
+            let dialect = Dialect::named(dialect).ok_or_else(|| bench_error(dialect))?;
+            detection_through(dialect, silence, kills, HEARTBEAT, true).await
+        }
+    }
 }
 
 /// Options for a served arm, and its killer (which they tell of each death).
@@ -365,10 +384,10 @@ impl WaitingCall {
 /// return; the per-round medians.
 pub fn summary(r: &SilenceReport) -> String {
     let mut out = format!(
-        "A silent death (gateway kill, mode silence) while a call waits; heartbeat {:.0} ms + {:.0} ms\n",
+        "A silent death (gateway kill, mode silence) while a call waits (idle: none waits); heartbeat {:.0} ms + {:.0} ms\n",
         r.heartbeat_ms.0, r.heartbeat_ms.1
     );
-    for arm in ["library", "serve", "run"] {
+    for arm in ARMS {
         let runs: Vec<&SilenceRun> = r.runs.iter().filter(|x| x.arm == arm).collect();
         let all = |pick: fn(&Detection) -> &Vec<f64>| -> Vec<f64> {
             runs.iter()
