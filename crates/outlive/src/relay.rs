@@ -493,9 +493,14 @@ impl Relay {
     /// found dead.
     pub async fn heard_again(&self) -> bool {
         let (tx, rx) = oneshot::channel();
-        self.death().is_none()
-            && self.control.send(Control::Suspect(tx)).is_ok()
-            && rx.await.is_ok()
+        if self.death().is_some() || self.control.send(Control::Suspect(tx)).is_err() {
+            return false;
+        }
+        let mut death = self.watch();
+        tokio::select! {
+            heard = rx => heard.is_ok(),
+            _ = wait_death(&mut death) => false,
+        }
     }
 
     async fn ask(&self, control: fn(oneshot::Sender<()>) -> Control, timeout: Duration) -> bool {
