@@ -1,12 +1,13 @@
 //! The lab's commands, one `#[derive(Args)]` struct each: `outlive-lab bench` (raw data and
-//! summaries under `--out`), `outlive-lab soak` (many short runs, then a leak audit) and
-//! `outlive-lab probe` (how long a provider's sessions really live).
+//! summaries under `--out`), `outlive-lab soak` (many short runs, then a leak audit),
+//! `outlive-lab probe` (how long a provider's sessions really live) and `outlive-lab weather`
+//! (false deaths under a bad network and detection latency, before and after).
 
 use std::time::Duration;
 
 use clap::Args;
 
-use crate::{bench, foreign, probe, relay_bench, serve_soak, soak, tabs_bench};
+use crate::{bench, foreign, probe, relay_bench, serve_soak, soak, tabs_bench, weather_bench};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
 /// raw JSON and a summary under --out.
@@ -194,6 +195,59 @@ impl SoakArgs {
             ..soak::SoakConfig::default()
         };
         soak::run(&config, &self.out).await?;
+        Ok(())
+    }
+}
+
+/// False deaths per hour under network weather, and detection latency per death kind, for
+/// a build before and this one, alternating; writes weather.json and a summary under --out.
+#[derive(Debug, Args)]
+pub struct WeatherArgs {
+    /// The `outlive` binary of the build before.
+    #[arg(long)]
+    pub before: std::path::PathBuf,
+    /// The weathers of the false-death arms: `calm`, `flows:HOLD/EVERY`, `link:HOLD/EVERY`.
+    #[arg(
+        long = "weather",
+        value_delimiter = ',',
+        default_value = "calm,flows:1.2s/10s,flows:3s/15s,link:2s/15s,flows:10s/30s"
+    )]
+    pub skies: Vec<weather_bench::Sky>,
+    /// How long the agent works in each false-death arm, minutes.
+    #[arg(long, default_value_t = 3.0)]
+    pub minutes: f64,
+    /// Kills per death kind (close, reset, silence) and case (waiting, idle), per build.
+    #[arg(long, default_value_t = 5)]
+    pub kills: u32,
+    /// Where weather.json, the summary and serve's logs of arms with a relaunch go.
+    #[arg(long, default_value = "docs/measurements")]
+    pub out: std::path::PathBuf,
+    /// The Python with `websockets` for the agent and the latency client.
+    #[arg(long, default_value = "target/clients/venv/bin/python")]
+    pub python: std::path::PathBuf,
+}
+
+impl WeatherArgs {
+    /// Runs the benchmark and prints its summary.
+    pub async fn run(self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.minutes.is_finite() && self.minutes > 0.0,
+            "--minutes must be more than zero"
+        );
+        let command = std::env::args()
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let config = weather_bench::WeatherConfig {
+            command,
+            skies: self.skies,
+            minutes: self.minutes,
+            kills: self.kills,
+            before: self.before,
+            python: self.python,
+        };
+        let report = weather_bench::run(&config, &self.out).await?;
+        print!("{}", weather_bench::summary(&report));
         Ok(())
     }
 }

@@ -4,11 +4,15 @@
 //!
 //! # Layout
 //!
-//! * [`cmd`] — the `outlive-lab` commands' arguments: `bench`, `soak` and `probe`.
+//! * [`cmd`] — the `outlive-lab` commands' arguments: `bench`, `soak`, `probe` and `weather`.
 //! * [`bench`](mod@bench) — `bench`: the survival benchmark and micro-measurements;
 //!   `--silence-only`: a silent death under a waiting call in library mode, `serve` and `run`.
 //! * [`soak`](mod@soak) — `soak`: many runs with random deaths, then a leak audit;
 //!   [`serve_soak`] — `soak --serve-for`: `outlive serve` for hours, sampled.
+//! * [`weather_bench`] — `weather`: false deaths under network weather, and detection
+//!   latency per death kind, a build before against this one.
+//! * [`served`] — `outlive serve` as a child (this build's or another's) and the agent that
+//!   works through it, for the serve soak and the weather bench.
 //! * [`foreign`] — `bench --foreign-only`: a Playwright script with and without outlive.
 //! * [`relay_bench`] — `bench --relay-only`: screenshots with and without the relay.
 //! * [`tabs_bench`] — `bench --tabs-only`: a checkpoint of three tabs against one tab's.
@@ -28,10 +32,12 @@ pub mod foreign;
 pub mod probe;
 pub mod relay_bench;
 pub mod serve_soak;
+pub mod served;
 pub mod soak;
 pub mod stats;
 pub mod tabs_bench;
 pub mod timeline;
+pub mod weather_bench;
 
 /// Writes `value` as pretty JSON to `name` under `out`; see [`write_text`].
 fn write_json(out: &Path, name: &str, value: &impl Serialize) -> Result<(), Error> {

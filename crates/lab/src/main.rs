@@ -27,7 +27,11 @@ enum Command {
     /// Many short runs with random deaths of every mode, then a leak audit (sessions,
     /// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
     Soak(outlive_lab::cmd::SoakArgs),
-    /// `outlive serve`, for the serve soak, which starts this binary as its `serve`.
+    /// False deaths per hour under network weather, and detection latency per death kind,
+    /// before and after; writes raw JSON and a summary under --out.
+    Weather(outlive_lab::cmd::WeatherArgs),
+    /// `outlive serve`, for the serve soak and the weather bench, which start this binary as
+    /// their `serve`.
     #[command(hide = true)]
     Serve(outlive_cli::cmd::serve::ServeArgs),
     /// `outlive worker`, for the durable bench, which starts this binary as its workers.
@@ -50,6 +54,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Bench(args) => cmd::until_interrupted(ME, args.run()).await,
         Command::Soak(args) => cmd::until_interrupted(ME, args.run()).await,
         Command::Probe(args) => cmd::until_interrupted(ME, args.run()).await,
+        Command::Weather(args) => cmd::until_interrupted(ME, args.run()).await,
         // These two end their browsers on SIGINT/SIGTERM themselves, as under `outlive`.
         Command::Serve(args) => Ok(cmd::status(args.run().await)),
         Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),

@@ -5,21 +5,18 @@
 //! no session and no Chromium.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use procfs::process::Process;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::{create_out, write_json, write_text};
+use crate::served::{AgentConfig, AgentScript, Build, Serve, read_event, read_lines};
 use outlive_cli::bed::{TestBed, dying};
 use outlive_cli::{Error, ErrorKind};
-
-/// The reconnecting raw-CDP agent the `serve_long` test uses too.
-const AGENT: &str = include_str!("../../cli/tests/clients/serve_agent.py");
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -115,79 +112,6 @@ pub struct ServeSoakReport {
     pub samples: Vec<Sample>,
 }
 
-/// `outlive serve` as a child, with its stdout drained.
-struct Serve {
-    child: Child,
-    cdp_url: String,
-}
-
-impl Serve {
-    async fn start(bed: &TestBed, event_file: &Path) -> Result<Serve, Error> {
-        // This binary's hidden `serve` command: the product's own code.
-        let exe = std::env::current_exe().map_err(bench_error)?;
-        let gw = bed.gateway();
-        let mut child = Command::new(exe)
-            .args(["serve", "--solari-url", gw.base_url(), "--event-file"])
-            .arg(event_file)
-            // The default (100) caps a whole run; an endpoint left running meets more.
-            .args(["--max-sessions", "1000000"])
-            .env("SOLARI_API_KEY", gw.api_key())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(bench_error)?;
-        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-        let cdp_url = loop {
-            match lines.next_line().await.map_err(bench_error)? {
-                Some(line) => {
-                    if let Some(url) = line.strip_prefix("OUTLIVE_CDP_URL=") {
-                        break url.to_owned();
-                    }
-                }
-                None => return Err(bench_error("serve exited before printing its URLs")),
-            }
-        };
-        // Its stdout stays open and read: a closed pipe would end it on its next line.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Serve { child, cdp_url })
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id().map_or(0, |p| p as i32)
-    }
-
-    /// SIGTERM; its exit code and how long it took, at most a minute.
-    async fn stop(mut self) -> (Option<i32>, Duration) {
-        let pid = nix::unistd::Pid::from_raw(self.pid());
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let asked = Instant::now();
-        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
-        (
-            status.ok().and_then(Result::ok).and_then(|s| s.code()),
-            asked.elapsed(),
-        )
-    }
-}
-
-fn bench_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
-    Error::with(ErrorKind::Bench, e)
-}
-
-/// The agent, reconnecting and working until killed; it prints `browser N` per browser.
-fn start_agent(config: &ServeSoakConfig, script: &Path, cdp_url: &str) -> Result<Child, Error> {
-    Command::new(&config.python)
-        .arg(script)
-        .env("OUTLIVE_CDP_URL", cdp_url)
-        .env("BROWSERS", "0")
-        .env("SCREENSHOT_EVERY", config.screenshot_every.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(bench_error)
-}
-
 /// `serve` (pid) and the gateway now.
 fn sample(pid: i32, at: Duration, browsers: u32, gw: &gateway::Gateway) -> Sample {
     let me = Process::new(pid).ok();
@@ -241,40 +165,32 @@ pub async fn run(config: &ServeSoakConfig, out: &Path) -> Result<ServeSoakReport
     outlive_cli::setup::ensure_chromium()?;
     create_out(out)?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
-    let script = dir.path().join("serve_agent.py");
-    std::fs::write(&script, AGENT).map_err(bench_error)?;
+    let script = AgentScript::write(dir.path())?;
     let bed = TestBed::start(
         dying(config.lifetime, Duration::ZERO, gateway::DeathMode::Cycle).max_sessions(3),
     )
     .await?;
     let event_file = dir.path().join("event.json");
-    let serve = Serve::start(&bed, &event_file).await?;
-    let mut agent = start_agent(config, &script, &serve.cdp_url)?;
+    let serve = Serve::start(&Build::This, &bed, &event_file, None).await?;
+    let agent_config = AgentConfig {
+        python: config.python.clone(),
+        screenshot_every: config.screenshot_every,
+        ops_every: 0,
+    };
+    let mut agent = script.start(&agent_config, &serve.cdp_url)?;
     let errors = tokio::spawn(read_lines(agent.stderr.take().expect("piped")));
     let samples = watch(config, &serve, &mut agent, bed.gateway()).await;
     let _ = agent.kill().await;
     let (exit_code, exit_took) = serve.stop().await;
     let left = bed.gateway().status();
     bed.shutdown().await?;
-    let event = std::fs::read_to_string(&event_file)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let event = read_event(&event_file);
     let report = report(config, samples, (exit_code, exit_took), event, left, errors);
     let report = report.await;
     println!("{}", summary(&report));
     write_json(out, "serve-soak.json", &report)?;
     write_text(out, "serve-soak-summary.txt", &summary(&report))?;
     Ok(report)
-}
-
-async fn read_lines(from: impl tokio::io::AsyncRead + Unpin) -> Vec<String> {
-    let mut lines = BufReader::new(from).lines();
-    let mut all = Vec::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        all.push(line);
-    }
-    all
 }
 
 /// Samples `serve` every `config.every` until `config.duration` is over, counting the
