@@ -1,5 +1,5 @@
-//! Network weather is not death. Through the gateway's stalls (each connection held on its own
-//! schedule for 1.2 s, 3 s or 10 s; or the whole link for 2 s), a task in the library, a
+//! Network weather is not death. The gateway stalls each connection on its own schedule for
+//! 1.2 s, 3 s or 10 s, or the whole link for 2 s. Through that, a task in the library, a
 //! Playwright client of `outlive serve` and one under `outlive run` work on: no relaunch, no
 //! page recovery, one entry. Their calls are only slower.
 //!

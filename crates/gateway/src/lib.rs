@@ -85,7 +85,7 @@
 //! or replays its `Idempotency-Key`.
 //!
 //! A connection open at the death meets the death itself. One that arrives after it gets a
-//! close frame `1011` ("the browser is unreachable") at once: the browser is gone, and a
+//! close frame `1011` ("the browser is unreachable") at once. The browser is gone, and a
 //! proxy cannot reach it.
 //!
 //! ## Page faults

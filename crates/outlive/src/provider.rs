@@ -70,9 +70,9 @@ pub trait Session: Send + Sync {
     }
 
     /// Whether a second, short-lived connection to [`Session::endpoint`] may ask the browser
-    /// whether it lives while outlive's own stays open: allowed, reaching the same browser,
-    /// and without side effects (no new browser, no end of the session when it closes).
-    /// outlive uses one to tell a stalled connection from a dead browser
+    /// whether it lives while outlive's own stays open. It must be allowed and reach the same
+    /// browser. It must have no side effect: no new browser, no end of the session when it
+    /// closes. outlive uses one to tell a stalled connection from a dead browser
     /// (`docs/deaths.md`, "A stall or a death").
     ///
     /// # Default
