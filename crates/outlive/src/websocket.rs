@@ -1,5 +1,5 @@
 //! The websocket settings and the connector of outlive's own CDP connections: the relay's
-//! (the task's) and the front's (a program's, under `outlive run` and `serve`).
+//! (the task's), the front's (a program's, under `outlive run` and `serve`), and short checks'.
 
 use async_tungstenite::WebSocketStream;
 use async_tungstenite::tokio::ClientStream;
@@ -18,9 +18,14 @@ pub(crate) const MAX_MESSAGE: usize = 512 << 20;
 
 /// The one websocket configuration, for both ends of both connections.
 pub(crate) fn config() -> WebSocketConfig {
+    capped(MAX_MESSAGE)
+}
+
+/// The websocket configuration with messages (and frames) of at most `max_message` bytes.
+fn capped(max_message: usize) -> WebSocketConfig {
     WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE))
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
 }
 
 /// Opens a websocket to the browser at `endpoint` with `TCP_NODELAY`: CDP sends small
@@ -36,13 +41,13 @@ where
     open(endpoint, wrap, config()).await
 }
 
-/// Opens a plain websocket to the browser at `endpoint` with `config` (a short-lived check's
-/// smaller limits).
+/// Opens a plain websocket to the browser at `endpoint` that takes messages of at most
+/// `max_message` bytes (a short-lived check's smaller limit).
 pub(crate) async fn connect_with(
     endpoint: &CdpEndpoint,
-    config: WebSocketConfig,
+    max_message: usize,
 ) -> Result<WebSocketStream<ClientStream<TcpStream>>, WsError> {
-    open(endpoint, |socket| socket, config).await
+    open(endpoint, |socket| socket, capped(max_message)).await
 }
 
 async fn open<S>(

@@ -223,10 +223,13 @@ fn release_error(e: &SolariError) -> Error {
     Error::new(ErrorKind::Release, err.to_string())
 }
 
+/// The largest message the probe reads: tungstenite's default (a version reply is small).
+const PROBE_MAX_MESSAGE: usize = 64 << 20;
+
 /// Opens the endpoint and asks for `Browser.getVersion`, within `timeout`.
 async fn probe(endpoint: &CdpEndpoint, timeout: Duration) -> Result<(), Error> {
     let attempt = async {
-        let (mut ws, _) = async_tungstenite::tokio::connect_async(endpoint.expose())
+        let mut ws = crate::websocket::connect_with(endpoint, PROBE_MAX_MESSAGE)
             .await
             .ok()?;
         ws.send(Message::Text(

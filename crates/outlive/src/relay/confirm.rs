@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use async_tungstenite::tungstenite::protocol::WebSocketConfig;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use futures::StreamExt as _;
 
@@ -33,10 +32,7 @@ pub(super) async fn ask(endpoint: &CdpEndpoint, target: Option<&str>, limit: Dur
 }
 
 async fn ask_unbounded(endpoint: &CdpEndpoint, target: Option<&str>) -> Answer {
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE));
-    let mut ws = match crate::websocket::connect_with(endpoint, config).await {
+    let mut ws = match crate::websocket::connect_with(endpoint, MAX_MESSAGE).await {
         Ok(ws) => ws,
         Err(e) => return refused(&e),
     };
