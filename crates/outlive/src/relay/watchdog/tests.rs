@@ -991,6 +991,11 @@ fn a_programs_screenshot_gets_the_same_allowance() {
     assert_eq!(silent, ms(2 + 10 + 250) + Duration::from_secs(30));
 }
 
+/// The first bytes of a reply whose end is still to come: `whole` without its last `cut`.
+fn first_bytes(whole: &[u8], cut: usize) -> &[u8] {
+    &whole[..whole.len() - cut]
+}
+
 #[test]
 fn a_streaming_reply_is_answered_for_its_page_at_once_and_busy_until_its_end() {
     let mut sim = Sim::new(None).watching();
@@ -999,8 +1004,10 @@ fn a_streaming_reply_is_answered_for_its_page_at_once_and_busy_until_its_end() {
     sim.command(2, "Page.captureScreenshot", Some("S"));
     sim.command(3, "DOM.getDocument", Some("S"));
     sim.now = sim.at(ms(100));
-    sim.dog
-        .on_reply_started(br#"{"id":2,"result":{"data":"iVBO"#, sim.now);
+    sim.dog.on_reply_started(
+        first_bytes(br#"{"id":2,"result":{"data":"iVBO"}}"#, 3),
+        sim.now,
+    );
     // Its bytes keep coming for 10 s; the allowance holds while they do.
     for t in (200..10_000).step_by(100) {
         assert_eq!(sim.run_until(ms(t)), None, "busy, not silent");
@@ -1024,8 +1031,10 @@ fn bytes_of_a_large_reply_still_coming_are_heard() {
     let mut sim = Sim::new(None);
     sim.round_trip(None, ms(2));
     sim.command(2, "Runtime.evaluate", None);
-    sim.dog
-        .on_reply_started(br#"{"id":2,"result":{"result":{"#, sim.now);
+    sim.dog.on_reply_started(
+        first_bytes(br#"{"id":2,"result":{"result":{}}}"#, 3),
+        sim.now,
+    );
     // A slow link: bytes every 200 ms for 5 s, then nothing.
     for t in (200..5_000).step_by(200) {
         assert_eq!(sim.run_until(ms(2 + t)), None, "alive while bytes come");
