@@ -14,7 +14,7 @@ use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
-use crate::checkpoint::{self, CaptureOptions, Checkpoint, IdbWatch, PartCache, Tabs, WarmUp};
+use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache, Tabs, Tracking, WarmUp};
 use crate::ctx::{Capturer, IdbReads};
 use crate::error::{Error, ErrorKind};
 use crate::options::Dialogs;
@@ -56,8 +56,8 @@ pub(crate) struct CdpBrowser {
     capture: CaptureOptions,
     /// The parts of the newest capture (or of the restored checkpoint), by hash.
     parts: Arc<PartCache>,
-    /// IndexedDB change tracking on the page's session (a fresh page starts a fresh one).
-    idb: Arc<IdbWatch>,
+    /// The change tracking of the page's session (a fresh page starts a fresh one).
+    tracking: Arc<Tracking>,
     /// Whether the page's documents warm the capture script up (a fresh page starts cold).
     warm: Arc<WarmUp>,
     /// A foreign client's use of the browser: with one, every tab is captured.
@@ -157,10 +157,10 @@ async fn connect(
             indexed_db_max_bytes: options.indexed_db_max_bytes,
             // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
             frame_timeout: options.capture_timeout / 2,
-            indexed_db_in_full: false,
+            in_full: false,
         },
         parts: Arc::default(),
-        idb: Arc::default(),
+        tracking: Arc::default(),
         warm: Arc::default(),
         usage: options.client.clone(),
         tabs: Arc::default(),
@@ -283,8 +283,8 @@ impl LiveBrowser for CdpBrowser {
     }
 
     fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
-        let idb = self.idb.clone();
-        async move { idb.stale().await }
+        let tracking = self.tracking.clone();
+        async move { tracking.stale().await }
     }
 
     fn capturer(&self) -> Capturer {
@@ -293,7 +293,7 @@ impl LiveBrowser for CdpBrowser {
             page: self.page.clone(),
             calls: self.relay.calls(),
             parts: self.parts.clone(),
-            idb: self.idb.clone(),
+            tracking: self.tracking.clone(),
             warm: self.warm.clone(),
             usage: self.usage.clone(),
             tabs: self.tabs.clone(),
@@ -302,7 +302,7 @@ impl LiveBrowser for CdpBrowser {
         let options = self.capture;
         Arc::new(move |reads| {
             let options = CaptureOptions {
-                indexed_db_in_full: reads == IdbReads::InFull,
+                in_full: reads == IdbReads::InFull,
                 ..options
             };
             let at = at.clone();
@@ -405,7 +405,7 @@ impl LiveBrowser for CdpBrowser {
             usage.tab_replaced(endpoint.expose(), old.as_ref(), new.as_ref());
         }
         self.page = page;
-        self.idb = Arc::default();
+        self.tracking = Arc::default();
         self.warm = Arc::default();
         self.tabs = Arc::default();
         Ok(())
@@ -494,7 +494,7 @@ struct Capturing {
     page: Page,
     calls: crate::relay::Calls,
     parts: Arc<PartCache>,
-    idb: Arc<IdbWatch>,
+    tracking: Arc<Tracking>,
     warm: Arc<WarmUp>,
     usage: Option<Arc<crate::command::Usage>>,
     tabs: Arc<Tabs>,
@@ -510,7 +510,7 @@ impl Capturing {
                     &self.page,
                     &self.calls,
                     &self.parts,
-                    &self.idb,
+                    &self.tracking,
                     options,
                 )
                 .await;
@@ -518,7 +518,7 @@ impl Capturing {
             let at = checkpoint::Browsing {
                 browser: &self.browser,
                 own: &self.page,
-                own_idb: &self.idb,
+                own_tracking: &self.tracking,
                 tabs: &self.tabs,
                 calls: &self.calls,
                 cache: &self.parts,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Checkpoint, Part};
+use super::model::{Checkpoint, Part};
 
 /// Parts smaller than this are simply sent again; only bigger ones are offered by hash.
 pub(super) const KNOWN_MIN_BYTES: usize = 512;

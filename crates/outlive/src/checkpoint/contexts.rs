@@ -10,8 +10,8 @@ use chromiumoxide::cdp::browser_protocol::target::{
     CreateBrowserContextParams, CreateTargetParams, DisposeBrowserContextParams,
 };
 
+use super::model::{Checkpoint, ContextState};
 use super::script::cdp_error;
-use super::{Checkpoint, ContextState};
 use crate::error::Error;
 use crate::relay::Calls;
 

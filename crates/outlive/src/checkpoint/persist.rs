@@ -11,7 +11,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use std::collections::BTreeMap;
 
-use super::{Checkpoint, ContextState, FrameState, Part, StorageKey, StoredCookie};
+use super::model::{Checkpoint, ContextState, FrameState, Part, StorageKey, StoredCookie};
 use crate::error::{Error, ErrorKind};
 
 /// A checkpoint as bytes (JSON), for a store outside this process; version 1.

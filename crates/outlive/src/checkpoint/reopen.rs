@@ -7,7 +7,7 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use chromiumoxide::{Browser, Page};
 
-use super::{Checkpoint, TabState};
+use super::model::{Checkpoint, TabState};
 use crate::relay::Calls;
 
 /// Opens `tabs` again, in order; answers their targets and how many writes or navigations
@@ -50,7 +50,7 @@ async fn reopen_one(page: &Page, calls: &Calls, tab: &TabState, navigation: Dura
             1
         }
     };
-    if !super::is_storable_origin(&tab.url) {
+    if !super::model::is_storable_origin(&tab.url) {
         return failed;
     }
     let goto = page.goto(NavigateParams::new(tab.url.clone()));

@@ -4,40 +4,41 @@
 //! URL to resume at and the sessionStorage (which belongs to one tab).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
 use chromiumoxide::{Browser, Page};
 
+use super::cache::PartCache;
 use super::capture::{CaptureOptions, Cookies, WarmUp, capture_page};
-use super::{
-    Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie, TabState,
-};
+use super::idb::Tracking;
+use super::model::{Checkpoint, ContextState, FrameState, StorageKey, StoredCookie, TabState};
 use crate::command::Usage;
 use crate::error::Error;
 use crate::relay::Calls;
+use crate::sync::lock;
 
-/// The per-session state of the client's tabs: IndexedDB tracking and the warm-up belong to a
+/// The per-session state of the client's tabs: change tracking and the warm-up belong to a
 /// page session, so each tab keeps its own between captures.
 #[derive(Default)]
 pub(crate) struct Tabs(Mutex<HashMap<String, Tab>>);
 
 #[derive(Clone)]
 struct Tab {
-    idb: Arc<IdbWatch>,
+    tracking: Arc<Tracking>,
     warm: Arc<WarmUp>,
 }
 
 impl Tabs {
     /// The state of `page`'s session, made beside `own` (one stale wake-up for all) if new.
-    fn of(&self, page: &Page, own: &IdbWatch) -> Tab {
-        let mut tabs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+    fn of(&self, page: &Page, own: &Tracking) -> Tab {
+        let mut tabs = lock(&self.0);
         let session = page.session_id().as_ref().to_owned();
         tabs.entry(session)
             .or_insert_with(|| Tab {
-                idb: Arc::new(own.beside()),
+                tracking: Arc::new(own.beside()),
                 warm: Arc::default(),
             })
             .clone()
@@ -45,7 +46,7 @@ impl Tabs {
 
     /// Forgets the sessions of tabs no longer there.
     fn keep(&self, pages: &[Page]) {
-        let mut tabs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tabs = lock(&self.0);
         tabs.retain(|session, _| pages.iter().any(|p| p.session_id().as_ref() == session));
     }
 }
@@ -55,7 +56,7 @@ pub(crate) struct Browsing<'a> {
     pub(crate) browser: &'a Browser,
     /// The task's own page: its capture failing fails the checkpoint, as for a Rust task.
     pub(crate) own: &'a Page,
-    pub(crate) own_idb: &'a IdbWatch,
+    pub(crate) own_tracking: &'a Tracking,
     pub(crate) tabs: &'a Tabs,
     pub(crate) calls: &'a Calls,
     pub(crate) cache: &'a PartCache,
@@ -100,7 +101,7 @@ pub(crate) async fn capture_tabs(
             at.own,
             at.calls,
             at.cache,
-            at.own_idb,
+            at.own_tracking,
             options,
             Cookies::Read
         ),
@@ -147,14 +148,14 @@ pub(crate) async fn capture_tabs(
 
 /// One of the client's tabs, within the frame timeout; `None` if it could not be read.
 async fn read_tab(at: &Browsing<'_>, page: &Page, options: CaptureOptions) -> Option<Checkpoint> {
-    let tab = at.tabs.of(page, at.own_idb);
+    let tab = at.tabs.of(page, at.own_tracking);
     let read = async {
         let (checkpoint, ()) = futures::join!(
             capture_page(
                 page,
                 at.calls,
                 at.cache,
-                &tab.idb,
+                &tab.tracking,
                 options,
                 Cookies::LeaveToOwnPage
             ),
@@ -312,7 +313,7 @@ mod tests {
         }
     }
 
-    fn json(p: &Option<Arc<super::super::Part>>) -> Option<&str> {
+    fn json(p: &Option<Arc<crate::checkpoint::model::Part>>) -> Option<&str> {
         p.as_ref().map(|p| p.json.as_str())
     }
 

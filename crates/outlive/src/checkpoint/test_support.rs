@@ -7,8 +7,8 @@ use std::time::Duration;
 use chromiumoxide::Page;
 use futures::StreamExt;
 
+use super::model::{Checkpoint, FrameState, Part, StorageKey};
 use super::script::evaluate_params;
-use super::{Checkpoint, FrameState, Part, StorageKey};
 use crate::relay::OwnCall;
 use tokio_util::task::AbortOnDropHandle;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use futures::StreamExt as _;
 
-use super::Confirmation;
+use super::death::Confirmation;
 use super::watchdog::Answer;
 use crate::endpoint::CdpEndpoint;
 

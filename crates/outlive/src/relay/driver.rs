@@ -13,15 +13,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::confirm;
+use super::control::{Control, ControlRx, Heartbeat};
+use super::death::{Confirmation, DeathCause, Signals};
 use super::forward::{self, Flows, Outbox};
 use super::frames::{Frame, Reading, WriteError};
 use super::gate::{Seen, Sent, StartGate, Step};
+use super::link::Stalls;
 use super::socket::{self, Ends, FrameRx, Upstream, classify};
+use super::tap::Taps;
 use super::watchdog::{Action, Answer, Outbound, PageFailure, Verdict, Watchdog, Written};
 use super::wire::{self, Head};
-use super::{
-    Confirmation, Control, ControlRx, DeathCause, Heartbeat, IdbFeeds, Signals, Stalls, confirm,
-};
 use crate::endpoint::CdpEndpoint;
 
 /// After a death, how long the client may still take what was queued for it before the
@@ -50,8 +52,8 @@ pub(super) struct Task {
     pub control: ControlRx,
     /// Ends the relay at once.
     pub cut: oneshot::Receiver<()>,
-    /// Where IndexedDB change events are handed as they are read.
-    pub idb_feeds: IdbFeeds,
+    /// Where tapped events are handed as they are read.
+    pub taps: Taps,
     /// The endpoint again, when a second connection may ask the browser whether it lives.
     pub second: Option<CdpEndpoint>,
     /// Where the stalls the connection survived are summed.
@@ -69,12 +71,12 @@ pub(super) async fn run(task: Task) {
         signals,
         mut control,
         mut cut,
-        idb_feeds,
+        taps,
         second,
         stalls,
     } = task;
-    // However the task ends (its handle dropped too), the feeds' receivers learn it.
-    let _closed = CloseOnDrop(idb_feeds.clone());
+    // However the task ends (its handle dropped too), the taps learn it.
+    let _closed = CloseOnDrop(taps.clone());
     let mut up = Ends::of(upstream, true);
     let Some((client, early)) = socket::accept_client(
         listener,
@@ -89,7 +91,7 @@ pub(super) async fn run(task: Task) {
         return;
     };
     let mut client = Ends::of(client, false);
-    let (mut driver, ends) = Driver::new(heartbeat, signals, flows, idb_feeds);
+    let (mut driver, ends) = Driver::new(heartbeat, signals, flows, taps);
     driver.second(second, stalls);
     let QueueEnds {
         own,
@@ -136,8 +138,8 @@ pub(super) async fn run(task: Task) {
     }
 }
 
-/// Closes the IndexedDB feeds when dropped.
-struct CloseOnDrop(IdbFeeds);
+/// Closes the taps when dropped.
+struct CloseOnDrop(Taps);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
@@ -171,8 +173,8 @@ struct Driver {
     calls: HashMap<u64, (String, oneshot::Sender<String>)>,
     /// Scripts registered on each out-of-process frame as it attaches (none until armed).
     frame_scripts: Vec<String>,
-    /// Where IndexedDB change events go as they are read.
-    idb_feeds: IdbFeeds,
+    /// Where tapped events go as they are read.
+    taps: Taps,
     /// Holds each new tab until chromiumoxide has set its auto-attach on it.
     gate: StartGate,
     /// The second path: the endpoint, the check out (one at a time), where it answers.
@@ -191,7 +193,7 @@ impl Driver {
         heartbeat: Heartbeat,
         signals: Signals,
         flows: Flows,
-        idb_feeds: IdbFeeds,
+        taps: Taps,
     ) -> (Driver, QueueEnds) {
         let (to_browser, browser_rx) = Outbox::new();
         let (to_client, client_rx) = Outbox::new();
@@ -217,7 +219,7 @@ impl Driver {
             probes: Vec::new(),
             calls: HashMap::new(),
             frame_scripts: Vec::new(),
-            idb_feeds,
+            taps,
             gate: StartGate::default(),
             second: None,
             check: None,
@@ -349,8 +351,8 @@ impl Driver {
                         if self.gate.on_browser(text.as_bytes(), now) == Seen::Consume => {}
                     Verdict::Forward(failure) => {
                         wire::trace("from browser", text.as_bytes());
-                        if self.idb_feeds.wanted() {
-                            self.idb_feeds.feed(text.as_bytes());
+                        if self.taps.wanted() {
+                            self.taps.feed(&text);
                         }
                         self.arm_attached_frames();
                         self.to_client.push(wire::for_chromiumoxide(text));

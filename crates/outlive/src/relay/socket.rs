@@ -10,9 +10,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::control::{Control, ControlRx};
+use super::death::{DeathCause, Signals};
 use super::forward::{Draining, Flows};
 use super::frames::{Frame, Reader, Reading, Writer};
-use super::{Control, ControlRx, DeathCause, Signals};
 use crate::endpoint::CdpEndpoint;
 
 /// The websocket to the browser.

@@ -11,7 +11,14 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::calls::Waiting;
 use super::*;
+use crate::endpoint::CdpEndpoint;
 use crate::options::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
@@ -37,10 +44,10 @@ enum Upstream {
     /// escape, as Chromium writes one.
     LoneSurrogate,
     /// Answers everything. Before each reply to command `id` of the client, in the same
-    /// write, it sends an IndexedDB change event for storage key `k{id}` on session `S` and one
-    /// on session `T`. That is as Chromium, as a rule, sends a commit's event before its
-    /// completion's reply. Before the reply to command 150, one on `S` has a number as its key.
-    IndexedDbEventFirst,
+    /// write, it sends a `Test.changed` event naming `k{id}` on session `S` and one on session
+    /// `T`. That is as Chromium, as a rule, sends a commit's event before its completion's
+    /// reply. Before the reply to command 150, a `Test.listed` event has a number as its session.
+    EventFirst,
     /// Answers the relay's probes; to the client's first command it starts a 1 MiB reply,
     /// sends 300 KiB of it, and closes its socket.
     DiesInsideAReply,
@@ -58,77 +65,96 @@ async fn upstream(how: Upstream) -> (CdpEndpoint, oneshot::Receiver<Instant>) {
         listener.local_addr().unwrap()
     );
     let (stopped_tx, stopped) = oneshot::channel();
-    let mut stopped_tx = Some(stopped_tx);
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        // One browser connection: a second one, asking whether it lives, is refused.
-        drop(listener);
-        let slow = matches!(how, Upstream::Slow);
-        let stream = Throttled {
-            inner: stream,
-            pause: None,
-            slow,
-        };
-        let mut ws = async_tungstenite::tokio::accept_async_with_config(
-            stream,
-            Some(crate::websocket::config()),
-        )
-        .await
-        .unwrap();
-        let mut commands = 0;
-        while let Some(Ok(m)) = ws.next().await {
-            let Message::Text(text) = m else { continue };
-            let Some(id) = wire::Head::of(text.as_bytes()).id else {
-                continue;
-            };
-            let own = id >= wire::OWN_ID_BASE;
-            if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
-                continue;
-            }
-            if !own && matches!(how, Upstream::DiesInsideAReply) {
-                start_a_reply(ws.get_mut().get_mut(), id).await;
-                let _ = stopped_tx.take().map(|tx| tx.send(Instant::now()));
-                return;
-            }
-            if !own && matches!(how, Upstream::IndexedDbEventFirst) {
-                if id == 150 {
-                    let event = r#"{"method":"Storage.indexedDBListUpdated","params":{"storageKey":7},"sessionId":"S"}"#;
-                    ws.feed(Message::Text(event.into())).await.unwrap();
-                }
-                for session in ["S", "T"] {
-                    let event = format!(
-                        r#"{{"method":"Storage.indexedDBContentUpdated","params":{{"origin":"http://a","storageKey":"k{id}","bucketId":"1","databaseName":"db","objectStoreName":"s"}},"sessionId":"{session}"}}"#
-                    );
-                    ws.feed(Message::Text(event.into())).await.unwrap();
-                }
-            }
-            let reply = if own && matches!(how, Upstream::LoneSurrogate) {
-                format!(
-                    r#"{{"id":{id},"result":{{"result":{{"type":"string","value":"a\ud800b"}}}}}}"#
-                )
-            } else {
-                format!(r#"{{"id":{id},"result":{{}}}}"#)
-            };
-            ws.send(Message::Text(reply.into())).await.unwrap();
-            commands += usize::from(!own);
-            let stop = match how {
-                Upstream::StopsAfterCommands(n) => commands == n,
-                Upstream::StopsAfterHeartbeat => own,
-                Upstream::Slow
-                | Upstream::LoneSurrogate
-                | Upstream::IndexedDbEventFirst
-                | Upstream::DiesInsideAReply => false,
-            };
-            if stop {
-                if let Some(tx) = stopped_tx.take() {
-                    let _ = tx.send(Instant::now());
-                }
-                // Holds the socket open, never reading it again.
-                std::future::pending::<()>().await;
-            }
-        }
-    });
+    tokio::spawn(serve(listener, how, stopped_tx));
     (CdpEndpoint::new(url).unwrap(), stopped)
+}
+
+/// The fake browser's one connection, answered as `how` says; `stopped` told when it stops.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    how: Upstream,
+    stopped: oneshot::Sender<Instant>,
+) {
+    let mut stopped = Some(stopped);
+    let (stream, _) = listener.accept().await.unwrap();
+    // One browser connection: a second one, asking whether it lives, is refused.
+    drop(listener);
+    let stream = Throttled {
+        inner: stream,
+        pause: None,
+        slow: matches!(how, Upstream::Slow),
+    };
+    let mut ws = async_tungstenite::tokio::accept_async_with_config(
+        stream,
+        Some(crate::websocket::config()),
+    )
+    .await
+    .unwrap();
+    let mut commands = 0;
+    while let Some(Ok(m)) = ws.next().await {
+        let Message::Text(text) = m else { continue };
+        let Some(id) = wire::Head::of(text.as_bytes()).id else {
+            continue;
+        };
+        let own = id >= wire::OWN_ID_BASE;
+        if !own && matches!(how, Upstream::StopsAfterHeartbeat) {
+            continue;
+        }
+        if !own && matches!(how, Upstream::DiesInsideAReply) {
+            start_a_reply(ws.get_mut().get_mut(), id).await;
+            let _ = stopped.take().map(|tx| tx.send(Instant::now()));
+            return;
+        }
+        if !own && matches!(how, Upstream::EventFirst) {
+            events_before(&mut ws, id).await;
+        }
+        ws.send(Message::Text(reply(how, own, id).into()))
+            .await
+            .unwrap();
+        commands += usize::from(!own);
+        let stop = match how {
+            Upstream::StopsAfterCommands(n) => commands == n,
+            Upstream::StopsAfterHeartbeat => own,
+            Upstream::Slow
+            | Upstream::LoneSurrogate
+            | Upstream::EventFirst
+            | Upstream::DiesInsideAReply => false,
+        };
+        if stop {
+            if let Some(tx) = stopped.take() {
+                let _ = tx.send(Instant::now());
+            }
+            // Holds the socket open, never reading it again.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The events [`Upstream::EventFirst`] sends before its reply to `id`, in the same write.
+async fn events_before<S>(ws: &mut S, id: u64)
+where
+    S: futures::Sink<Message> + Unpin,
+    S::Error: std::fmt::Debug,
+{
+    if id == 150 {
+        let event = r#"{"method":"Test.listed","params":{},"sessionId":7}"#;
+        ws.feed(Message::Text(event.into())).await.unwrap();
+    }
+    for session in ["S", "T"] {
+        let event = format!(
+            r#"{{"method":"Test.changed","params":{{"key":"k{id}"}},"sessionId":"{session}"}}"#
+        );
+        ws.feed(Message::Text(event.into())).await.unwrap();
+    }
+}
+
+/// The fake browser's reply to command `id` (`own`: one of the relay's).
+fn reply(how: Upstream, own: bool, id: u64) -> String {
+    if own && matches!(how, Upstream::LoneSurrogate) {
+        format!(r#"{{"id":{id},"result":{{"result":{{"type":"string","value":"a\ud800b"}}}}}}"#)
+    } else {
+        format!(r#"{{"id":{id},"result":{{}}}}"#)
+    }
 }
 
 /// Writes the first 300 KiB of a 1 MiB reply to `id`, raw.
@@ -385,49 +411,53 @@ async fn an_unanswered_call_holds_the_next_back_until_answered_or_old() {
     assert!(!given_up.holds(retry_after), "the relay dropped it");
 }
 
-/// The relay hands an IndexedDB change event to the receiver of its session as it reads it,
-/// before it forwards the reply the browser sent after it. By the time the client has that
-/// reply, the event is there to take (chromiumoxide's own listeners could be behind). Another
-/// session's events are not handed over. The channel closes with the relay, and none is given
-/// out after.
+/// The relay hands a tapped event to the tap of its session as it reads it, before it
+/// forwards the reply the browser sent after it. By the time the client has that reply, the
+/// event is there to take (chromiumoxide's own listeners could be behind). Another session's
+/// events are not handed over; one whose session cannot be read goes to every tap of its
+/// method. The channel closes with the relay, and none is given out after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_indexed_db_change_is_handed_over_before_the_reply_after_it() {
-    let (endpoint, _) = upstream(Upstream::IndexedDbEventFirst).await;
+async fn a_tapped_event_is_handed_over_before_the_reply_after_it() {
+    const METHODS: &[&str] = &["Test.changed", "Test.listed"];
+    let (endpoint, _) = upstream(Upstream::EventFirst).await;
     let (relay, mut client) = relay_and_client(&endpoint).await;
     let calls = relay.calls();
     call(&mut client, 1).await;
-    let mut changes = calls
-        .indexed_db_changes("S".to_owned())
+    let mut tap = calls
+        .tap("S".to_owned(), METHODS)
         .expect("a relay is behind the calls");
-    assert_eq!(
-        changes.try_recv().ok(),
-        None,
-        "nothing before it was asked for"
-    );
+    let next = |tap: &mut Tap| tap.try_recv().ok().map(|t| tapped_key(&t));
+    assert_eq!(next(&mut tap), None, "nothing before it was asked for");
     for id in 2..200 {
         call(&mut client, id).await;
         if id == 150 {
             assert_eq!(
-                changes.try_recv().ok(),
+                next(&mut tap),
                 Some(String::new()),
-                "an event it cannot read comes as a key never tracked"
+                "an event whose session cannot be read"
             );
         }
         assert_eq!(
-            changes.try_recv().ok(),
+            next(&mut tap),
             Some(format!("k{id}")),
             "the event before reply {id} is there as the reply is"
         );
-        assert_eq!(changes.try_recv().ok(), None, "session T's is not");
+        assert_eq!(next(&mut tap), None, "session T's is not");
     }
-    let mut second = calls.indexed_db_changes("S".to_owned()).unwrap();
-    assert!(
-        changes.recv().await.is_none(),
-        "replaced by the second receiver"
-    );
+    let mut second = calls.tap("S".to_owned(), METHODS).unwrap();
+    assert!(tap.recv().await.is_none(), "replaced by the second tap");
     call(&mut client, 200).await;
-    assert_eq!(second.try_recv().ok(), Some("k200".to_owned()));
+    assert_eq!(next(&mut second), Some("k200".to_owned()));
     drop(relay);
     assert!(second.recv().await.is_none(), "closed with the relay");
-    assert!(calls.indexed_db_changes("S".to_owned()).is_none());
+    assert!(calls.tap("S".to_owned(), METHODS).is_none());
+}
+
+/// The `key` a tapped test event names; empty if none.
+fn tapped_key(tapped: &Tapped) -> String {
+    let event: serde_json::Value = serde_json::from_slice(tapped.bytes()).unwrap();
+    event["params"]["key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }

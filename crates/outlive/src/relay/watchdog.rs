@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(super) use self::page::PageFailure;
 use self::page::{PageState, StallProbe};
 use self::silence::Waiting;
 pub(crate) use self::suspicion::Answer;
 use self::suspicion::{Link, Step};
+use super::control::{FrameSession, Heartbeat, ProgramCall, WatchedPage};
+use super::death::{Confirmation, DeathCause};
 use super::wire::{self, Head, Inbound};
-use super::{Confirmation, DeathCause, Heartbeat, ProgramCall, WatchedPage};
 
 /// What the driver must do when a deadline passed.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,16 +47,6 @@ pub(super) enum Action {
     Silent(Confirmation),
     /// The watched page failed.
     PageFailed(PageFailure),
-}
-
-/// The watched page failed: publish it, then answer its commands in flight with an error.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct PageFailure {
-    pub generation: u64,
-    pub cause: DeathCause,
-    pub session: String,
-    /// The page's commands in flight, which will never be answered now.
-    pub commands: Vec<u64>,
 }
 
 /// What the driver does with a message from the browser.
@@ -497,11 +489,11 @@ impl Watchdog {
     }
 
     /// The out-of-process frames of the page whose session is `page`.
-    pub fn frames(&self, page: &str) -> Vec<super::FrameSession> {
+    pub fn frames(&self, page: &str) -> Vec<FrameSession> {
         self.page
             .frames_of(page)
             .into_iter()
-            .map(|(session, frame_id)| super::FrameSession { session, frame_id })
+            .map(|(session, frame_id)| FrameSession { session, frame_id })
             .collect()
     }
 

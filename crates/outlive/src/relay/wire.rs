@@ -209,44 +209,6 @@ pub(super) fn page_event(method: &str, bytes: &[u8]) -> Option<PageEvent> {
     serde_json::from_slice(bytes).ok()
 }
 
-/// The events Chromium sends for a storage key whose IndexedDB is tracked
-/// (`Storage.trackIndexedDBForStorageKey`): a committed change to a store's content, and a
-/// database created, deleted or upgraded.
-const INDEXED_DB_EVENTS: [&str; 2] = [
-    "Storage.indexedDBContentUpdated",
-    "Storage.indexedDBListUpdated",
-];
-
-/// An IndexedDB change event: the session it came on (none for a tracking asked on the
-/// browser's own session, which is not outlive's) and the storage key it names.
-#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
-pub(super) struct IndexedDbChange {
-    #[serde(default, rename = "sessionId")]
-    pub session_id: Option<String>,
-    pub params: IndexedDbChangeParams,
-}
-
-/// The part of an [`IndexedDbChange`]'s params the relay reads.
-#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
-pub(super) struct IndexedDbChangeParams {
-    #[serde(rename = "storageKey")]
-    pub storage_key: String,
-}
-
-/// `bytes` read as an IndexedDB change event (see [`INDEXED_DB_EVENTS`]): `Some(Err)` for one
-/// whose session or storage key cannot be read, `None` for any other message. Scans only the
-/// head of anything else.
-pub(super) fn indexed_db_change(
-    bytes: &[u8],
-) -> Option<Result<IndexedDbChange, serde_json::Error>> {
-    match inbound(bytes) {
-        Inbound::Event(method) if INDEXED_DB_EVENTS.contains(&method.as_ref()) => {
-            Some(serde_json::from_slice(bytes))
-        }
-        _ => None,
-    }
-}
-
 /// How far [`scan_head`] reads.
 #[derive(Clone, Copy)]
 enum Until {

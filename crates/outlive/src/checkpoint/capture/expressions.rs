@@ -1,7 +1,7 @@
 //! The capture script as page code: the expressions that install it in a document, and that
 //! call it with its arguments (the hashes outlive holds, what IndexedDB may be taken as).
 
-use super::CaptureOptions;
+use super::options::CaptureOptions;
 use crate::checkpoint::script::CODEC_JS;
 
 /// The capture script (see its header for what it answers).
@@ -60,7 +60,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::PartCache;
     use crate::checkpoint::capture::capture;
-    use crate::checkpoint::idb::IdbWatch;
+    use crate::checkpoint::idb::Tracking;
     use crate::checkpoint::test_support::{chromium_page, first, read_value, site};
     use crate::relay::Calls;
     use std::time::Duration;
@@ -112,12 +112,12 @@ mod tests {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
         let (url, _server) = site().await;
         page.goto(format!("{url}/page")).await.unwrap();
-        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), Tracking::default());
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
-            indexed_db_in_full: false,
+            in_full: false,
         };
         for (i, (unit, count)) in [("a", 300_001), ("é", 150_001), ("€😀", 70_003), ("x", 7)]
             .into_iter()

@@ -13,10 +13,11 @@ use zeroize::Zeroizing;
 use super::expressions::{
     NOT_INSTALLED, capture_arguments, capture_expression, installed_capture_expression,
 };
-use super::{CaptureOptions, keep_reads};
-use crate::checkpoint::idb::{Begun, IdbAnswer, IdbPart, IdbWatch, Moved};
+use super::options::CaptureOptions;
+use crate::checkpoint::cache::PartCache;
+use crate::checkpoint::idb::{IdbAnswer, IdbCapture, IdbPart, Moved};
+use crate::checkpoint::model::is_storable_origin;
 use crate::checkpoint::script::evaluate;
-use crate::checkpoint::{PartCache, is_storable_origin};
 use crate::error::{Error, ErrorKind};
 use crate::relay::{Calls, FrameSession, OwnCall};
 
@@ -25,7 +26,7 @@ use crate::relay::{Calls, FrameSession, OwnCall};
 pub(super) struct FrameRead {
     pub(super) url: String,
     pub(super) origin: String,
-    /// The frame's origin and its ancestors' (see `IdbWatch`); `None` where unknown.
+    /// The frame's origin and its ancestors' (see `Tracking`); `None` where unknown.
     #[serde(default)]
     pub(super) scope: Option<String>,
     pub(super) local: Option<RawPart>,
@@ -213,13 +214,12 @@ impl Reads<'_> {
     /// just read. Those frames are read again, in full, within what is left of the frame timeout.
     pub(super) async fn again_if_moved(
         &self,
-        idb: &IdbWatch,
-        begun: &Begun,
+        idb: &IdbCapture<'_>,
         (top, remote): FrameReads,
         options: CaptureOptions,
         taken: Instant,
     ) -> Result<FrameReads, Error> {
-        let Some(moved) = idb.moved(begun, idb_answers(&top, &remote)) else {
+        let Some(moved) = idb.moved(idb_answers(&top, &remote)) else {
             return Ok((top, remote));
         };
         tracing::debug!("IndexedDB changed during the capture; reading those frames again");
@@ -348,10 +348,23 @@ fn collect_frames(tree: &FrameTree, out: &mut Vec<(String, String)>) {
     }
 }
 
+/// Moves the frames that answered into `reads`; answers how many did not.
+pub(super) fn keep_reads(reads: &mut Vec<FrameRead>, answers: Vec<Option<FrameRead>>) -> u64 {
+    let mut unread = 0;
+    for read in answers {
+        match read {
+            Some(r) => reads.push(r),
+            None => unread += 1,
+        }
+    }
+    unread
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::checkpoint::capture::capture;
+    use crate::checkpoint::idb::Tracking;
     use crate::checkpoint::test_support::{
         frame_value, key, read_value, relayed_page, the_frame, two_site_server,
     };
@@ -400,9 +413,9 @@ mod tests {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout,
-            indexed_db_in_full: false,
+            in_full: false,
         };
-        let (cache, watch) = (PartCache::default(), IdbWatch::default());
+        let (cache, watch) = (PartCache::default(), Tracking::default());
         let top = key(
             &format!("http://127.0.0.1:{port}"),
             &format!("http://127.0.0.1:{port}"),

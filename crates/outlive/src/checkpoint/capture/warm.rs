@@ -79,13 +79,14 @@ impl WarmUp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::cache::PartCache;
     use crate::checkpoint::capture::{CaptureOptions, capture};
-    use crate::checkpoint::idb::IdbWatch;
+    use crate::checkpoint::idb::Tracking;
+    use crate::checkpoint::model::Checkpoint;
     use crate::checkpoint::test_support::{
         CHANGES, chromium_page, first, frame_value, key, read_value, relayed_page, reused, seed,
         site, the_frame, two_site_server,
     };
-    use crate::checkpoint::{Checkpoint, PartCache};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -114,7 +115,7 @@ mod tests {
         page: &Page,
         calls: &Calls,
         cache: &PartCache,
-        watch: &IdbWatch,
+        watch: &Tracking,
         warm: &WarmUp,
         options: CaptureOptions,
     ) -> Checkpoint {
@@ -134,13 +135,13 @@ mod tests {
     async fn a_warmed_up_document_captures_what_changed_after_the_warm_up() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
         let (url, _server) = site().await;
-        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), Tracking::default());
         let warm = WarmUp::default();
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
-            indexed_db_in_full: false,
+            in_full: false,
         };
         let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
         install(&page).await;
@@ -184,12 +185,12 @@ mod tests {
         let (_chromium, relay, _browser, _pump, page) = relayed_page().await;
         let (port, _server) = two_site_server().await;
         let calls = relay.calls();
-        let (cache, watch, warm) = (PartCache::default(), IdbWatch::default(), WarmUp::default());
+        let (cache, watch, warm) = (PartCache::default(), Tracking::default(), WarmUp::default());
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
-            indexed_db_in_full: false,
+            in_full: false,
         };
         let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
         let frame_key = key(

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use zeroize::Zeroizing;
 
-use super::{PIECE_BYTES, RESTORE_JS, RUN};
+use super::script::{PIECE_BYTES, RESTORE_JS, RUN};
+use crate::checkpoint::model::{Checkpoint, FrameState, Part, StorageKey, is_storable_origin};
 use crate::checkpoint::script::CODEC_JS;
-use crate::checkpoint::{Checkpoint, FrameState, Part, StorageKey, is_storable_origin};
 
 /// How long a restore document waits for its cross-site iframes to report.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(5);

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use zeroize::Zeroizing;
 
 use super::plan::Load;
-use super::{PIECE_BYTES, RESTORE_JS, RUN};
+use super::script::{PIECE_BYTES, RESTORE_JS, RUN};
 use crate::checkpoint::script::{CODEC_JS, cdp_error, evaluate, evaluate_now};
 use crate::error::{Error, ErrorKind};
 use crate::relay::{Calls, OwnCall};

@@ -5,10 +5,20 @@ use std::collections::{BTreeMap, HashSet};
 
 use tokio::time::Instant;
 
-use super::PageFailure;
 use crate::options::Dialogs;
+use crate::relay::control::{Heartbeat, WatchedPage};
+use crate::relay::death::DeathCause;
 use crate::relay::wire::PageEvent;
-use crate::relay::{DeathCause, Heartbeat, WatchedPage};
+
+/// The watched page failed: publish it, then answer its commands in flight with an error.
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::relay) struct PageFailure {
+    pub generation: u64,
+    pub cause: DeathCause,
+    pub session: String,
+    /// The page's commands in flight, which will never be answered now.
+    pub commands: Vec<u64>,
+}
 
 /// A page probe sent because a command on the page stalled, with a browser probe beside it.
 pub(super) struct StallProbe {

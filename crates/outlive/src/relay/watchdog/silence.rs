@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::relay::{Heartbeat, ProgramCall};
+use crate::relay::control::{Heartbeat, ProgramCall};
 
 /// In-flight entries older than this are dropped (chromiumoxide gives up on them at 60 s).
 const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(120);

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::relay::{Confirmation, Heartbeat};
+use crate::relay::control::Heartbeat;
+use crate::relay::death::Confirmation;
 
 /// Silence with no way to confirm it (or none that answered) is a death after this long, at
 /// least: Wi-Fi, mobile and congested links stall for seconds.

@@ -385,33 +385,3 @@ fn a_page_event_is_parsed_only_when_the_relay_acts_on_it() {
     let other = br#"{"method":"Network.dataReceived","params":{}}"#;
     assert!(page_event("Network.dataReceived", other).is_none());
 }
-
-#[test]
-fn an_indexed_db_change_is_read_with_its_session_and_storage_key() {
-    let read = |bytes: &[u8]| indexed_db_change(bytes).map(|c| c.ok());
-    let content = br#"{"method":"Storage.indexedDBContentUpdated","params":{"origin":"http://a","storageKey":"http://a/","bucketId":"1","databaseName":"db","objectStoreName":"s"},"sessionId":"S"}"#;
-    let change = read(content).flatten().expect("read");
-    assert_eq!(
-        (
-            change.session_id.as_deref(),
-            change.params.storage_key.as_str()
-        ),
-        (Some("S"), "http://a/")
-    );
-    let list = br#"{"method":"Storage.indexedDBListUpdated","params":{"origin":"http://a","storageKey":"http://a/^0http://b","bucketId":"1"},"sessionId":"T"}"#;
-    assert_eq!(
-        read(list).flatten().map(|c| c.params.storage_key),
-        Some("http://a/^0http://b".to_owned())
-    );
-    // On the browser's own session (not a tracking of outlive's).
-    let browser =
-        br#"{"method":"Storage.indexedDBListUpdated","params":{"storageKey":"http://a/"}}"#;
-    assert_eq!(read(browser).flatten().map(|c| c.session_id), Some(None));
-    // One whose storage key cannot be read is still an IndexedDB change.
-    let unread = br#"{"method":"Storage.indexedDBContentUpdated","params":{"storageKey":7},"sessionId":"S"}"#;
-    assert_eq!(read(unread), Some(None));
-    let other = br#"{"method":"Storage.cacheStorageContentUpdated","params":{"storageKey":"http://a/"},"sessionId":"S"}"#;
-    assert_eq!(read(other), None);
-    let reply = br#"{"id":3,"method":"Storage.indexedDBListUpdated","params":{"storageKey":"k"},"sessionId":"S"}"#;
-    assert_eq!(read(reply), None);
-}

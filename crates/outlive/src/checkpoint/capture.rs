@@ -2,51 +2,38 @@
 //! and what each frame reports, with the cookies, becomes a `Checkpoint`. The parts:
 //! `expressions` (the script and the expressions that install and call it), `frames` (reading
 //! the top frame, out-of-process frames and same-process ones of other origins), `warm`
-//! (installing the script as documents start, and warming it up). IndexedDB change tracking
-//! is `idb`'s: a capture only asks it what to offer, what to read again, and what it read.
+//! (installing the script as documents start, and warming it up), `options`. IndexedDB change
+//! tracking is `idb`'s: a capture holds one `IdbCapture`, which says what to offer and what to
+//! read again, and settles what it read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::page::GetFrameTreeParams;
 use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use tokio::time::Instant;
 
-use super::idb::{IdbAnswers, IdbWatch};
+use super::cache::PartCache;
+use super::idb::{IdbAnswers, Tracking};
+use super::model::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
 use super::script::cdp_error;
-use super::{
-    Checkpoint, FrameState, Part, PartCache, StorageKey, StoredCookie, is_storable_origin,
-};
 use crate::error::{Error, ErrorKind};
 use crate::relay::Calls;
 use expressions::capture_arguments;
 use frames::{
-    FrameRead, RawPart, Reads, idb_answers, read_other_origins_here, read_remote_frames, read_top,
+    FrameRead, RawPart, Reads, idb_answers, keep_reads, read_other_origins_here,
+    read_remote_frames, read_top,
 };
 
 mod expressions;
 mod frames;
+mod options;
 mod warm;
 
+pub(crate) use options::CaptureOptions;
 pub(crate) use warm::{WarmUp, install_on_new_document};
-
-/// What a capture reads besides cookies and Web Storage.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CaptureOptions {
-    /// Read IndexedDB.
-    pub(crate) indexed_db: bool,
-    /// The most IndexedDB (serialised) one frame may hold and still be captured.
-    pub(crate) indexed_db_max_bytes: usize,
-    /// How long a read in an out-of-process frame may take. A frame that has not answered by
-    /// then is counted unread (`frames_unread`) and the checkpoint goes on without it. So it
-    /// must be well inside the capture's own cap, or one hung iframe costs every checkpoint.
-    pub(crate) frame_timeout: Duration,
-    /// Read every frame's IndexedDB in full, taking no last read as standing (see `IdbWatch`):
-    /// for a checkpoint no later one could make up for, as at a rotation's safe point.
-    pub(crate) indexed_db_in_full: bool,
-}
 
 /// Whether a capture reads its page's cookies: a tab beside the task's page leaves them to
 /// it (a page session's `Storage.getCookies` answers for the whole context).
@@ -92,10 +79,10 @@ pub(crate) async fn capture(
     page: &Page,
     calls: &Calls,
     cache: &PartCache,
-    idb: &IdbWatch,
+    tracking: &Tracking,
     options: CaptureOptions,
 ) -> Result<Checkpoint, Error> {
-    let checkpoint = capture_page(page, calls, cache, idb, options, Cookies::Read).await?;
+    let checkpoint = capture_page(page, calls, cache, tracking, options, Cookies::Read).await?;
     cache.remember(&checkpoint);
     Ok(checkpoint)
 }
@@ -106,14 +93,14 @@ pub(crate) async fn capture_page(
     page: &Page,
     calls: &Calls,
     cache: &PartCache,
-    idb: &IdbWatch,
+    tracking: &Tracking,
     options: CaptureOptions,
     cookies: Cookies,
 ) -> Result<Checkpoint, Error> {
     let taken = Instant::now();
     let at = SystemTime::now();
-    let begun = idb.begin(cache, options.indexed_db_in_full);
-    let arguments = capture_arguments(&cache.known(), options, begun.offered());
+    let idb = tracking.begin(cache, options.in_full);
+    let arguments = capture_arguments(&cache.known(), options, idb.offered());
     let read_cookies = async {
         match cookies {
             Cookies::Read => Some(page.execute(GetCookiesParams::default()).await),
@@ -136,7 +123,7 @@ pub(crate) async fn capture_page(
     };
     let reads = Reads { page, calls, cache };
     let (top, remote) = reads
-        .again_if_moved(idb, &begun, (top?, remote), options, taken)
+        .again_if_moved(&idb, (top?, remote), options, taken)
         .await?;
     let top_origin = top.origin.clone();
     let url = top.url.clone();
@@ -164,20 +151,8 @@ pub(crate) async fn capture_page(
         taken,
         progress: None,
     };
-    idb.settle(page, calls, &begun, answers).await;
+    idb.settle(page, calls, answers).await;
     Ok(checkpoint)
-}
-
-/// Moves the frames that answered into `reads`; answers how many did not.
-fn keep_reads(reads: &mut Vec<FrameRead>, answers: Vec<Option<FrameRead>>) -> u64 {
-    let mut unread = 0;
-    for read in answers {
-        match read {
-            Some(r) => reads.push(r),
-            None => unread += 1,
-        }
-    }
-    unread
 }
 
 /// The frames' storage under the top origin, by storage key: the first read of each storable
@@ -213,6 +188,7 @@ mod tests {
     };
     use chromiumoxide::cdp::browser_protocol::page::AddScriptToEvaluateOnNewDocumentParams;
     use expressions::INSTALLED;
+    use std::time::Duration;
 
     /// Whether this page may compile and run a WebAssembly module: "ok", or the error.
     const WASM_CHECK: &str = "(() => { try {
@@ -229,12 +205,12 @@ mod tests {
     async fn after_a_navigation_only_what_changed_is_sent() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
         let (url, _server) = site().await;
-        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), IdbWatch::default());
+        let (calls, cache, watch) = (Calls::detached(), PartCache::default(), Tracking::default());
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
-            indexed_db_in_full: false,
+            in_full: false,
         };
         let capture = || capture(&page, &calls, &cache, &watch, options);
         let cases = [("", ""), ("csp/", ""), ("", "\\ud800")];

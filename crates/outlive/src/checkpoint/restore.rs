@@ -4,36 +4,25 @@
 //! `js/restore.js`, on its own part. Over an earlier restore only what changed is
 //! written, in place while the page still stands on that restore's document. The parts: `plan`
 //! (what to write where, without a browser), `serve` (answering the page's requests with the
-//! documents), `write` (loading them, handing data over, or writing in place).
+//! documents), `write` (loading them, handing data over, or writing in place), `script` (the
+//! restore script and its pieces).
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::fetch::{self, RequestPattern, RequestStage};
 use chromiumoxide::cdp::browser_protocol::storage::{ClearCookiesParams, SetCookiesParams};
 use tokio::time::Instant;
 
+use super::model::{Checkpoint, StoredCookie};
 use super::script::cdp_error;
-use super::{Checkpoint, StoredCookie};
 use crate::error::Error;
 use crate::relay::Calls;
 use plan::{Plan, plan};
 use serve::serve_documents;
 
 mod plan;
+mod script;
 mod serve;
 mod write;
-
-/// The restore script (see its header for what it takes and answers).
-const RESTORE_JS: &str = include_str!("../../js/restore.js");
-
-/// The largest piece of restore data one CDP message carries. Chromium's cost per message
-/// grows faster than its size. 1.2 MB in one `Runtime.evaluate` took 57 ms over the DevTools
-/// pipe (73 ms over the websocket); the same in 8 pieces sent at once, 22 ms (18 ms). A
-/// 1.2 MB restore document costs the same again in `Fetch.fulfillRequest`.
-const PIECE_BYTES: usize = 256 * 1024;
-
-/// What a top-level restore document defines when its data is handed over after it loads:
-/// the restore function, waiting for the data (its child documents' reports already heard).
-const RUN: &str = "globalThis[Symbol.for('outlive.restore.run')]";
 
 /// Puts cookies and every storage key's state into a fresh page before any request reaches
 /// a real site. Each top origin is loaded with every request intercepted (`Fetch.enable`)
@@ -116,11 +105,12 @@ async fn replace_cookies(
 
 #[cfg(test)]
 mod tests {
+    use super::script::PIECE_BYTES;
     use super::*;
+    use crate::checkpoint::model::{FrameState, Part};
     use crate::checkpoint::test_support::{
         chromium_page, key, local, part, read_value, relayed_page,
     };
-    use crate::checkpoint::{FrameState, Part};
     use std::sync::Arc;
 
     /// Over an earlier restore still in the page, what changed is written where the page

@@ -1,13 +1,4 @@
-//! Checkpoints: cookies (CHIPS partition keys included), the URL, and per storage key (a
-//! frame's origin under its top-level origin) localStorage, sessionStorage and IndexedDB.
-//! Captured from a live page and all its frames by page script (`js/`), restored into a fresh
-//! one through intercepted documents: `docs/survives.md`. A checkpoint is a credential: its
-//! `Debug` shows sizes, its strings are zeroed on drop (`docs/security.md`).
-//!
-//! This module holds the data model. The rest: `capture` (`frames`, `expressions`, `warm`),
-//! `cache` (parts held by hash), `idb` (IndexedDB change tracking), `restore` (`plan`, `serve`,
-//! `write`), `persist` (a checkpoint as bytes) and `script` (running the page scripts, and the
-//! value codec both of them embed).
+//! The data model: a checkpoint, its cookies, and each storage key's parts.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,44 +13,23 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use zeroize::Zeroize;
 
-mod cache;
-mod capture;
-mod contexts;
-mod idb;
-#[cfg(feature = "durable")]
-mod persist;
-mod reopen;
-mod restore;
-mod script;
-mod tabs;
-#[cfg(test)]
-mod test_support;
-
-pub(crate) use cache::PartCache;
-pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
-pub(crate) use contexts::remake as remake_contexts;
-pub(crate) use idb::IdbWatch;
-pub(crate) use reopen::reopen as reopen_tabs;
-pub(crate) use restore::restore;
-pub(crate) use tabs::{Browsing, Tabs, capture_tabs};
-
 /// One cookie, as much of it as `Storage.setCookies` can put back.
 #[derive(Clone, PartialEq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StoredCookie {
-    name: String,
-    value: String,
-    domain: String,
-    path: String,
-    expires: Option<f64>,
-    http_only: bool,
-    secure: bool,
-    same_site: Option<CookieSameSite>,
-    priority: CookiePriority,
-    source_scheme: CookieSourceScheme,
-    source_port: i64,
+    pub(super) name: String,
+    pub(super) value: String,
+    pub(super) domain: String,
+    pub(super) path: String,
+    pub(super) expires: Option<f64>,
+    pub(super) http_only: bool,
+    pub(super) secure: bool,
+    pub(super) same_site: Option<CookieSameSite>,
+    pub(super) priority: CookiePriority,
+    pub(super) source_scheme: CookieSourceScheme,
+    pub(super) source_port: i64,
     /// CHIPS: the top-level site the cookie is partitioned under.
-    partition_key: Option<CookiePartitionKey>,
+    pub(super) partition_key: Option<CookiePartitionKey>,
 }
 
 impl From<Cookie> for StoredCookie {
@@ -82,7 +52,7 @@ impl From<Cookie> for StoredCookie {
 }
 
 impl StoredCookie {
-    fn to_param(&self) -> CookieParam {
+    pub(super) fn to_param(&self) -> CookieParam {
         let mut p = CookieParam::new(self.name.clone(), self.value.clone());
         p.domain = Some(self.domain.clone());
         p.path = Some(self.path.clone());
@@ -97,7 +67,7 @@ impl StoredCookie {
         p
     }
 
-    fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.name.len() + self.value.len() + self.domain.len() + self.path.len()
     }
 }
@@ -122,14 +92,14 @@ pub(crate) struct StorageKey {
 
 impl StorageKey {
     /// The key of a top-level document of `origin`.
-    fn first_party(origin: &str) -> Self {
+    pub(super) fn first_party(origin: &str) -> Self {
         StorageKey {
             top: origin.to_owned(),
             origin: origin.to_owned(),
         }
     }
 
-    fn is_first_party(&self) -> bool {
+    pub(super) fn is_first_party(&self) -> bool {
         self.top == self.origin
     }
 }
@@ -137,14 +107,14 @@ impl StorageKey {
 /// One part of a frame's state — its localStorage, sessionStorage or IndexedDB — as the
 /// page's script serialised it, with the hash the script computed of its content.
 pub(crate) struct Part {
-    hash: String,
-    json: String,
+    pub(super) hash: String,
+    pub(super) json: String,
     /// Values the script could not serialise (IndexedDB only).
-    left_out: u64,
+    pub(super) left_out: u64,
 }
 
 impl Part {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.json == "[]"
     }
 }
@@ -158,24 +128,24 @@ impl Drop for Part {
 /// A frame's storage: each part shared between the checkpoints that hold the same content.
 #[derive(Clone, Default)]
 pub(crate) struct FrameState {
-    local: Option<Arc<Part>>,
-    session: Option<Arc<Part>>,
-    idb: Option<Arc<Part>>,
+    pub(super) local: Option<Arc<Part>>,
+    pub(super) session: Option<Arc<Part>>,
+    pub(super) idb: Option<Arc<Part>>,
 }
 
 impl FrameState {
-    fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+    pub(super) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
         [&self.local, &self.session, &self.idb]
             .into_iter()
             .flatten()
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.parts().all(|p| p.is_empty())
     }
 
     /// Whether `other` holds the same content (compared by the parts' hashes).
-    fn same_as(&self, other: &FrameState) -> bool {
+    pub(super) fn same_as(&self, other: &FrameState) -> bool {
         fn hash(p: &Option<Arc<Part>>) -> Option<&str> {
             p.as_ref().map(|p| p.hash.as_str())
         }
@@ -194,7 +164,7 @@ pub(crate) struct ContextState {
 }
 
 impl ContextState {
-    fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.cookies.iter().map(StoredCookie::bytes).sum::<usize>() + storage_bytes(&self.storage)
     }
 }
@@ -208,7 +178,7 @@ pub(crate) struct TabState {
 }
 
 impl TabState {
-    fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.url.len() + storage_bytes(&self.session)
     }
 }
@@ -219,7 +189,7 @@ impl Drop for TabState {
     }
 }
 
-fn storage_bytes(storage: &BTreeMap<StorageKey, FrameState>) -> usize {
+pub(super) fn storage_bytes(storage: &BTreeMap<StorageKey, FrameState>) -> usize {
     storage
         .iter()
         .map(|(k, s)| k.origin.len() + k.top.len() + s.parts().map(|p| p.json.len()).sum::<usize>())
@@ -227,7 +197,7 @@ fn storage_bytes(storage: &BTreeMap<StorageKey, FrameState>) -> usize {
 }
 
 /// Keeps what `older` held under keys `newer` does not hold.
-fn merge_storage(
+pub(super) fn merge_storage(
     newer: &mut BTreeMap<StorageKey, FrameState>,
     older: &BTreeMap<StorageKey, FrameState>,
 ) {
@@ -360,13 +330,13 @@ impl fmt::Debug for Checkpoint {
 }
 
 /// Whether `origin` has storage a checkpoint holds: `http` and `https` origins only.
-fn is_storable_origin(origin: &str) -> bool {
+pub(super) fn is_storable_origin(origin: &str) -> bool {
     origin.starts_with("http://") || origin.starts_with("https://")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{key, local};
+    use super::super::test_support::{key, local};
     use super::*;
 
     #[test]

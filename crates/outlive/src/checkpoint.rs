@@ -1,0 +1,33 @@
+//! Checkpoints: cookies (CHIPS partition keys included), the URL, and per storage key (a
+//! frame's origin under its top-level origin) localStorage, sessionStorage and IndexedDB.
+//! Captured from a live page and all its frames by page script (`js/`), restored into a fresh
+//! one through intercepted documents: `docs/survives.md`. A checkpoint is a credential: its
+//! `Debug` shows sizes, its strings are zeroed on drop (`docs/security.md`).
+//!
+//! The parts: `model` (the data model), `capture` (`frames`, `expressions`, `warm`), `cache`
+//! (parts held by hash), `idb` (IndexedDB change tracking), `restore` (`plan`, `serve`,
+//! `write`), `persist` (a checkpoint as bytes) and `script` (running the page scripts, and the
+//! value codec both of them embed).
+
+mod cache;
+mod capture;
+mod contexts;
+mod idb;
+mod model;
+#[cfg(feature = "durable")]
+mod persist;
+mod reopen;
+mod restore;
+mod script;
+mod tabs;
+#[cfg(test)]
+mod test_support;
+
+pub(crate) use cache::PartCache;
+pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
+pub(crate) use contexts::remake as remake_contexts;
+pub(crate) use idb::Tracking;
+pub(crate) use model::{Checkpoint, Progress};
+pub(crate) use reopen::reopen as reopen_tabs;
+pub(crate) use restore::restore;
+pub(crate) use tabs::{Browsing, Tabs, capture_tabs};

@@ -1,0 +1,19 @@
+//! What a capture reads, as the run set it.
+
+use std::time::Duration;
+
+/// What a capture reads besides cookies and Web Storage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CaptureOptions {
+    /// Read IndexedDB.
+    pub(crate) indexed_db: bool,
+    /// The most IndexedDB (serialised) one frame may hold and still be captured.
+    pub(crate) indexed_db_max_bytes: usize,
+    /// How long a read in an out-of-process frame may take. A frame that has not answered by
+    /// then is counted unread (`frames_unread`) and the checkpoint goes on without it. So it
+    /// must be well inside the capture's own cap, or one hung iframe costs every checkpoint.
+    pub(crate) frame_timeout: Duration,
+    /// Read every frame's IndexedDB in full, taking no last read as standing (see `Tracking`):
+    /// for a checkpoint no later one could make up for, as at a rotation's safe point.
+    pub(crate) in_full: bool,
+}
