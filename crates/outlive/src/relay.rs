@@ -28,9 +28,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use crate::dialogs::Dialogs;
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
-use crate::options::Dialogs;
 use tokio_util::task::AbortOnDropHandle;
 
 /// What ended an entry: the browser connection died, or (the `Page*` causes) only the task's

@@ -15,8 +15,8 @@ use super::capture::{CaptureOptions, Cookies, WarmUp, capture_page};
 use super::{
     Checkpoint, ContextState, FrameState, IdbWatch, PartCache, StorageKey, StoredCookie, TabState,
 };
-use crate::command::Usage;
 use crate::error::Error;
+use crate::front::usage::Usage;
 use crate::relay::Calls;
 
 /// The per-session state of the client's tabs: IndexedDB tracking and the warm-up belong to a

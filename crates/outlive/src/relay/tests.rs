@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::options::Dialogs;
+use crate::dialogs::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_millis(500),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use tokio::time::Instant;
 
 use super::PageFailure;
-use crate::options::Dialogs;
+use crate::dialogs::Dialogs;
 use crate::relay::wire::PageEvent;
 use crate::relay::{DeathCause, Heartbeat, WatchedPage};
 
