@@ -140,7 +140,7 @@ fn without_tests(code: &str) -> String {
                 '}' => depth -= 1,
                 _ => {}
             }
-            (c == ';' && depth == 0) || (c == '}' && depth == 0)
+            depth == 0 && matches!(c, ';' | '}')
         });
         rest = &rest[end.map_or(rest.len(), |(i, _)| i + 1)..];
     }

@@ -155,7 +155,7 @@ where
     }
 
     /// The browser to replace a dead one with, if one is up or coming (see
-    /// [`Spares::take_standby`]); those let go are released in the background.
+    /// [`Spares::take_standby`](super::spares::Spares::take_standby)); those let go are released in the background.
     pub(super) fn take_standby(&mut self) -> Option<Successor<'r, B::Browser>> {
         let (taken, gone) = self.spares.take_standby(self.lifetime.for_standby());
         for old in gone {
