@@ -1,19 +1,13 @@
 //! The front: one loopback HTTP server per run that a foreign client talks to, at the same
 //! address for the whole run, whichever browser serves it now.
 //!
-//! * `GET /json/version` (and `/json/version/`): Chromium's discovery answer, whose
-//!   `webSocketDebuggerUrl` is the front's browser socket.
-//! * `GET /devtools/browser/<id>` (websocket): a CDP connection to the current browser. The
-//!   front opens a connection of its own to the browser for each client and forwards frames
-//!   both ways, holding back outlive's isolated worlds ([`filter`]). When the entry ends
-//!   (a death, a page failure, a rotation), every client connection is closed at once, so
-//!   the client's pending calls fail instead of hanging. A client that connects while no
-//!   browser is up, or while the entry's has failed, waits for the next one (bounded).
-//! * `POST /<token>/checkpoint` (optional JSON body: the task's progress), `POST
-//!   /<token>/hold`, `POST /<token>/release`: the control, for scripts in any language.
+//! * `GET /json/version`: Chromium's discovery answer, naming the front's browser socket.
+//! * `GET /devtools/browser/<id>` (websocket): a CDP connection to the current browser
+//!   ([`connection`]), outlive's isolated worlds held back ([`filter`]). It is closed when the
+//!   entry ends; a client that connects between browsers waits for the next (bounded).
+//! * `POST /<token>/checkpoint`, `…/hold`, `…/release`: the [`control`], for any language.
 //!
-//! Like Chromium's own endpoint, it refuses requests that carry an `Origin` (a web page) or a
-//! `Host` that is not loopback (DNS rebinding).
+//! Like Chromium's, it refuses an `Origin` (a web page) and a non-loopback `Host` (rebinding).
 
 mod connection;
 mod control;

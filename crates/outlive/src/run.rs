@@ -5,10 +5,9 @@
 //! else on a new browser. The loop's steps: [`Run::next_browser`], [`Run::prepare`],
 //! [`Run::watch_entry`], [`Run::after_failure`]. Generic over a [`Backend`], its timing is
 //! tested with a paused clock against a fake; the real one is [`crate::browser::CdpBackend`].
-//! Parts: browsers launched and released ([`launch`]); an entry prepared ([`prepare`]); the
-//! entry watched, a select arm a step ([`entry`]); when its clocks are due ([`schedule`]);
-//! how it ended ([`ended`]); after a failure ([`failure`]); what the run may spend
-//! ([`budget`]).
+//! Parts: browsers launched and released ([`launch`]), an entry prepared ([`prepare`]) and
+//! watched ([`entry`], clocks in [`schedule`]), how it ended ([`ended`]), after a failure
+//! ([`failure`]), what the run may spend ([`budget`]).
 
 mod backend;
 mod budget;
