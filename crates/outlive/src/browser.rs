@@ -15,9 +15,10 @@ use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 
 use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache, Tabs, Tracking, WarmUp};
-use crate::ctx::{Capturer, IdbReads};
+use crate::ctx::{Capturer, DeepReads};
+use crate::dialogs::Dialogs;
 use crate::error::{Error, ErrorKind};
-use crate::options::Dialogs;
+use crate::front::{Client, Usage};
 use crate::options::Options;
 use crate::provider::{Provider, Session};
 use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, LinkWatch, Relay, Stalls};
@@ -36,6 +37,8 @@ pub(crate) struct CdpBackend<'p, P: ?Sized> {
     pub(crate) provider: &'p P,
     /// The stalls every relay of the run survived.
     pub(crate) stalls: Arc<Stalls>,
+    /// The foreign client the run's browsers are served to, if any.
+    client: Option<Client>,
 }
 
 impl<'p, P: ?Sized> CdpBackend<'p, P> {
@@ -44,6 +47,15 @@ impl<'p, P: ?Sized> CdpBackend<'p, P> {
         CdpBackend {
             provider,
             stalls: Arc::default(),
+            client: None,
+        }
+    }
+
+    /// The backend of a run whose browsers are served to `client`.
+    pub(crate) fn with_client(self, client: Client) -> Self {
+        CdpBackend {
+            client: Some(client),
+            ..self
         }
     }
 }
@@ -61,7 +73,7 @@ pub(crate) struct CdpBrowser {
     /// Whether the page's documents warm the capture script up (a fresh page starts cold).
     warm: Arc<WarmUp>,
     /// A foreign client's use of the browser: with one, every tab is captured.
-    usage: Option<Arc<crate::command::Usage>>,
+    usage: Option<Arc<Usage>>,
     /// The client's other tabs' tracking state (reset with the task's page).
     tabs: Arc<Tabs>,
     /// How long a reopened tab may take to load.
@@ -81,15 +93,22 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         Some(self.stalls.clone())
     }
 
+    fn client_use_is_progress(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.use_is_progress)
+    }
+
     async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
         let session = self.provider.launch().await?;
         let heartbeat = Heartbeat {
             interval: options.heartbeat_interval,
             timeout: options.heartbeat_timeout,
         };
-        // A Rust task's dialogs are dismissed unless it says otherwise (a command's client
-        // answers its own: `run_command` sets `Leave`).
-        let dialogs = options.dialogs.unwrap_or(Dialogs::Dismiss);
+        // A Rust task's dialogs are dismissed unless it says otherwise; a command's client
+        // answers its own.
+        let dialogs = options.dialogs.unwrap_or(match self.client {
+            Some(_) => Dialogs::Leave,
+            None => Dialogs::Dismiss,
+        });
         let link = LinkWatch {
             second_connection: session.second_connection(),
             stalls: self.stalls.clone(),
@@ -103,7 +122,8 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
             }
         };
         let exited = session.exited();
-        match connect(relay, exited, options).await {
+        let usage = self.client.as_ref().map(|c| c.usage.clone());
+        match connect(relay, exited, options, usage).await {
             Ok(mut b) => {
                 b.session = Some(session);
                 if let (Some(usage), Some(endpoint)) = (&b.usage, b.endpoint()) {
@@ -130,6 +150,7 @@ async fn connect(
     mut relay: Relay,
     exited: crate::provider::BoxFuture<'static, ()>,
     options: &Options,
+    usage: Option<Arc<Usage>>,
 ) -> Result<CdpBrowser, Error> {
     let config = HandlerConfig {
         request_timeout: REQUEST_TIMEOUT,
@@ -152,17 +173,11 @@ async fn connect(
         page,
         browser: Arc::new(browser),
         viewport: options.viewport,
-        capture: CaptureOptions {
-            indexed_db: options.indexed_db,
-            indexed_db_max_bytes: options.indexed_db_max_bytes,
-            // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
-            frame_timeout: options.capture_timeout / 2,
-            in_full: false,
-        },
+        capture: CaptureOptions::of(options),
         parts: Arc::default(),
         tracking: Arc::default(),
         warm: Arc::default(),
-        usage: options.client.clone(),
+        usage,
         tabs: Arc::default(),
         navigation_timeout: options.navigation_timeout,
         pump: Some(pump),
@@ -302,7 +317,7 @@ impl LiveBrowser for CdpBrowser {
         let options = self.capture;
         Arc::new(move |reads| {
             let options = CaptureOptions {
-                in_full: reads == IdbReads::InFull,
+                in_full: reads == DeepReads::InFull,
                 ..options
             };
             let at = at.clone();
@@ -467,12 +482,7 @@ impl LiveBrowser for CdpBrowser {
 impl CdpBrowser {
     /// Opens the client's other tabs again (under `serve`), after the task's page: the front
     /// shows them in this order. Answers the writes that failed.
-    async fn reopen_tabs(
-        &self,
-        usage: &crate::command::Usage,
-        endpoint: &str,
-        checkpoint: &Checkpoint,
-    ) -> u64 {
+    async fn reopen_tabs(&self, usage: &Usage, endpoint: &str, checkpoint: &Checkpoint) -> u64 {
         let calls = self.relay.calls();
         let (ids, failed) = checkpoint::reopen_tabs(
             &self.browser,
@@ -496,7 +506,7 @@ struct Capturing {
     parts: Arc<PartCache>,
     tracking: Arc<Tracking>,
     warm: Arc<WarmUp>,
-    usage: Option<Arc<crate::command::Usage>>,
+    usage: Option<Arc<Usage>>,
     tabs: Arc<Tabs>,
     endpoint: Option<String>,
 }

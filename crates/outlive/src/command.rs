@@ -10,10 +10,6 @@
 //! browsers must accept a second one. How it stays invisible: `docs/run-and-serve.md`.
 
 mod child;
-mod filter;
-mod front;
-mod usage;
-mod waiting;
 
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -24,15 +20,15 @@ use std::time::{Duration, SystemTime};
 use chromiumoxide::Page;
 use tokio::sync::watch;
 
-pub use front::MAX_PROGRESS_BYTES;
-pub(crate) use usage::Usage;
-
-use crate::ctx::Ctx;
+use crate::browser::CdpBackend;
+use crate::ctx::{Ctx, ResumedFrom};
+use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind, RunError};
+use crate::front::{Client, Front};
 use crate::options::Options;
 use crate::provider::Provider;
+use crate::sync::lock;
 use child::{Child, Gone};
-use front::Front;
 
 /// The exit status `outlive run` uses when it gave up (`EX_TEMPFAIL`).
 pub const EXIT_GAVE_UP: i32 = 75;
@@ -206,15 +202,14 @@ pub async fn run_command<P>(
 where
     P: Provider + ?Sized,
 {
-    let options = options.for_a_client();
-    let front = Front::start(options.navigation_timeout, options.client_usage())
-        .await
-        .map_err(|e| RunError::Outlive(listen_error(e)))?;
+    let client = Client::of_a_command();
+    let front = start_front(&options, &client).await?;
     let endpoints = Endpoints::of(&front);
     let (stop_tx, stop_rx) = watch::channel(None::<i32>);
     let programs = Programs::default();
-    let run = crate::outlive(
+    let run = outlive_for(
         provider,
+        client,
         |page, ctx| {
             let (front, endpoints, programs) = (&front, &endpoints, &programs);
             let stop = stop_rx.clone();
@@ -250,15 +245,14 @@ pub async fn serve<P>(
 where
     P: Provider + ?Sized,
 {
-    let options = options.for_a_served_client();
-    let usage = options.client_usage();
-    let front = Front::start(options.navigation_timeout, usage.clone())
-        .await
-        .map_err(|e| RunError::Outlive(listen_error(e)))?;
+    let client = Client::served();
+    let usage = client.usage.clone();
+    let front = start_front(&options, &client).await?;
     ready(&Endpoints::of(&front));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let run = crate::outlive(
+    let run = outlive_for(
         provider,
+        client,
         |page, ctx| {
             let (front, usage) = (&front, &usage);
             let mut stop = stop_rx.clone();
@@ -312,15 +306,14 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let options = options.for_a_client();
-    let front = Front::start(options.navigation_timeout, options.client_usage())
-        .await
-        .map_err(|e| RunError::Outlive(listen_error(e)))?;
+    let client = Client::of_a_command();
+    let front = start_front(&options, &client).await?;
     ready(&Endpoints::of(&front));
     // Called by one entry at a time, once its browser is served.
     let task = std::sync::Mutex::new(task);
-    crate::outlive(
+    outlive_for(
         provider,
+        client,
         |page, ctx| {
             let (front, task) = (&front, &task);
             async move {
@@ -330,7 +323,7 @@ where
                     only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
                     _served = Some(front.serve(endpoint, ctx.clone()));
                 }
-                let entry = (task.lock().expect("task poisoned"))(EntryStart::of(&ctx));
+                let entry = (lock(task))(EntryStart::of(&ctx));
                 entry.await
             }
         },
@@ -339,12 +332,32 @@ where
     .await
 }
 
-fn listen_error(e: std::io::Error) -> Error {
-    Error::new(
-        ErrorKind::Io,
-        "could not listen on 127.0.0.1 for the command's CDP endpoint",
-    )
-    .with_source(e)
+/// [`crate::outlive()`] for a task that serves its browser to `client`: the backend knows
+/// the client, so the capture reads what it does and its use may count as progress.
+async fn outlive_for<P, F, Fut, T, E>(
+    provider: &P,
+    client: Client,
+    task: F,
+    options: Options,
+) -> Result<T, RunError<E>>
+where
+    P: Provider + ?Sized,
+    F: FnMut(Page, Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let backend = CdpBackend::new(provider).with_client(client);
+    crate::quiet::quietly(crate::run::run(&backend, task, &options)).await
+}
+
+/// The front for `client`, listening; a client waits for a browser up to the navigation cap.
+async fn start_front<E>(options: &Options, client: &Client) -> Result<Front, RunError<E>> {
+    Front::start(options.navigation_timeout, client.usage.clone())
+        .await
+        .map_err(|e| {
+            let why = "could not listen on 127.0.0.1 for the command's CDP endpoint";
+            RunError::Outlive(Error::new(ErrorKind::Io, why).with_source(e))
+        })
 }
 
 /// What an entry of a task in another process starts with: a program's `OUTLIVE_*`
@@ -357,7 +370,7 @@ pub struct EntryStart {
     /// 1 on the first entry, 2 after the first relaunch (or page recovery, or rotation), …
     pub attempt: u32,
     /// The checkpoint restored into this entry's browser, if any.
-    pub resumed_from: Option<crate::ResumedFrom>,
+    pub resumed_from: Option<ResumedFrom>,
     /// The progress the newest checkpoint holds (JSON), if any.
     pub progress: Option<String>,
 }
@@ -406,29 +419,29 @@ impl Programs {
         endpoints: &Endpoints,
         start: &EntryStart,
     ) -> std::io::Result<Child> {
-        let early = self.early.lock().expect("programs poisoned").take();
+        let early = lock(&self.early).take();
         match early {
             Some((s, child)) if &s == start => {
-                *self.last.lock().expect("programs poisoned") = Some(child.gone());
+                *lock(&self.last) = Some(child.gone());
                 return Ok(child);
             }
             Some((_, child)) => drop(child.terminate().await),
             None => {}
         }
-        self.starter.lock().expect("programs poisoned").take();
-        let last = self.last.lock().expect("programs poisoned").take();
+        lock(&self.starter).take();
+        let last = lock(&self.last).take();
         if let Some(gone) = last {
             gone.wait().await;
         }
         let child = Child::spawn(process(command, endpoints, start), command.kill_after)?;
-        *self.last.lock().expect("programs poisoned") = Some(child.gone());
+        *lock(&self.last) = Some(child.gone());
         Ok(child)
     }
 
     /// After `ctx`'s entry was cut: once its program is gone, starts the next one early.
     fn start_next(&self, command: &Command, endpoints: &Endpoints, ctx: &Ctx) {
         let start = EntryStart::after(ctx);
-        let last = self.last.lock().expect("programs poisoned").clone();
+        let last = lock(&self.last).clone();
         let (cmd, kill_after) = (process(command, endpoints, &start), command.kill_after);
         let early = self.early.clone();
         let task = crate::quiet::spawn(async move {
@@ -437,11 +450,10 @@ impl Programs {
             }
             if let Ok(child) = Child::spawn(cmd, kill_after) {
                 tracing::debug!(attempt = start.attempt, "the next command started early");
-                *early.lock().expect("programs poisoned") = Some((start, child));
+                *lock(&early) = Some((start, child));
             }
         });
-        *self.starter.lock().expect("programs poisoned") =
-            Some(tokio_util::task::AbortOnDropHandle::new(task));
+        *lock(&self.starter) = Some(tokio_util::task::AbortOnDropHandle::new(task));
     }
 }
 
@@ -550,18 +562,18 @@ fn rfc3339(t: SystemTime) -> String {
 /// Closes every page but those in `keep`, so the program finds only the task's page (a browser
 /// starts with a tab of its own; outlive opened another) and, under `serve`, the tabs reopened.
 /// Best effort: a page left over only means the program sees one more.
-async fn only_these_pages(endpoint: &crate::CdpEndpoint, keep: &[String]) {
+async fn only_these_pages(endpoint: &CdpEndpoint, keep: &[String]) {
     let closed = tokio::time::timeout(Duration::from_secs(5), close_others(endpoint, keep)).await;
     if !matches!(closed, Ok(Ok(()))) {
         tracing::debug!("could not close the browser's other pages");
     }
 }
 
-async fn close_others(endpoint: &crate::CdpEndpoint, keep: &[String]) -> Result<(), Error> {
+async fn close_others(endpoint: &CdpEndpoint, keep: &[String]) -> Result<(), Error> {
     use async_tungstenite::tungstenite::Message;
     use futures::StreamExt;
     let cdp = |e| Error::new(ErrorKind::Cdp, "the browser's other pages").with_source(e);
-    let (mut ws, _) = async_tungstenite::tokio::connect_async(endpoint.expose())
+    let mut ws = crate::websocket::connect(endpoint, |socket| socket)
         .await
         .map_err(cdp)?;
     let mut closing = std::collections::HashSet::new();

@@ -1,7 +1,13 @@
-//! [`Ctx`]: what the task learns about its entry, and how it asks for a checkpoint.
+//! [`Ctx`]: what the task learns about its entry, and how it asks for a checkpoint. The
+//! run's checkpoints are in a [`Store`]; one capture runs at a time ([`flight`]); a rotation
+//! waits for a safe point ([`switch`]).
+
+mod flight;
+mod store;
+mod switch;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -10,28 +16,35 @@ use tokio::time::Instant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub(crate) use store::Store;
+
 use crate::checkpoint::{Checkpoint, Progress};
 use crate::error::Error;
-use crate::lifetime::{Cadence, CheckpointKind, SafePoints};
+use crate::lifetime::{CheckpointKind, SafePoints};
+use crate::options::{OnMilestone, Options};
 use crate::provider::BoxFuture;
+use crate::redact::{Diagnostics, redact};
+use crate::sync::lock;
+use flight::Flight;
+use switch::Switch;
 
 /// Tries of one capture before it counts as failed.
 const CAPTURE_TRIES: u32 = 3;
 /// Between two tries.
 const CAPTURE_RETRY: Duration = Duration::from_millis(50);
 
-/// Captures a checkpoint from the entry's page, reading IndexedDB as told.
+/// Captures a checkpoint from the entry's page, reading the frames' databases as told.
 pub(crate) type Capturer =
-    Arc<dyn Fn(IdbReads) -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
+    Arc<dyn Fn(DeepReads) -> BoxFuture<'static, Result<Checkpoint, Error>> + Send + Sync>;
 
-/// How a capture reads the frames' IndexedDB.
+/// How a capture reads the databases the frames store: the deep part of a capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum IdbReads {
+pub(crate) enum DeepReads {
     /// A frame's last full read may stand while Chromium reports no change to it: should the
     /// report come after the checkpoint, the next one holds the change (see
     /// `LiveBrowser::checkpoint_stale`).
     MayStand,
-    /// Every frame's IndexedDB read in full: while a rotation is armed, the checkpoint may be
+    /// Every frame's databases read in full: while a rotation is armed, the checkpoint may be
     /// the one the task resumes from in the successor at once, with no next one to make up for
     /// a late report.
     InFull,
@@ -55,103 +68,6 @@ impl fmt::Debug for ResumedFrom {
     }
 }
 
-/// The run's checkpoints: the newest one and how many were written.
-#[derive(Default)]
-pub(crate) struct Store {
-    latest: Mutex<Option<Arc<Checkpoint>>>,
-    count: AtomicU32,
-    /// The most state any kept checkpoint could not hold.
-    max_left_out: AtomicU64,
-    /// Bumped whenever a checkpoint is kept, so the run loop wakes for it.
-    kept: tokio::sync::watch::Sender<u32>,
-    /// How often the task checkpoints by itself, across its entries.
-    cadence: Mutex<Cadence>,
-}
-
-impl Store {
-    /// Keeps `fresh` if it is newer than what is stored, merging in origins only older
-    /// checkpoints saw. Answers whether it was kept.
-    pub(crate) fn offer(&self, mut fresh: Checkpoint) -> bool {
-        let mut latest = self.latest.lock().expect("checkpoint store poisoned");
-        if let Some(older) = latest.as_ref() {
-            if older.taken > fresh.taken {
-                return false;
-            }
-            fresh.merge_older(older);
-        }
-        self.max_left_out
-            .fetch_max(fresh.left_out(), Ordering::Relaxed);
-        *latest = Some(Arc::new(fresh));
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.kept.send_modify(|n| *n = n.wrapping_add(1));
-        true
-    }
-
-    /// Makes `checkpoint` the newest without counting it (one taken by another process).
-    #[cfg(feature = "durable")]
-    pub(crate) fn seed(&self, checkpoint: Checkpoint) {
-        *self.latest.lock().expect("checkpoint store poisoned") = Some(Arc::new(checkpoint));
-    }
-
-    pub(crate) fn latest(&self) -> Option<Arc<Checkpoint>> {
-        self.latest
-            .lock()
-            .expect("checkpoint store poisoned")
-            .clone()
-    }
-
-    /// Wakes when a checkpoint is kept after the receiver last looked.
-    pub(crate) fn watch_kept(&self) -> tokio::sync::watch::Receiver<u32> {
-        self.kept.subscribe()
-    }
-
-    pub(crate) fn latest_taken(&self) -> Option<Instant> {
-        self.latest().map(|c| c.taken)
-    }
-
-    pub(crate) fn count(&self) -> u32 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// The most state any kept checkpoint could not hold (see `Checkpoint::left_out`).
-    pub(crate) fn max_left_out(&self) -> u64 {
-        self.max_left_out.load(Ordering::Relaxed)
-    }
-
-    /// The longest recent gap between the task's own checkpoints, once it has made one.
-    pub(crate) fn cadence(&self) -> Option<Duration> {
-        self.cadence.lock().expect("cadence poisoned").every()
-    }
-
-    fn note_own_gap(&self, gap: Duration) {
-        self.cadence.lock().expect("cadence poisoned").note(gap);
-    }
-}
-
-/// One capture in flight at a time. A call that arrives while a capture runs waits for it. It
-/// is answered by the next capture, which every caller that arrived meanwhile shares. A capture
-/// that started before the call may have missed the state the caller wants kept.
-#[derive(Default)]
-struct Flight {
-    /// Held by the capture in flight; waiters queue on it in arrival order.
-    turn: tokio::sync::Mutex<()>,
-    /// Captures started so far; a call is served by a capture numbered above what it saw.
-    started: AtomicU64,
-    /// The newest finished capture: its number, and whether it wrote a checkpoint.
-    finished: Mutex<(u64, bool)>,
-}
-
-/// The switch to a successor browser, ready and waiting for a safe point: the end of a
-/// checkpoint taken outside any hold that [`SafePoints`] accepts. The checkpoint that reaches
-/// it does not return until the loop has ended the entry there (or called the switch off).
-#[derive(Default)]
-struct Switch {
-    /// Armed: which checkpoints are safe points.
-    armed: Mutex<Option<SafePoints>>,
-    /// `true` while a checkpoint waits at the safe point for the loop.
-    parked: tokio::sync::watch::Sender<bool>,
-}
-
 /// What an entry knows of the run and the browser beyond the task's page: for a task that
 /// serves the browser to another client (a command).
 #[derive(Clone, Default)]
@@ -163,6 +79,36 @@ pub(crate) struct EntryLink {
     /// The relay's calls, when the backend has a relay: the front tells it of a program's
     /// commands (see `relay::ProgramCall`).
     pub(crate) calls: Option<crate::relay::Calls>,
+}
+
+/// What every entry's [`Ctx`] takes from the run, resolved once: the options a checkpoint
+/// follows, and what counts as progress.
+#[derive(Clone)]
+pub(crate) struct Rules {
+    capture_timeout: Duration,
+    /// How much of an error a log line may show (`Options::diagnostics`).
+    diagnostics: Diagnostics,
+    on_milestone: Option<OnMilestone>,
+    /// Where checkpoints are saved, sealed, for a durable run.
+    #[cfg(feature = "durable")]
+    durable: Option<crate::Durable>,
+    /// Whether a client's use counts as progress (`outlive serve`).
+    client_use_counts: bool,
+}
+
+impl Rules {
+    /// The rules of a run with `options`, whose backend says whether a client's use of the
+    /// browser is progress.
+    pub(crate) fn of(options: &Options, client_use_counts: bool) -> Rules {
+        Rules {
+            capture_timeout: options.capture_timeout,
+            diagnostics: options.diagnostics,
+            on_milestone: options.on_milestone.clone(),
+            #[cfg(feature = "durable")]
+            durable: options.durable.clone(),
+            client_use_counts,
+        }
+    }
 }
 
 struct Inner {
@@ -181,13 +127,7 @@ struct Inner {
     last_own: Mutex<Option<Instant>>,
     capture: Capturer,
     store: Arc<Store>,
-    capture_timeout: Duration,
-    /// How much of an error a log line may show (`Options::diagnostics`).
-    diagnostics: crate::Diagnostics,
-    on_milestone: Option<crate::options::OnMilestone>,
-    /// Where checkpoints are saved, sealed, for a durable run.
-    #[cfg(feature = "durable")]
-    durable: Option<crate::Durable>,
+    rules: Rules,
     /// The progress this entry resumed with (from the restored checkpoint).
     restored_progress: Option<Progress>,
     /// The newest progress the task gave: every capture from now on carries it.
@@ -196,8 +136,6 @@ struct Inner {
     advanced: AtomicBool,
     /// The client the browser is served to sent it a command in this entry.
     client_used: AtomicBool,
-    /// Whether a client's use counts as progress (`outlive serve`).
-    client_use_counts: bool,
 }
 
 /// The task's handle on its entry: which attempt this is, what was restored, and
@@ -223,7 +161,7 @@ impl Ctx {
         resumed_from: Option<ResumedFrom>,
         capture: Capturer,
         store: Arc<Store>,
-        options: &crate::Options,
+        rules: Rules,
         restored_progress: Option<Progress>,
         link: EntryLink,
     ) -> Self {
@@ -241,16 +179,11 @@ impl Ctx {
                 last_own: Mutex::new(None),
                 capture,
                 store,
-                capture_timeout: options.capture_timeout,
-                diagnostics: options.diagnostics,
-                on_milestone: options.on_milestone.clone(),
-                #[cfg(feature = "durable")]
-                durable: options.durable.clone(),
+                rules,
                 progress: Mutex::new(restored_progress.clone()),
                 restored_progress,
                 advanced: AtomicBool::new(false),
                 client_used: AtomicBool::new(false),
-                client_use_counts: options.client_use_is_progress,
             }),
         }
     }
@@ -293,19 +226,11 @@ impl Ctx {
         if self.is_retired() {
             return false;
         }
-        let flight = &self.inner.flight;
-        let wanted = flight.started.load(Ordering::SeqCst) + 1;
-        let _turn = flight.turn.lock().await;
-        let (newest, wrote) = *flight.finished.lock().expect("flight poisoned");
-        let wrote = if newest >= wanted {
-            wrote
-        } else if self.is_retired() {
-            return false;
-        } else {
-            let number = flight.started.fetch_add(1, Ordering::SeqCst) + 1;
-            let wrote = self.capture().await;
-            *flight.finished.lock().expect("flight poisoned") = (number, wrote);
-            wrote
+        let turn = self.inner.flight.turn().await;
+        let wrote = match turn.answered() {
+            Some(wrote) => wrote,
+            None if self.is_retired() => return false,
+            None => turn.capture(self.capture()).await,
         };
         if wrote {
             if kind == CheckpointKind::Own {
@@ -319,7 +244,7 @@ impl Ctx {
     /// The task's own checkpoint was written: its progress is safe up to now.
     fn note_own(&self) {
         let now = Instant::now();
-        let mut last = self.inner.last_own.lock().expect("last_own poisoned");
+        let mut last = lock(&self.inner.last_own);
         let since = last.unwrap_or(self.inner.started);
         self.inner
             .store
@@ -330,20 +255,12 @@ impl Ctx {
     /// When the task's own newest checkpoint in this entry was written, or the entry started:
     /// what a cut now would make it redo is the time since.
     pub(crate) fn own_since(&self) -> Instant {
-        self.inner
-            .last_own
-            .lock()
-            .expect("last_own poisoned")
-            .unwrap_or(self.inner.started)
+        lock(&self.inner.last_own).unwrap_or(self.inner.started)
     }
 
     /// Whether the task wrote a checkpoint of its own in this entry.
     pub(crate) fn made_own_checkpoint(&self) -> bool {
-        self.inner
-            .last_own
-            .lock()
-            .expect("last_own poisoned")
-            .is_some()
+        lock(&self.inner.last_own).is_some()
     }
 
     /// Whether this entry moved the run on, which starts the budget's counts in a row again
@@ -354,7 +271,7 @@ impl Ctx {
         let inner = &self.inner;
         inner.advanced.load(Ordering::SeqCst)
             || (inner.restored_progress.is_none() && self.made_own_checkpoint())
-            || (inner.client_use_counts && inner.client_used.load(Ordering::SeqCst))
+            || (inner.rules.client_use_counts && inner.client_used.load(Ordering::SeqCst))
     }
 
     /// The client the browser is served to sent it a command.
@@ -400,7 +317,7 @@ impl Ctx {
                 return false;
             }
         };
-        *self.inner.progress.lock().expect("progress poisoned") = Some(Arc::new(json));
+        *lock(&self.inner.progress) = Some(Arc::new(json));
         self.checkpoint().await
     }
 
@@ -436,20 +353,17 @@ impl Ctx {
         if self.is_held() || self.is_retired() || !self.is_safe_point(kind, Instant::now()) {
             return;
         }
-        let switch = &self.inner.switch;
-        let mut parked = switch.parked.subscribe();
-        switch.parked.send_replace(true);
         tracing::debug!(
             attempt = self.inner.attempt,
             ?kind,
             "at a safe point; switching browsers"
         );
-        let _ = parked.wait_for(|p| !*p).await;
+        self.inner.switch.park().await;
     }
 
     /// Whether a `kind` checkpoint written at `now` is a safe point of the armed switch.
     pub(crate) fn is_safe_point(&self, kind: CheckpointKind, now: Instant) -> bool {
-        let armed = *self.inner.switch.armed.lock().expect("switch poisoned");
+        let armed = self.inner.switch.armed();
         armed.is_some_and(|points| {
             points.is_safe(kind, now, self.own_since(), self.inner.store.cadence())
         })
@@ -457,37 +371,28 @@ impl Ctx {
 
     /// From when an automatic checkpoint is a safe point of the armed switch, if ever.
     pub(crate) fn periodic_safe_from(&self) -> Option<Instant> {
-        let armed = *self.inner.switch.armed.lock().expect("switch poisoned");
+        let armed = self.inner.switch.armed();
         armed.and_then(|points| points.periodic_from(self.own_since(), self.inner.store.cadence()))
     }
 
     /// Arms the switch: from now on, a checkpoint written outside a hold at one of `points`
     /// parks the task.
     pub(crate) fn arm_switch(&self, points: SafePoints) {
-        *self.inner.switch.armed.lock().expect("switch poisoned") = Some(points);
+        self.inner.switch.arm(points);
     }
 
     /// Calls the switch off; a checkpoint parked at a safe point returns to the task.
     pub(crate) fn disarm_switch(&self) {
-        *self.inner.switch.armed.lock().expect("switch poisoned") = None;
-        self.inner.switch.parked.send_replace(false);
+        self.inner.switch.disarm();
     }
 
     pub(crate) fn is_switch_armed(&self) -> bool {
-        self.inner
-            .switch
-            .armed
-            .lock()
-            .expect("switch poisoned")
-            .is_some()
+        self.inner.switch.armed().is_some()
     }
 
     /// Resolves once a checkpoint is parked at a safe point. Cancel-safe.
     pub(crate) fn at_safe_point(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut parked = self.inner.switch.parked.subscribe();
-        async move {
-            let _ = parked.wait_for(|p| *p).await;
-        }
+        self.inner.switch.parked()
     }
 
     /// One capture, offered to the store.
@@ -495,15 +400,10 @@ impl Ctx {
         let started = Instant::now();
         // A cap too big to add (`Duration::MAX` as "no cap") is a year.
         let deadline = started
-            .checked_add(self.inner.capture_timeout)
+            .checked_add(self.inner.rules.capture_timeout)
             .unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
         // The progress as of the capture's start: the browser state captured is after it.
-        let progress = self
-            .inner
-            .progress
-            .lock()
-            .expect("progress poisoned")
-            .clone();
+        let progress = lock(&self.inner.progress).clone();
         let mut tries = 0;
         // A capture that races a navigation fails (its document went away under it); the next
         // document is there a moment later, so a failed capture is tried again soon rather
@@ -511,13 +411,13 @@ impl Ctx {
         let captured = loop {
             tries += 1;
             let reads = if self.is_switch_armed() {
-                IdbReads::InFull
+                DeepReads::InFull
             } else {
-                IdbReads::MayStand
+                DeepReads::MayStand
             };
             match tokio::time::timeout_at(deadline, (self.inner.capture)(reads)).await {
                 Ok(Err(e)) if tries < CAPTURE_TRIES && !self.is_retired() => {
-                    tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "checkpoint capture failed; trying again");
+                    tracing::debug!(attempt = self.inner.attempt, error = %redact(&e.to_string(), self.inner.rules.diagnostics), "checkpoint capture failed; trying again");
                     tokio::time::sleep(CAPTURE_RETRY).await;
                 }
                 other => break other,
@@ -531,11 +431,11 @@ impl Ctx {
                 cp.progress = progress;
                 let bytes = cp.bytes();
                 #[cfg(feature = "durable")]
-                let plain = self.inner.durable.as_ref().map(|_| cp.to_bytes());
+                let plain = self.inner.rules.durable.as_ref().map(|_| cp.to_bytes());
                 let kept = self.inner.store.offer(cp);
                 // A durable run's checkpoint counts once its store has it.
                 #[cfg(feature = "durable")]
-                let kept = match (kept, plain, &self.inner.durable) {
+                let kept = match (kept, plain, &self.inner.rules.durable) {
                     (true, Some(plain), Some(durable)) => {
                         self.persist(durable, &plain, deadline).await
                     }
@@ -544,7 +444,7 @@ impl Ctx {
                 if kept && advances {
                     self.inner.advanced.store(true, Ordering::SeqCst);
                 }
-                if let (true, Some(f)) = (kept, &self.inner.on_milestone) {
+                if let (true, Some(f)) = (kept, &self.inner.rules.on_milestone) {
                     f(&crate::report::Milestone::Checkpointed {
                         took: started.elapsed(),
                         bytes,
@@ -560,7 +460,7 @@ impl Ctx {
             }
             Ok(Ok(_)) => false,
             Ok(Err(e)) => {
-                tracing::debug!(attempt = self.inner.attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "checkpoint capture failed");
+                tracing::debug!(attempt = self.inner.attempt, error = %redact(&e.to_string(), self.inner.rules.diagnostics), "checkpoint capture failed");
                 false
             }
             Err(_) => {
@@ -579,7 +479,7 @@ impl Ctx {
         match tokio::time::timeout_at(deadline, save).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
-                tracing::warn!(attempt, error = %crate::redact::redact(&e.to_string(), self.inner.diagnostics), "the checkpoint could not be saved: it serves a relaunch here, not a takeover");
+                tracing::warn!(attempt, error = %redact(&e.to_string(), self.inner.rules.diagnostics), "the checkpoint could not be saved: it serves a relaunch here, not a takeover");
                 false
             }
             Err(_) => {

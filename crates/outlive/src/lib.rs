@@ -82,13 +82,19 @@
 //!   and restoring them (page script in `js/`).
 //! * `run` — the loop, a struct with named steps. Next browser, prepare (restore), watch the
 //!   entry (and beside it the successor or standby). After a failure, a fresh page or a
-//!   relaunch; a rotation at a safe point; the accounting.
+//!   relaunch; a rotation at a safe point; the accounting. `browser` is its real backend.
+//! * `ctx` — the task's [`Ctx`]: the run's checkpoints, one capture at a time, the switch to
+//!   a successor at a safe point.
+//! * `command` — a program as the task: [`run_command`], [`serve`], [`serve_task`].
+//! * `front` — the loopback endpoint programs and agents connect to, at one address for the
+//!   whole run: CDP forwarded to the browser served now, and the control requests.
 //! * `lifetime` — the declared and learned session lifetime, and when to launch a successor.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.
 //! * [`wire`] — the relay's reading of a CDP frame (in `relay/wire.rs`), for other CDP clients.
-//! * `options`, `error`, `endpoint` — the typed edges: [`Options`], [`Error`] and
+//! * `options`, `dialogs`, `error`, `endpoint` — the typed edges: [`Options`] (configuration
+//!   only, no run state) and [`Dialogs`], [`Error`] and
 //!   [`RunError`], [`CdpEndpoint`]; `setters` — the `setters!` macro behind their plain
 //!   chainable setters; `websocket` — the one websocket config and connector; `sync` — the
 //!   poison-tolerant lock.
@@ -114,10 +120,12 @@ mod browser;
 pub(crate) mod checkpoint;
 mod command;
 mod ctx;
+mod dialogs;
 #[cfg(feature = "durable")]
 mod durable;
 mod endpoint;
 mod error;
+mod front;
 mod lifetime;
 mod options;
 mod provider;
@@ -184,14 +192,16 @@ pub use chromiumoxide;
 pub use chromiumoxide::Page;
 pub use command::{
     Command, CommandFailed, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, Endpoints, EntryStart,
-    MAX_PROGRESS_BYTES, run_command, serve, serve_task,
+    run_command, serve, serve_task,
 };
 pub use ctx::{CheckpointHold, Ctx, ResumedFrom};
+pub use dialogs::Dialogs;
 #[cfg(feature = "durable")]
 pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
-pub use options::{Dialogs, Options, Rotation};
+pub use front::MAX_PROGRESS_BYTES;
+pub use options::{Options, Rotation};
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, ProviderCommand, Session,
 };
@@ -238,9 +248,7 @@ where
 {
     let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
     let result = outlive(provider, task, options.with_event_slot(slot.clone())).await;
-    let event = slot
-        .lock()
-        .expect("event slot poisoned")
+    let event = sync::lock(&slot)
         .take()
         .expect("every run that returns has emitted its event");
     Reported { result, event }

@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::dialogs::Dialogs;
 use crate::error::Error;
 use crate::redact::Diagnostics;
 use crate::setters::setters;
@@ -51,22 +52,6 @@ pub enum Rotation {
     Expected(Duration),
 }
 
-/// What happens to a JavaScript dialog (`alert`, `confirm`, `prompt`, `beforeunload`) that
-/// the task's page opens. An open dialog blocks the page's scripts; outlive never takes a page
-/// with an open dialog for a hung one, whatever the choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Dialogs {
-    /// Dismiss it at once, as Playwright does with a dialog no handler takes: `alert` closes,
-    /// `confirm` answers false, `prompt` null, `beforeunload` stays on the page.
-    Dismiss,
-    /// Accept it at once: `confirm` answers true, `prompt` its default, `beforeunload` leaves.
-    Accept,
-    /// Leave it to the task (or, under [`run_command`](crate::run_command), its client) to
-    /// answer; the page waits until then.
-    Leave,
-}
-
 type OnEvent = Arc<dyn Fn(&WideEvent) + Send + Sync>;
 pub(crate) type OnMilestone = Arc<dyn Fn(&Milestone) + Send + Sync>;
 
@@ -87,8 +72,6 @@ pub struct Options {
     pub(crate) max_relaunches: u32,
     pub(crate) max_page_recoveries: u32,
     pub(crate) max_sessions: u32,
-    /// A client's use of the browser counts as progress (`serve`).
-    pub(crate) client_use_is_progress: bool,
     pub(crate) relaunch_backoff: Duration,
     pub(crate) viewport: Viewport,
     pub(crate) start_url: Option<String>,
@@ -109,9 +92,6 @@ pub struct Options {
     pub(crate) dialogs: Option<Dialogs>,
     #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
-    /// A foreign client's use of the browser (set by [`Options::for_a_client`]): which tab
-    /// it used last, which contexts it made.
-    pub(crate) client: Option<Arc<crate::command::Usage>>,
 }
 
 impl Default for Options {
@@ -159,7 +139,6 @@ impl Options {
             max_relaunches: 5,
             max_page_recoveries: 10,
             max_sessions: 100,
-            client_use_is_progress: false,
             relaunch_backoff: Duration::from_secs(2),
             viewport: Viewport {
                 width: 1280,
@@ -182,31 +161,7 @@ impl Options {
             dialogs: None,
             #[cfg(feature = "durable")]
             durable: None,
-            client: None,
         }
-    }
-
-    /// The options of a run whose task is a foreign client: its dialogs are its own unless
-    /// the caller chose otherwise.
-    pub(crate) fn for_a_client(mut self) -> Self {
-        self.dialogs.get_or_insert(Dialogs::Leave);
-        self.client = Some(Arc::default());
-        self
-    }
-
-    /// What the front records of a foreign client's use (see [`Options::for_a_client`]).
-    pub(crate) fn client_usage(&self) -> Arc<crate::command::Usage> {
-        self.client.clone().unwrap_or_default()
-    }
-
-    /// The options of [`serve`](crate::serve): a client's and, since an agent that serves
-    /// itself never calls the control URL, an entry whose client sent the browser a command
-    /// made progress.
-    pub(crate) fn for_a_served_client(mut self) -> Self {
-        self.client_use_is_progress = true;
-        let mut options = self.for_a_client();
-        options.client = Some(Arc::new(crate::command::Usage::served()));
-        options
     }
 
     /// What happens to a JavaScript dialog the task's page opens; see [`Dialogs`].
@@ -418,7 +373,7 @@ impl Options {
             if let Some(f) = &theirs {
                 f(e);
             }
-            *slot.lock().expect("event slot poisoned") = Some(e.clone());
+            *crate::sync::lock(&slot) = Some(e.clone());
         }));
         self
     }

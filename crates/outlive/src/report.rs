@@ -68,7 +68,7 @@ pub struct WideEvent {
     /// Times the task's page failed (crashed, was closed, hung) and a fresh page in the same
     /// browser took over, without a relaunch. Not in the TypeScript original.
     pub page_recoveries: u32,
-    /// Client-side state the run could not carry across: IndexedDB records whose values
+    /// Client-side state the run could not carry across: database records whose values
     /// cannot be serialised (or databases over
     /// [`Options::indexed_db_max_bytes`](crate::Options::indexed_db_max_bytes)) in the
     /// checkpoint that held most of them, frames whose storage could not be read, and writes

@@ -5,105 +5,44 @@
 //! else on a new browser. The loop's steps: [`Run::next_browser`], [`Run::prepare`],
 //! [`Run::watch_entry`], [`Run::after_failure`]. Generic over a [`Backend`], its timing is
 //! tested with a paused clock against a fake; the real one is [`crate::browser::CdpBackend`].
-//! Parts: the entry watched, a select arm a step ([`entry`]); when its clocks are due
-//! ([`schedule`]); after a failure ([`failure`]); what the run may spend ([`budget`]).
+//! Parts: browsers launched and released ([`launch`]), an entry prepared ([`prepare`]) and
+//! watched ([`entry`], clocks in [`schedule`]), how it ended ([`ended`]), after a failure
+//! ([`failure`]), what the run may spend ([`budget`]).
+
+mod backend;
+mod budget;
+mod ended;
+mod entry;
+mod failure;
+mod launch;
+mod prepare;
+mod schedule;
+mod spares;
 
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
-use tokio::time::{Instant, sleep};
+use tokio::time::Instant;
 use tracing::Instrument;
 
+pub(crate) use backend::{Backend, LiveBrowser};
+
 use crate::checkpoint::Checkpoint;
-use crate::ctx::{Capturer, Ctx, ResumedFrom, Store};
+use crate::ctx::{Ctx, Rules, Store};
 use crate::error::{Error, ErrorKind, RunError};
 use crate::lifetime::Lifetime;
 use crate::options::Options;
 use crate::redact::redact;
 use crate::relay::Death;
-use crate::report::{Milestone, Outcome, WideEvent};
-
-mod budget;
-mod entry;
-mod failure;
-mod schedule;
-mod spares;
-
+use crate::report::{Outcome, WideEvent};
 use budget::Budget;
-use spares::{Launch, NextBrowser, Spares, Standing, Successor, Turn};
-
-/// Where browsers come from, for the run loop.
-pub(crate) trait Backend: Sync {
-    type Page: Clone;
-    type Browser: LiveBrowser<Page = Self::Page>;
-
-    /// Launches and connects a browser whose page is ready for the task.
-    fn launch(
-        &self,
-        options: &Options,
-    ) -> impl Future<Output = Result<Self::Browser, Error>> + Send;
-
-    /// The stalls its browsers' connections survived, if it keeps them.
-    fn stalls(&self) -> Option<Arc<crate::relay::Stalls>> {
-        None
-    }
-}
-
-/// One connected browser, for the run loop.
-pub(crate) trait LiveBrowser: Send {
-    type Page: Clone;
-
-    fn page(&self) -> Self::Page;
-    fn capturer(&self) -> Capturer;
-    /// The browser's own CDP endpoint, for a second client (a command the task runs).
-    fn endpoint(&self) -> Option<crate::CdpEndpoint> {
-        None
-    }
-    /// The relay's calls, for the front to tell it of a program's commands.
-    fn calls(&self) -> Option<crate::relay::Calls> {
-        None
-    }
-    /// The session's lifetime, when its provider states one ([`crate::Session::lifetime`]).
-    fn stated_lifetime(&self) -> Option<Duration> {
-        None
-    }
-    /// Resolves with the first failure detected: the browser's death or the current page's.
-    /// Cancel-safe.
-    fn died(&self) -> impl Future<Output = Death> + Send;
-    /// Resolves once the newest checkpoint may lack a change the browser reported after it
-    /// was taken (an IndexedDB commit Chromium reported late): a new one is due at once.
-    /// Cancel-safe.
-    fn checkpoint_stale(&self) -> impl Future<Output = ()> + Send {
-        std::future::pending()
-    }
-    /// The failure, if one has been detected: the browser's death first, else the current
-    /// page's.
-    fn death(&self) -> Option<Death>;
-    /// The browser's own death, if one has been detected (page failures aside).
-    fn browser_death(&self) -> Option<Death>;
-    /// Asks the browser and the page whether they are alive; records a failure if not.
-    fn confirm_alive(&self, timeout: Duration) -> impl Future<Output = bool> + Send;
-    /// Cuts the connection so every page call fails at once.
-    fn cut(&mut self);
-    /// Disposes of the failed page and opens a fresh one in the same browser; fails if the
-    /// browser is dead too or no page opens.
-    fn replace_page(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Puts `checkpoint` into the page; answers how many writes failed in the page. With
-    /// `prior` (restored into this browser before, nothing else done in it since), writes only
-    /// what changed.
-    fn restore(
-        &self,
-        checkpoint: &Checkpoint,
-        prior: Option<&Checkpoint>,
-    ) -> impl Future<Output = Result<u64, Error>> + Send;
-    fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
-    fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
-}
+use ended::{Ended, EntryEnd};
+use spares::{Spares, Standing, Successor, Turn};
 
 /// Counters of one run; become the wide event (with the budget's sessions).
 #[derive(Debug, Default)]
@@ -325,6 +264,7 @@ where
         backend,
         task,
         options,
+        rules: Rules::of(options, backend.client_use_is_progress()),
         store,
         reporter,
         last_failure: None,
@@ -370,6 +310,8 @@ struct Run<'r, B: Backend, F> {
     backend: &'r B,
     task: F,
     options: &'r Options,
+    /// What every entry's `Ctx` takes from the run.
+    rules: Rules,
     store: Arc<Store>,
     reporter: Reporter<'r>,
     /// When the last failure was detected: what the next entry's `replaced_in` counts from.
@@ -397,57 +339,6 @@ struct Run<'r, B: Backend, F> {
     /// An entry ended without a checkpoint of the task's own: the task may never make one,
     /// so a rotation need not wait for its first (see [`crate::lifetime::SafePoints::blind`]).
     blind: bool,
-}
-
-/// An entry that a failure or a rotation cut.
-#[derive(Debug, Clone, Copy)]
-struct EntryEnd {
-    attempt: u32,
-    started: Instant,
-    /// The task's own last checkpoint in the entry, or its start: what the next entry redoes
-    /// counts from here.
-    redo_from: Instant,
-    /// The entry made progress (see `Ctx::made_progress`): the failures counted in a row are
-    /// behind it.
-    progressed: bool,
-    /// The task saved a checkpoint of its own in the entry (new progress or not).
-    checkpointed: bool,
-}
-
-impl EntryEnd {
-    /// The entry of `ctx`, started at `started`, cut now.
-    fn of(ctx: &Ctx, started: Instant) -> EntryEnd {
-        EntryEnd {
-            attempt: ctx.attempt(),
-            started,
-            redo_from: ctx.own_since(),
-            progressed: ctx.made_progress(),
-            checkpointed: ctx.made_own_checkpoint(),
-        }
-    }
-}
-
-/// How an entry ended.
-enum Ended<T, E, Br> {
-    /// The run is over: completed, failed with the task's error, or given up. Reported.
-    Over(Result<T, RunError<E>>),
-    /// The entry's browser or page failed; the entry is gone.
-    Failed {
-        browser: Br,
-        death: Death,
-        entry: EntryEnd,
-        /// For a page failure, the fresh page opened during the grace (or why none could be).
-        fresh_page: Option<Result<(), Error>>,
-    },
-    /// The entry ended at a safe point; the task moves to the successor.
-    Rotated {
-        old: Br,
-        successor: Br,
-        born: Instant,
-        restored: Option<Arc<Checkpoint>>,
-        /// The entry the rotation cut.
-        entry: EntryEnd,
-    },
 }
 
 impl<'r, B, F, T, E> Run<'r, B, F>
@@ -539,237 +430,6 @@ where
         Ok(())
     }
 
-    /// Launches a browser (or takes the spare launched during the last grace). `Ok(None)`: the
-    /// launch failed and the backoff has passed; try again.
-    async fn next_browser(&mut self) -> Result<Option<B::Browser>, RunError<E>> {
-        // `fresh`: launched for this, so its time is a launch's (a standby's is its age).
-        let NextBrowser {
-            since: launch_started,
-            launch,
-            fresh,
-        } = match self.spares.next.take() {
-            Some(next) => next,
-            None => match self.take_standby() {
-                Some(s) => {
-                    self.reporter.tally.standby += s.born.elapsed();
-                    NextBrowser {
-                        since: s.born,
-                        launch: s.into_launch(),
-                        fresh: false,
-                    }
-                }
-                None if self.reporter.budget.may_launch() => NextBrowser {
-                    since: Instant::now(),
-                    launch: self.launch(),
-                    fresh: true,
-                },
-                None => {
-                    let gave_up = self.reporter.budget.out_of_sessions();
-                    return Err(self.give_up(gave_up.into_error()).await);
-                }
-            },
-        };
-        // Every launch but the first replaces something.
-        if self.launches > 0 {
-            self.reporter.tally.relaunches += 1;
-        }
-        self.launches += 1;
-        if fresh {
-            self.start_deferred();
-        }
-        match background(&mut self.releasing, &mut self.reporter, launch).await {
-            Ok((browser, restored)) => {
-                self.options.note(Milestone::Launched {
-                    took: launch_started.elapsed(),
-                });
-                if fresh {
-                    self.lifetime.launched_in(launch_started.elapsed());
-                }
-                self.lifetime.stated(browser.stated_lifetime());
-                self.born = launch_started;
-                self.prior = restored;
-                Ok(Some(browser))
-            }
-            Err(e) => {
-                let error = redact(&e.to_string(), self.options.diagnostics);
-                self.options.note(Milestone::LaunchFailed {
-                    error: error.clone(),
-                });
-                tracing::warn!(%error, "launch failed");
-                if let Err(gave_up) = self.reporter.budget.launch_failed(&e.to_string()) {
-                    return Err(self.give_up(gave_up.into_error().with_source(e)).await);
-                }
-                sleep(self.options.relaunch_backoff).await;
-                Ok(None)
-            }
-        }
-    }
-
-    /// Restores the newest checkpoint into the browser's page and navigates to its URL (or,
-    /// before any checkpoint, opens `start_url` on the first entry). `Err(Some(death))`: the
-    /// browser or page failed meanwhile; `Err(None)`: the restore failed with both alive.
-    async fn prepare(
-        &mut self,
-        browser: &B::Browser,
-    ) -> Result<Option<ResumedFrom>, Option<Death>> {
-        let options = self.options;
-        let latest = self.store.latest();
-        let prior = self.prior.take();
-        let first_entry = self.reporter.tally.attempts == 0;
-        let restore = async {
-            match &latest {
-                Some(cp) => {
-                    let restore_started = Instant::now();
-                    let failed = browser.restore(cp, prior.as_deref()).await?;
-                    let restore = restore_started.elapsed();
-                    let navigate_started = Instant::now();
-                    if let Err(e) = navigate(browser, &cp.url, options).await {
-                        tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
-                    }
-                    let navigate = navigate_started.elapsed();
-                    options.note(Milestone::Restored { restore, navigate });
-                    tracing::debug!(?restore, ?navigate, "checkpoint restored");
-                    Ok((
-                        Some(ResumedFrom {
-                            url: cp.url.clone(),
-                            checkpoint_at: cp.at,
-                        }),
-                        failed,
-                    ))
-                }
-                None => {
-                    if let (true, Some(url)) = (first_entry, &options.start_url) {
-                        if let Err(e) = navigate(browser, url, options).await {
-                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "start_url navigation failed; entering anyway");
-                        }
-                    }
-                    Ok::<_, Error>((None, 0))
-                }
-            }
-        };
-        let prepared = background(&mut self.releasing, &mut self.reporter, async {
-            tokio::select! {
-                biased;
-                death = browser.died() => Err(Some(death)),
-                r = restore => r.map_err(|e| {
-                    tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "restore failed");
-                    None
-                }),
-            }
-        })
-        .await;
-        // A restore that failed because the browser or page failed is that failure.
-        match prepared {
-            Ok((resumed, failed)) => {
-                if failed > 0 {
-                    tracing::warn!(
-                        failed,
-                        "some restore writes failed; the state they held is not in the page"
-                    );
-                }
-                self.reporter.tally.restore_writes_failed += failed;
-                Ok(resumed)
-            }
-            Err(death) => Err(death.or(browser.death())),
-        }
-    }
-
-    /// Starts a launch (a session asked for).
-    fn launch(&mut self) -> Launch<'r, B::Browser> {
-        self.reporter.budget.launched();
-        let (backend, options) = (self.backend, self.options);
-        async move { Ok((backend.launch(options).await?, None)) }.boxed()
-    }
-
-    /// Starts a successor: launched, then restored with the newest checkpoint (storage only;
-    /// no request reaches a site).
-    fn launch_successor(&mut self) -> Successor<'r, B::Browser> {
-        self.reporter.budget.launched();
-        let (backend, options) = (self.backend, self.options);
-        let latest = self.store.latest();
-        let launch = async move {
-            let browser = backend.launch(options).await?;
-            let Some(cp) = latest else {
-                return Ok((browser, None));
-            };
-            let restored = tokio::select! {
-                biased;
-                death = browser.died() => Err(Error::new(ErrorKind::Launch, format!("the successor died while it was restored ({})", death.cause.as_str()))),
-                r = browser.restore(&cp, None) => r,
-            };
-            match restored {
-                Ok(_) => Ok((browser, Some(cp))),
-                Err(e) => {
-                    let _ = tokio::time::timeout(options.release_timeout, browser.release()).await;
-                    Err(e)
-                }
-            }
-        }
-        .boxed();
-        Successor {
-            born: Instant::now(),
-            standby: options.standby,
-            state: Standing::Launching(launch),
-        }
-    }
-
-    /// Releases `browser` in the background: the task goes on meanwhile.
-    fn release_later(&mut self, browser: B::Browser) {
-        let limit = self.options.release_timeout;
-        self.deferred
-            .push(tokio::time::timeout(limit, browser.release()).boxed());
-    }
-
-    /// Starts the releases deferred so far.
-    fn start_deferred(&mut self) {
-        self.releasing.extend(self.deferred.drain(..));
-    }
-
-    /// A successor no longer wanted: released in the background once its launch is over.
-    fn discard_successor(&mut self, successor: Successor<'r, B::Browser>) {
-        self.reporter.tally.standby += successor.born.elapsed();
-        let limit = self.options.release_timeout;
-        let launch = successor.into_launch();
-        self.deferred.push(
-            async move {
-                match launch.await {
-                    Ok((mut browser, _)) => {
-                        browser.cut();
-                        tokio::time::timeout(limit, browser.release()).await
-                    }
-                    Err(_) => Ok(Ok(())),
-                }
-            }
-            .boxed(),
-        );
-    }
-
-    /// The browser to replace a dead one with, if one is up or coming (see
-    /// [`Spares::take_standby`]); those let go are released in the background.
-    fn take_standby(&mut self) -> Option<Successor<'r, B::Browser>> {
-        let (taken, gone) = self.spares.take_standby(self.lifetime.for_standby());
-        for old in gone {
-            self.discard_successor(old);
-        }
-        taken
-    }
-
-    /// Before the run returns: the successor discarded, every release (the task's browser's
-    /// among them) finished — side by side, so the run does not wait for one after another.
-    async fn settle_background(&mut self) {
-        let (kept, next) = self.spares.drain();
-        for s in kept {
-            self.discard_successor(s);
-        }
-        if let Some(next) = next {
-            discard(next, &mut self.reporter).await;
-        }
-        self.start_deferred();
-        while let Some(released) = self.releasing.next().await {
-            self.reporter.note_release(released);
-        }
-    }
-
     /// After a rotation to `successor` that cut `entry`: the task goes on there, unless the
     /// entry made no progress and the budget is spent.
     async fn after_rotation(
@@ -836,32 +496,6 @@ async fn background<T>(
                 reporter.note_release(released);
             }
         }
-    }
-}
-
-/// A launch no longer needed (the spare launched during a dead entry's grace): finished (so
-/// no session is left half-created), then released.
-async fn discard<B: LiveBrowser>(launch: Launch<'_, B>, reporter: &mut Reporter<'_>) {
-    if let Ok((browser, _)) = launch.await {
-        reporter.release(browser).await;
-    }
-}
-
-/// The resume (or start) navigation, capped by `navigation_timeout`. Non-web URLs
-/// (`about:blank`, an error page) are not navigated to.
-async fn navigate<L: LiveBrowser>(browser: &L, url: &str, options: &Options) -> Result<(), Error> {
-    if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")) {
-        return Ok(());
-    }
-    match tokio::time::timeout(options.navigation_timeout, browser.navigate(url)).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::new(
-            ErrorKind::Cdp,
-            format!(
-                "navigation did not finish within navigation_timeout ({:?})",
-                options.navigation_timeout
-            ),
-        )),
     }
 }
 

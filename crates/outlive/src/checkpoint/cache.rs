@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::model::{Checkpoint, Part};
+use crate::sync::lock;
 
 /// Parts smaller than this are simply sent again; only bigger ones are offered by hash.
 pub(super) const KNOWN_MIN_BYTES: usize = 512;
@@ -16,7 +17,7 @@ pub(crate) struct PartCache(Mutex<HashMap<String, Arc<Part>>>);
 
 impl PartCache {
     pub(super) fn known(&self) -> Vec<String> {
-        let cache = self.0.lock().expect("part cache poisoned");
+        let cache = lock(&self.0);
         cache
             .values()
             .filter(|p| p.json.len() >= KNOWN_MIN_BYTES)
@@ -25,11 +26,7 @@ impl PartCache {
     }
 
     pub(super) fn get(&self, hash: &str) -> Option<Arc<Part>> {
-        self.0
-            .lock()
-            .expect("part cache poisoned")
-            .get(hash)
-            .cloned()
+        lock(&self.0).get(hash).cloned()
     }
 
     /// Holds exactly the parts of `checkpoint` from now on (a restored one, or the newest
@@ -39,6 +36,6 @@ impl PartCache {
             .parts()
             .map(|p| (p.hash.clone(), p.clone()))
             .collect();
-        *self.0.lock().expect("part cache poisoned") = parts;
+        *lock(&self.0) = parts;
     }
 }

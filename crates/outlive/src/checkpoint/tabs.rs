@@ -15,8 +15,8 @@ use super::cache::PartCache;
 use super::capture::{CaptureOptions, Cookies, WarmUp, capture_page};
 use super::idb::Tracking;
 use super::model::{Checkpoint, ContextState, FrameState, StorageKey, StoredCookie, TabState};
-use crate::command::Usage;
 use crate::error::Error;
+use crate::front::usage::Usage;
 use crate::relay::Calls;
 use crate::sync::lock;
 

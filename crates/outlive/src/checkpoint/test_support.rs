@@ -75,7 +75,7 @@ pub(super) async fn relayed_page() -> (
     let mut relay = crate::relay::Relay::start(
         chromium.endpoint(),
         heartbeat,
-        crate::options::Dialogs::Dismiss,
+        crate::dialogs::Dialogs::Dismiss,
         Duration::from_secs(10),
         Default::default(),
     )

@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::{Map, Value};
 
-use super::{BoxFuture, ByIdSession, Provider, Session};
+use super::contract::{BoxFuture, ByIdSession, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::redact::{Diagnostics, redact, redact_url};

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{BoxFuture, Provider, Session};
+use super::contract::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::Error;
 

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use super::{BoxFuture, Provider, Session};
+use super::contract::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 

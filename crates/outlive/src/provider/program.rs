@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BoxFuture, ByIdSession, Provider, Session};
+use super::contract::{BoxFuture, ByIdSession, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::redact::{Diagnostics, redact, redact_tail};

@@ -8,7 +8,7 @@ use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use solari_browser::{Client, CreateSessionOptions, SolariError, SolariErrorCode};
 
-use super::{BoxFuture, Provider, Session};
+use super::contract::{BoxFuture, Provider, Session};
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
 use crate::redact::Diagnostics;
@@ -350,7 +350,7 @@ impl Drop for SolariSession {
             return;
         }
         let (client, id) = (self.client.clone(), self.id.clone());
-        super::release_later(async move {
+        super::contract::release_later(async move {
             client
                 .sessions()
                 .release(&id)

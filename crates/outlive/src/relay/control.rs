@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::options::Dialogs;
+use crate::dialogs::Dialogs;
 
 /// Heartbeat settings.
 #[derive(Debug, Clone, Copy)]

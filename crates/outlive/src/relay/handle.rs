@@ -12,9 +12,9 @@ use super::death::{Death, DeathCause, DeathSender, PageDeath, Signals, declare_p
 use super::link::LinkWatch;
 use super::tap::Taps;
 use super::{driver, forward, socket};
+use crate::dialogs::Dialogs;
 use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind};
-use crate::options::Dialogs;
 
 /// A running relay. Dropping it stops the relay task and closes both sockets.
 pub(crate) struct Relay {

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::calls::Waiting;
 use super::*;
+use crate::dialogs::Dialogs;
 use crate::endpoint::CdpEndpoint;
-use crate::options::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_millis(500),

@@ -5,7 +5,7 @@
 //! `Ctx::made_progress`). Sessions (`max_sessions`) count for the whole run, so a task that
 //! seems to progress but never finishes still stops.
 
-use super::EntryEnd;
+use super::ended::EntryEnd;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
 

@@ -15,11 +15,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::instrument::{Instrumented, WithDispatch};
 
+use super::ended::{Ended, EntryEnd};
 use super::schedule::{Arm, Doing, Schedule, Timer};
-use super::{
-    Backend, Ended, EntryEnd, LiveBrowser, Run, Spares, Standing, Successor, TaskFn, Turn,
-    type_name_of,
-};
+use super::{Backend, LiveBrowser, Run, Spares, Standing, Successor, TaskFn, Turn, type_name_of};
 use crate::ctx::{Ctx, EntryLink, ResumedFrom};
 use crate::error::RunError;
 use crate::lifetime::{Plan, SafePoints};
@@ -156,7 +154,7 @@ where
             resumed_from,
             browser.capturer(),
             self.store.clone(),
-            options,
+            self.rules.clone(),
             progress,
             EntryLink {
                 run_id: self.reporter.run_id.clone(),

@@ -11,8 +11,11 @@ use futures::FutureExt;
 use futures::future::OptionFuture;
 use tokio::time::{Instant, sleep, sleep_until};
 
+use super::ended::{Ended, EntryEnd};
 use super::entry::TaskResult;
-use super::{Backend, Ended, EntryEnd, LiveBrowser, NextBrowser, Run, TaskFn, discard};
+use super::launch::discard;
+use super::spares::NextBrowser;
+use super::{Backend, LiveBrowser, Run, TaskFn};
 use crate::error::{Error, RunError};
 use crate::redact::redact;
 use crate::relay::Death;

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::LiveBrowser;
+use super::backend::LiveBrowser;
 use crate::checkpoint::Checkpoint;
 use crate::error::Error;
 use crate::relay::Death;

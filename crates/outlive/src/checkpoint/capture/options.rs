@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::options::Options;
+
 /// What a capture reads besides cookies and Web Storage.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CaptureOptions {
@@ -16,4 +18,17 @@ pub(crate) struct CaptureOptions {
     /// Read every frame's IndexedDB in full, taking no last read as standing (see `Tracking`):
     /// for a checkpoint no later one could make up for, as at a rotation's safe point.
     pub(crate) in_full: bool,
+}
+
+impl CaptureOptions {
+    /// What the run's options ask a capture to read.
+    pub(crate) fn of(options: &Options) -> CaptureOptions {
+        CaptureOptions {
+            indexed_db: options.indexed_db,
+            indexed_db_max_bytes: options.indexed_db_max_bytes,
+            // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
+            frame_timeout: options.capture_timeout / 2,
+            in_full: false,
+        }
+    }
 }

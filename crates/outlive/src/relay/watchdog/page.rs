@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use tokio::time::Instant;
 
-use crate::options::Dialogs;
+use crate::dialogs::Dialogs;
 use crate::relay::control::{Heartbeat, WatchedPage};
 use crate::relay::death::DeathCause;
 use crate::relay::wire::PageEvent;

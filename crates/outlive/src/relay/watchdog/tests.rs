@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::silence::Waiting;
 use super::suspicion::{MAX_STALL, UNCONFIRMED_ALLOWANCE};
 use super::*;
-use crate::options::Dialogs;
+use crate::dialogs::Dialogs;
 
 const HEARTBEAT: Heartbeat = Heartbeat {
     interval: Duration::from_secs(1),

@@ -4,9 +4,39 @@
 //! which; the front uses it to show a reconnecting client its tabs in that order.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Deserialize;
+
+/// A foreign client of the run's browsers: what it does there, and whether that is progress.
+/// Made by whoever starts the front, and handed to the backend (which the capture reads
+/// through) beside the options.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    pub(crate) usage: Arc<Usage>,
+    /// A client's use of the browser counts as progress (`serve`).
+    pub(crate) use_is_progress: bool,
+}
+
+impl Client {
+    /// The client of a command (`run_command`, `serve_task`): it says its progress itself.
+    pub(crate) fn of_a_command() -> Client {
+        Client {
+            usage: Arc::default(),
+            use_is_progress: false,
+        }
+    }
+
+    /// The client of [`serve`](crate::serve): since an agent that serves itself never calls the
+    /// control URL, an entry whose client sent the browser a command made progress. Its tabs
+    /// are reopened after a death.
+    pub(crate) fn served() -> Client {
+        Client {
+            usage: Arc::new(Usage::served()),
+            use_is_progress: true,
+        }
+    }
+}
 
 /// Shared by the front (which writes it) and the capture (which reads it); one per run.
 #[derive(Debug, Default)]
