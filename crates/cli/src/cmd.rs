@@ -30,24 +30,29 @@ pub struct ProviderArgs {
     /// Any CDP websocket URL (Browserless, Steel, …): each launch connects to it.
     #[arg(long, conflicts_with = "provider_cmd")]
     pub cdp_url: Option<String>,
-    /// A program that launches browsers: run as given, it prints one JSON line
-    /// {"cdpUrl": …, "id": …, "lifetimeMs"?: …}; run with `release ID` appended, it releases
-    /// that session. Split as a POSIX shell would (quotes; no variables or pipes).
+    /// A program that launches browsers, and releases them.
+    ///
+    /// Run as given, it prints one JSON line, {"cdpUrl": URL, "id": ID} and an optional
+    /// "lifetimeMs"; run with `release ID` appended, it releases that session. Split as a POSIX shell would
+    /// (quotes; no variables or pipes).
     #[arg(long, value_name = "'PROG ARGS…'", conflicts_with = "provider")]
     pub provider_cmd: Option<String>,
-    /// A cloud, by name: browserbase, steel, browserless, hyperbrowser, anchor, kernel or
-    /// notte. Its key comes from its usual variable (BROWSERBASE_API_KEY, STEEL_API_KEY, …).
+    /// A cloud, by name: browserbase, steel, browserless, hyperbrowser, anchor, kernel or notte.
+    ///
+    /// Its key comes from its usual variable (BROWSERBASE_API_KEY, STEEL_API_KEY, …).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["solari_url", "cdp_url"])]
     pub provider: Option<String>,
     /// The cloud's API base URL (self-hosted, a proxy, a test bed).
     #[arg(long, requires = "provider")]
     pub provider_url: Option<String>,
-    /// Members of every session's create body, as a JSON object in the cloud's own names
-    /// (project id, region, proxy, …).
+    /// Members of every session's create body, as a JSON object.
+    ///
+    /// In the cloud's own names (project id, region, proxy, …).
     #[arg(long, value_name = "JSON", requires = "provider")]
     pub session_options: Option<String>,
-    /// The lifetime each session asks for (its `timeout`, `ttl`, …); rotation leaves each
-    /// browser before it.
+    /// The lifetime each session asks for (its `timeout`, `ttl`, …).
+    ///
+    /// Rotation leaves each browser before it.
     #[arg(long, value_parser = humantime::parse_duration, requires = "provider")]
     pub session_timeout: Option<Duration>,
 }
@@ -167,23 +172,26 @@ pub struct RunOptionArgs {
     /// Interval of the automatic checkpoint.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub checkpoint_every: Duration,
-    /// Browser deaths (and failed launches) in a row without progress before the run gives
-    /// up: new progress posted to the control URL (under `serve`, a client's command) starts
-    /// the count again.
+    /// Browser deaths (and failed launches) in a row without progress before the run gives up.
+    ///
+    /// New progress posted to the control URL (under `serve`, a client's command) starts the
+    /// count again.
     #[arg(long, default_value_t = 5)]
     pub max_relaunches: u32,
     /// Page failures in a live browser, in a row without progress, before the run gives up.
     #[arg(long, default_value_t = 10)]
     pub max_page_recoveries: u32,
-    /// Browser sessions the whole run may use before it gives up, progress or not
-    /// [default: 100; no cap under `serve`, an endpoint left running].
+    /// Browser sessions the whole run may use before it gives up, progress or not.
+    ///
+    /// [default: 100; no cap under `serve`, an endpoint left running]
     #[arg(long)]
     pub max_sessions: Option<u32>,
     /// The page's first URL (before any checkpoint).
     #[arg(long)]
     pub start_url: Option<String>,
-    /// Cap on the resume navigation; also how long a client connecting between browsers
-    /// waits for the next.
+    /// Cap on the resume navigation.
+    ///
+    /// Also how long a client connecting between browsers waits for the next.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub navigation_timeout: Duration,
     /// Heartbeat interval on the browser connection (silence detection).
@@ -195,8 +203,10 @@ pub struct RunOptionArgs {
     /// Keep a warm standby browser for deaths nobody predicted.
     #[arg(long)]
     pub standby: bool,
-    /// JavaScript dialogs on the page: `leave` them to the script's client (the default for a
-    /// command: Playwright dismisses those no handler takes), `dismiss` or `accept` them.
+    /// JavaScript dialogs on the page: `leave`, `dismiss` or `accept` them.
+    ///
+    /// `leave` leaves them to the script's client: the default for a command, since
+    /// Playwright dismisses those no handler takes.
     #[arg(long, value_parser = parse_dialogs)]
     pub dialogs: Option<Dialogs>,
     /// Write the run's wide event here, as JSON.
@@ -208,8 +218,9 @@ pub struct RunOptionArgs {
     /// Size of the page, `WIDTHxHEIGHT`.
     #[arg(long, default_value = "1280x800", value_parser = parse_viewport)]
     pub viewport: (u32, u32),
-    /// What logs and the wide event may reveal: `safe` (URLs reduced to hosts, credentials
-    /// blanked) or `full` (raw text).
+    /// What logs and the wide event may reveal: `safe` or `full`.
+    ///
+    /// `safe`: URLs reduced to hosts, credentials blanked. `full`: raw text.
     #[arg(long, default_value = "safe", value_parser = parse_diagnostics)]
     pub diagnostics: Diagnostics,
 }

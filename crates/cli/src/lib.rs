@@ -4,6 +4,7 @@
 //!
 //! The product:
 //!
+//! * [`cli`] — the command line: [`Cli`](cli::Cli), its subcommands and flags.
 //! * [`cmd`] — `outlive run -- CMD` and `outlive serve`: any program, any language.
 //! * [`bank`] — the Aurora Bank task (sign in with TOTP, checkpoint, poll), re-entry safe;
 //!   used by the demo, the lab and the end-to-end tests.
@@ -22,6 +23,7 @@
 
 pub mod bank;
 pub mod bed;
+pub mod cli;
 pub mod cmd;
 pub mod demo;
 pub mod error;

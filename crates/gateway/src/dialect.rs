@@ -267,7 +267,7 @@ async fn create(caller: Caller, body: Bytes) -> Response {
         Ok(o) => o,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let host = crate::api::request_host(&caller.headers, &shared);
+    let host = crate::relay::request_host(&caller.headers, &shared);
     match shared.create(None, overrides, deadline).await {
         Ok(session) => (StatusCode::CREATED, Json(created(shape, &session, &host))).into_response(),
         Err(CreateError::Concurrency { max }) => error(
@@ -305,7 +305,7 @@ async fn look_up(caller: Caller, Path(id): Path<String>) -> Response {
     let Some(session) = parse_session_id(&id).and_then(|id| caller.shared.get(id)) else {
         return error(StatusCode::NOT_FOUND, "no such session");
     };
-    let host = crate::api::request_host(&caller.headers, &caller.shared);
+    let host = crate::relay::request_host(&caller.headers, &caller.shared);
     let mut body = Value::Object(Map::new());
     if let Some((_, field)) = caller.shape.lookup {
         set_dotted(

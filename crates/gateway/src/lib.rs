@@ -126,6 +126,7 @@
 //! * `page`: page faults, over a CDP connection of the gateway's own to the browser.
 //! * `fault`: the control-plane faults ([`DeleteFault`], [`FaultCounters`]) queued for the
 //!   next creates and deletes.
+//! * `websocket`: the one websocket configuration, and the connector to a browser.
 //! * `chromium`: the browser per session, and the process-group accounting behind
 //!   [`Status::chromium_processes`].
 //! * [`error`]: the one error type.
@@ -143,6 +144,7 @@ mod relay;
 mod server;
 mod session;
 mod weather;
+mod websocket;
 
 pub use config::{Config, DeathMode, PageFault, ParseDeathModeError, ParsePageFaultError};
 pub use dialect::DIALECTS;

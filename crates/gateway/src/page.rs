@@ -10,9 +10,6 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use async_tungstenite::WebSocketStream;
-use async_tungstenite::tokio::{ConnectStream, connect_async_with_config};
-use async_tungstenite::tungstenite::protocol::WebSocketConfig;
 use async_tungstenite::tungstenite::{Error as WsError, Message};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -20,6 +17,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::config::PageFault;
 use crate::error::{Error, ErrorKind};
+use crate::websocket::{self, BrowserWs};
 
 /// How long the browser gets to accept the fault's connection.
 const CONNECT: Duration = Duration::from_secs(10);
@@ -31,8 +29,6 @@ const SETTLE: Duration = Duration::from_secs(5);
 const RETRY: Duration = Duration::from_millis(50);
 /// How long the close handshake of the fault's connection may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// Replies to `Target.getTargets` grow with the number of targets; nothing else is large.
-const MAX_MESSAGE: usize = 64 << 20;
 
 /// Why a page fault was not carried out in full.
 #[derive(Debug)]
@@ -251,7 +247,7 @@ async fn close(cdp: &mut Cdp, page: &str) -> Result<Outcome, PageError> {
 /// A minimal CDP client: numbered commands, replies kept until taken, and the target events a
 /// fault waits for.
 struct Cdp {
-    ws: WebSocketStream<ConnectStream>,
+    ws: BrowserWs,
     next_id: u64,
     /// Replies not taken yet: the result, or the error's message.
     replies: HashMap<u64, Result<Value, String>>,
@@ -265,11 +261,8 @@ struct Cdp {
 
 impl Cdp {
     async fn connect(url: &str) -> Result<Self, PageError> {
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
-        let ws = match timeout(CONNECT, connect_async_with_config(url, Some(config))).await {
-            Ok(Ok((ws, _))) => ws,
+        let ws = match timeout(CONNECT, websocket::connect(url)).await {
+            Ok(Ok(ws)) => ws,
             // Not the error itself: some carry the URL, and the URL is a capability.
             Ok(Err(e)) => {
                 return Err(PageError::Connection {

@@ -6,23 +6,24 @@
 //! raw [`TcpStream`] back from hyper. A [`Death::Reset`] needs it to set `SO_LINGER` to zero
 //! before dropping the socket, which makes the kernel answer with a TCP RST instead of a FIN.
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_tungstenite::WebSocketStream;
-use async_tungstenite::tokio::{ConnectStream, TokioAdapter, connect_async_with_config};
+use async_tungstenite::tokio::TokioAdapter;
 use async_tungstenite::tungstenite::Message;
 use async_tungstenite::tungstenite::handshake::derive_accept_key;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use async_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use async_tungstenite::{WebSocketReceiver, WebSocketSender};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::header::{
-    CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
+    CONNECTION, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
 };
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, uri::Authority};
 use axum::response::Response;
 use futures::StreamExt;
 use futures::io::{AsyncRead, AsyncWrite};
@@ -38,6 +39,7 @@ use crate::chaos::Death;
 use crate::error::json_error as error;
 use crate::session::{AttachError, Attachment, Phase, Shared, constant_time_eq, parse_session_id};
 use crate::weather::Flow;
+use crate::websocket::{self, BrowserWs};
 
 /// How long the relay waits for Chromium to accept its websocket.
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(10);
@@ -49,16 +51,18 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 const QUEUE: usize = 1024;
 /// Why a connection to a dead browser is closed (code 1011).
 const UNREACHABLE: &str = "the browser is unreachable";
-/// CDP messages (screenshots, big DOM snapshots) can be large.
-const MAX_MESSAGE: usize = 256 << 20;
 
 type ClientWs = WebSocketStream<TokioAdapter<TcpStream>>;
-type UpstreamWs = WebSocketStream<ConnectStream>;
 
-fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE))
+/// The authority clients reached this gateway by, for the websocket URLs it hands out.
+pub(crate) fn request_host(headers: &HeaderMap, shared: &Shared) -> String {
+    headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.contains('@'))
+        .and_then(|h| Authority::from_str(h).ok())
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| shared.local_addr.to_string())
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,7 +192,7 @@ async fn serve(on_upgrade: OnUpgrade, attachment: Attachment, pace: Pace, detach
         TokioAdapter::new(parts.io.into_inner()),
         parts.read_buf.to_vec(),
         Role::Server,
-        Some(ws_config()),
+        Some(websocket::config()),
     )
     .await;
     tracing::debug!(session = %id, "relay connected");
@@ -258,15 +262,12 @@ async fn run(client: ClientWs, att: Attachment, pace: Pace) {
         Phase::Dead(_) => return close_with(client, CloseCode::Error, UNREACHABLE).await,
         Phase::Released => return finish(client, phase).await,
     }
-    let connect = timeout(
-        UPSTREAM_CONNECT,
-        connect_async_with_config(upstream.as_str(), Some(ws_config())),
-    );
+    let connect = timeout(UPSTREAM_CONNECT, websocket::connect(&upstream));
     let upstream = tokio::select! {
         biased;
         _ = phase.changed() => return finish(client, phase).await,
         connected = connect => match connected {
-            Ok(Ok((ws, _))) => ws,
+            Ok(Ok(ws)) => ws,
             _ => return close_with(client, CloseCode::Error, UNREACHABLE).await,
         },
     };
@@ -280,7 +281,7 @@ async fn run(client: ClientWs, att: Attachment, pace: Pace) {
 /// (unless it broke) and why it stopped.
 async fn relay(
     client: ClientWs,
-    upstream: UpstreamWs,
+    upstream: BrowserWs,
     phase: &mut watch::Receiver<Phase>,
     pace: &Pace,
 ) -> Option<(ClientWs, End)> {

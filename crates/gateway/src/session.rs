@@ -5,6 +5,12 @@
 //! it has killed Chromium, a release moves it to `Released`, and the relay follows it. The
 //! keeper also carries out the session's scheduled page fault, as part of its own future, so
 //! that the fault ends with the session.
+//!
+//! `keeper` is that task, `idempotency` the keyed creates, `credential` ids and tokens.
+
+mod credential;
+mod idempotency;
+mod keeper;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -13,7 +19,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use rand::Rng;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -22,16 +27,18 @@ use uuid::Uuid;
 
 use crate::chaos::{Death, Fate, Overrides};
 use crate::chromium::{Browser, Processes};
-use crate::config::{Config, PageFault};
+use crate::config::Config;
 use crate::fault::Faults;
-use crate::page;
 use crate::weather::Climate;
+use credential::new_token;
+pub(crate) use credential::{constant_time_eq, parse_session_id};
+pub(crate) use idempotency::IdempotencyBegin;
+use idempotency::Keyed;
+use keeper::{Command, Schedule, keep, stop_keeper};
 
 /// Released sessions remembered in full (for `GET` and the list); older ones are remembered
 /// by id only, so that `DELETE` stays idempotent for every id this gateway issued.
 const MAX_TOMBSTONES: usize = 256;
-/// Completed creates remembered per `Idempotency-Key`.
-const MAX_IDEMPOTENCY_KEYS: usize = 1024;
 /// How long shutdown waits for session tasks before aborting them.
 const TASK_DRAIN: Duration = Duration::from_secs(10);
 /// How long shutdown waits for the last Chromium process to disappear.
@@ -110,32 +117,6 @@ pub(crate) enum AttachError {
 pub(crate) struct Attachment {
     pub(crate) upstream: String,
     pub(crate) phase: watch::Receiver<Phase>,
-}
-
-/// The answer to a keyed create.
-pub(crate) enum IdempotencyBegin {
-    /// First use of the key: create, then [`IdempotencyGuard::complete`].
-    Fresh(IdempotencyGuard),
-    /// A create with this key is still running.
-    InProgress,
-    /// The first create's response body.
-    Done(Value),
-}
-
-enum Keyed {
-    InProgress,
-    Done(Value),
-}
-
-enum Command {
-    /// Kill now, with this death or (`None`) the session's own.
-    Kill {
-        death: Option<Death>,
-        done: oneshot::Sender<Death>,
-    },
-    Release {
-        done: oneshot::Sender<()>,
-    },
 }
 
 struct Entry {
@@ -298,22 +279,6 @@ impl Shared {
             relay_clients: clients,
             peak_sessions: peak,
             stalls_hit: self.climate.stalls_hit(),
-        }
-    }
-
-    /// Starts (or answers) a create carrying `key`.
-    pub(crate) fn idempotency_begin(self: &Arc<Self>, key: &str) -> IdempotencyBegin {
-        let mut reg = self.registry();
-        match reg.keyed.get(key) {
-            Some(Keyed::InProgress) => IdempotencyBegin::InProgress,
-            Some(Keyed::Done(v)) => IdempotencyBegin::Done(v.clone()),
-            None => {
-                reg.keyed.insert(key.to_owned(), Keyed::InProgress);
-                IdempotencyBegin::Fresh(IdempotencyGuard {
-                    shared: self.clone(),
-                    key: Some(key.to_owned()),
-                })
-            }
         }
     }
 
@@ -577,100 +542,6 @@ impl Shared {
     }
 }
 
-/// Tells a keeper to kill its browser and waits until it has.
-async fn stop_keeper(keeper: mpsc::UnboundedSender<Command>) {
-    let (done, finished) = oneshot::channel();
-    if keeper.send(Command::Release { done }).is_ok() {
-        // Ok or a dropped sender: either way the keeper has closed the browser.
-        let _ = finished.await;
-    }
-}
-
-/// What a keeper carries out on its own, and when.
-struct Schedule {
-    death_at: Instant,
-    death: Death,
-    /// The session's page fault, if any, and when.
-    page_fault: Option<(PageFault, Instant)>,
-}
-
-/// Owns one session's browser: faults its pages on schedule, kills it at its death time, on
-/// command, or at release, and notices when it exits on its own.
-async fn keep(
-    shared: Arc<Shared>,
-    id: Uuid,
-    mut browser: Browser,
-    schedule: Schedule,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    enum Why {
-        Scheduled,
-        Crashed,
-        Killed(Option<Death>, oneshot::Sender<Death>),
-        Released(Option<oneshot::Sender<()>>),
-    }
-    let Schedule {
-        death_at,
-        death,
-        page_fault,
-    } = schedule;
-    let upstream = browser.endpoint();
-    // Part of this future, not a task of its own: whatever ends the session drops it, and with
-    // it the fault's connection to the browser.
-    let mut fault = Box::pin(async {
-        let Some((fault, at)) = page_fault else {
-            return;
-        };
-        tokio::time::sleep_until(at).await;
-        match page::fail_pages(&upstream, fault).await {
-            Ok(pages) => tracing::info!(session = %id, %fault, pages, "pages faulted on schedule"),
-            Err(e) => {
-                tracing::warn!(session = %id, %fault, error = %e, "scheduled page fault failed")
-            }
-        }
-    });
-    let mut fault_pending = true;
-    let why = loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(death_at) => break Why::Scheduled,
-            _ = browser.exited() => break Why::Crashed,
-            command = commands.recv() => break match command {
-                Some(Command::Kill { death, done }) => Why::Killed(death, done),
-                Some(Command::Release { done }) => Why::Released(Some(done)),
-                None => Why::Released(None),
-            },
-            () = &mut fault, if fault_pending => fault_pending = false,
-        }
-    };
-    drop(fault);
-    let dies = match &why {
-        Why::Scheduled => Some(death),
-        Why::Crashed => {
-            tracing::warn!(session = %id, "chromium exited on its own");
-            Some(Death::Close)
-        }
-        Why::Killed(chosen, _) => Some(chosen.unwrap_or(death)),
-        Why::Released(_) => None,
-    };
-    browser.close().await;
-    // Published only now, so that whoever sees the death (the relay, `GET`, `status`) also
-    // sees the browser gone.
-    if let Some(death) = dies {
-        tracing::info!(session = %id, ?death, "session died");
-        shared.mark_dead(id, death);
-    }
-    match why {
-        Why::Killed(_, done) => {
-            let _ = done.send(dies.unwrap_or(death));
-        }
-        Why::Released(Some(done)) => {
-            let _ = done.send(());
-        }
-        _ => {}
-    }
-    // Dropping `commands` here answers any queued command: the browser is gone.
-}
-
 /// A held concurrency slot; dropping it unconsumed gives it back.
 struct Slot {
     shared: Option<Arc<Shared>>,
@@ -690,90 +561,5 @@ impl Drop for Slot {
         if let Some(shared) = self.shared.take() {
             shared.registry().creating -= 1;
         }
-    }
-}
-
-/// Marks a keyed create in progress; dropping it without [`complete`](Self::complete) forgets
-/// the key, so a retry can create.
-pub(crate) struct IdempotencyGuard {
-    shared: Arc<Shared>,
-    key: Option<String>,
-}
-
-impl IdempotencyGuard {
-    /// Stores the first create's response body for every later use of the key.
-    pub(crate) fn complete(mut self, body: Value) {
-        if let Some(key) = self.key.take() {
-            let mut reg = self.shared.registry();
-            reg.keyed.insert(key.clone(), Keyed::Done(body));
-            reg.keyed_order.push_back(key);
-            while reg.keyed_order.len() > MAX_IDEMPOTENCY_KEYS {
-                if let Some(old) = reg.keyed_order.pop_front() {
-                    reg.keyed.remove(&old);
-                }
-            }
-        }
-    }
-}
-
-impl Drop for IdempotencyGuard {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.shared.registry().keyed.remove(&key);
-        }
-    }
-}
-
-/// A session id as this gateway issues it: a hyphenated UUID. Other spellings of the same
-/// UUID (braced, `urn:uuid:`, bare hex) name no session, as on Solari.
-pub(crate) fn parse_session_id(id: &str) -> Option<Uuid> {
-    (id.len() == 36).then(|| Uuid::try_parse(id).ok()).flatten()
-}
-
-/// A random per-session relay capability: 256 bits, hex.
-fn new_token() -> String {
-    let bytes: [u8; 32] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_long_and_distinct() {
-        let (a, b) = (new_token(), new_token());
-        assert_eq!(a.len(), 64);
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn only_hyphenated_ids_parse() {
-        let id = Uuid::new_v4();
-        assert_eq!(parse_session_id(&id.to_string()), Some(id));
-        for other in [
-            id.simple().to_string(),
-            id.braced().to_string(),
-            id.urn().to_string(),
-            format!("{id}\0"),
-            String::new(),
-        ] {
-            assert_eq!(parse_session_id(&other), None, "{other}");
-        }
-    }
-
-    #[test]
-    fn constant_time_eq_compares() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
     }
 }

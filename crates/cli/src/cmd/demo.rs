@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::demo::{self, DemoConfig};
 
-/// Run the Aurora Bank task through outlive on an embedded gateway whose sessions die.
+/// The flags of `outlive demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Lifetime of each browser session.

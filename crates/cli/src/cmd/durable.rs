@@ -7,10 +7,7 @@ use clap::Args;
 
 use crate::worker::{self, WorkerSettings};
 
-/// Take durable runs from the PostgreSQL queue until Ctrl-C or SIGTERM: each run's
-/// checkpoints are sealed (key in $OUTLIVE_SEAL_KEY, 64 hex digits, or --key-file) and
-/// saved; a run whose worker died is taken over from its newest checkpoint. Without
-/// a provider flag, the worker runs its own Aurora Bank and a gateway whose sessions die.
+/// The flags of `outlive worker`: take durable runs from the PostgreSQL queue.
 #[derive(Args)] // no Debug: it holds the API key
 pub struct WorkerArgs {
     /// PostgreSQL (`scripts/postgres` starts a local one and prints its URL).
@@ -28,8 +25,9 @@ pub struct WorkerArgs {
     /// Live browser sessions at most, across every worker on this database.
     #[arg(long)]
     pub max_sessions: Option<u32>,
-    /// Browser sessions one run may use in this worker before it gives up, progress or not
-    /// (the library's `max_sessions`).
+    /// Browser sessions one run may use in this worker before it gives up, progress or not.
+    ///
+    /// The library's `max_sessions`.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_sessions_per_run: u32,
     /// Runs at once in this worker.
@@ -41,8 +39,9 @@ pub struct WorkerArgs {
     /// Heartbeats missed before a worker's runs go to another (the same on every worker).
     #[arg(long, default_value_t = 3)]
     pub missed_heartbeats: usize,
-    /// A run taken this many times without finishing (its workers died under it) is
-    /// failed instead of taken again.
+    /// Pickups of one run, without finishing, before it is failed instead of taken again.
+    ///
+    /// A run is taken again when its worker died under it.
     #[arg(long, default_value_t = 5)]
     pub max_pickups: u32,
     /// Interval of the automatic checkpoint.
@@ -51,19 +50,22 @@ pub struct WorkerArgs {
     /// Lifetime of the embedded gateway's sessions (without a provider flag).
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub lifetime: Duration,
-    /// A task this worker runs, as NAME='CMD ARGS…' (repeatable): CMD runs as under
-    /// `outlive run`, with the run's input in $OUTLIVE_INPUT.
+    /// A task this worker runs, as NAME='CMD ARGS…' (repeatable).
+    ///
+    /// CMD runs as under `outlive run`, with the run's input in $OUTLIVE_INPUT.
     #[arg(long = "task", value_name = "NAME=CMD")]
     pub tasks: Vec<String>,
 }
 
-/// Enqueue a durable run of a task by name; prints its run id.
+/// The flags of `outlive submit`: enqueue a durable run.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct SubmitArgs {
     /// The task: `bank`, or a name a worker declared with --task.
     pub task: String,
-    /// Its input, as JSON, at most 64 KiB (`bank`: {"polls": 30, "poll_every_ms": 500,
-    /// "bank_url": …}; a command task gets it in $OUTLIVE_INPUT).
+    /// Its input, as JSON, at most 64 KiB.
+    ///
+    /// `bank`: {"polls": 30, "poll_every_ms": 500, "bank_url": …}. A command task gets it
+    /// in $OUTLIVE_INPUT.
     #[arg(long, default_value = "{}")]
     pub input: String,
     /// PostgreSQL.
@@ -71,8 +73,7 @@ pub struct SubmitArgs {
     pub database_url: String,
 }
 
-/// Cancel a durable run: a queued one is never taken; a running one is stopped by its
-/// worker (its command ended, its browser released) within a heartbeat.
+/// The flags of `outlive cancel`: cancel a durable run.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct CancelArgs {
     /// The run id (`outlive submit` printed it; `outlive runs` lists them).
@@ -82,7 +83,7 @@ pub struct CancelArgs {
     pub database_url: String,
 }
 
-/// List durable runs: status, worker pickups, entries, result or error.
+/// The flags of `outlive runs`: list durable runs.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct RunsArgs {
     /// Print every run as JSON, wide event included, one per line.

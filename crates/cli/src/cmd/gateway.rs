@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-/// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
+/// The flags of `outlive gateway`: a Solari-compatible gateway whose sessions die.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct GatewayArgs {
     /// Address to listen on.
@@ -44,16 +44,18 @@ pub struct GatewayArgs {
     /// Weather: a random extra delay of up to DUR on each browser frame, order kept.
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub frame_jitter: Option<Duration>,
-    /// Page chaos: crash (`crash`) or close (`close`) every page of each session, once,
-    /// `--page-fault-after` its creation; the browser lives on.
+    /// Page chaos: `crash` or `close` every page of each session, once.
+    ///
+    /// It strikes `--page-fault-after` the session's creation; the browser lives on.
     #[arg(long, requires = "page_fault_after")]
     pub page_fault: Option<gateway::PageFault>,
     /// When the page fault strikes (must be shorter than the lifetime).
     #[arg(long, value_parser = humantime::parse_duration, requires = "page_fault")]
     pub page_fault_after: Option<Duration>,
-    /// Also serve an Aurora Bank (its default user, password and TOTP secret) at this
-    /// address: one bank that several `outlive worker --bank-url` share, so that a run taken
-    /// over by another worker is seen signed in once.
+    /// Also serve an Aurora Bank (its default user, password and TOTP secret) at this address.
+    ///
+    /// One bank that several `outlive worker --bank-url` share, so that a run taken over by
+    /// another worker is seen signed in once.
     #[arg(long, value_name = "ADDR")]
     pub bank: Option<std::net::SocketAddr>,
 }

@@ -18,8 +18,9 @@ pub struct ServeArgs {
     /// How the run goes.
     #[command(flatten)]
     pub options: RunOptionArgs,
-    /// Serve a task that runs in the caller's process (the TypeScript and Python packages):
-    /// JSON lines, entries and the end on stdout, the task's outcome on stdin; the run ends
+    /// Serve a task that runs in the caller's process (the TypeScript and Python packages).
+    ///
+    /// JSON lines: entries and the end on stdout, the task's outcome on stdin. The run ends
     /// when the task does. See docs/stdio.md.
     #[arg(long)]
     pub stdio: bool,
