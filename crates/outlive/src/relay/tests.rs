@@ -27,8 +27,9 @@ const HEARTBEAT: Heartbeat = Heartbeat {
 };
 /// The multi-MB command: far more than the kernel buffers between relay and upstream hold.
 const BIG: usize = 24 << 20;
-/// What a loaded machine may add to a detection.
-const TOLERANCE: Duration = Duration::from_millis(500);
+/// What a loaded machine may add to a detection: 2.07 s against a 2.0 s bound was seen at a
+/// load of 10 on 2 cores. Still well short of the 5 s allowance a missed heartbeat would take.
+const TOLERANCE: Duration = Duration::from_millis(1000);
 
 /// How the upstream behaves.
 #[derive(Clone, Copy)]
