@@ -96,7 +96,7 @@ pub enum DemoEvent {
 ///
 /// # Errors
 ///
-/// What [`ensure_chromium`](crate::setup::ensure_chromium) and [`run`] report.
+/// What [`ensure_chromium`](outlive_bed::setup::ensure_chromium) and [`run`] report.
 pub async fn run_in_terminal(config: &DemoConfig, json: bool) -> Result<DemoReport, Error> {
     if let ChromiumSetup::Installed(path) = setup::ensure_chromium()? {
         eprintln!("installed Chromium at {}", path.display());

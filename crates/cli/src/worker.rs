@@ -1,5 +1,5 @@
 //! `outlive worker`: a [`jobs::Worker`] for the tasks declared with `--task NAME='CMD ARGS…'`
-//! and the command's own ([`bank::tasks`](outlive_bed::bank::tasks)). It runs on the provider its
+//! and the command's own ([`bank::tasks`]). It runs on the provider its
 //! flags name or, without one, on an embedded Aurora Bank and gateway whose sessions die. So
 //! the durable flow can be tried with nothing else running but PostgreSQL.
 
