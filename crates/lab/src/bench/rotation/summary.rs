@@ -1,7 +1,7 @@
 //! The report for people: [`rotation_summary`] and [`rotation_timeline`].
 
 use super::chaos::{UNPLANNED, unplanned};
-use super::targets::{runs_of, sessions, totals};
+use super::targets::{max_of, runs_of, sessions, totals};
 use outlive::Outcome;
 
 use super::{
@@ -96,10 +96,6 @@ impl std::fmt::Display for RotationRun {
 
 fn round_all(v: &[f64]) -> Vec<u64> {
     v.iter().map(|x| x.max(0.0).round() as u64).collect()
-}
-
-pub(super) fn max_of(v: &[f64]) -> f64 {
-    v.iter().copied().fold(0.0, f64::max)
 }
 
 /// One arm of one task, as the summary states it.

@@ -1,6 +1,5 @@
 //! The issue's [`targets`]: each rotation arm against reacting.
 
-use super::summary::max_of;
 use super::{
     RotationArm, RotationReport, RotationRun, RotationTask, SHORT_REDONE_TARGET_MS, Target,
 };
@@ -29,6 +28,11 @@ fn death_redone(runs: &[&RotationRun]) -> Vec<f64> {
     runs.iter()
         .flat_map(|r| r.deaths.iter().map(|x| x.redone_ms))
         .collect()
+}
+
+/// The largest of `v` (0 when empty).
+pub(super) fn max_of(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
 }
 
 pub(super) fn totals(runs: &[&RotationRun]) -> Vec<f64> {
