@@ -18,6 +18,8 @@ use outlive::{
     ProviderCommand, Rotation, Solari, WideEvent,
 };
 
+use crate::error::{Error, ErrorKind};
+
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct ProviderArgs {
@@ -67,7 +69,12 @@ impl ProviderArgs {
     }
 
     /// The provider the flags name.
-    pub fn provider(&self) -> anyhow::Result<Box<dyn Provider>> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Flag`] for a flag that is wrong or lacks what it needs,
+    /// [`ErrorKind::LocalChromium`] when no flag names a provider and there is no Chromium.
+    pub fn provider(&self) -> Result<Box<dyn Provider>, Error> {
         if let Some(line) = &self.provider_cmd {
             return Ok(Box::new(provider_command(line)?));
         }
@@ -77,17 +84,18 @@ impl ProviderArgs {
         match (&self.solari_url, &self.cdp_url) {
             (Some(url), _) => {
                 let Some(key) = &self.api_key else {
-                    anyhow::bail!(
-                        "--solari-url needs an API key: set SOLARI_API_KEY (or --api-key)"
-                    );
+                    return Err(Error::flag(
+                        "--solari-url",
+                        "needs an API key: set SOLARI_API_KEY (or --api-key)",
+                    ));
                 };
                 let client = Client::new(ClientOptions::new(key.clone(), url.clone()))
-                    .map_err(|e| anyhow::anyhow!("--solari-url: {e}"))?;
+                    .map_err(|e| Error::flag("--solari-url", e.to_string()))?;
                 Ok(Box::new(Solari::new(client)))
             }
             (None, Some(url)) => {
                 outlive::CdpEndpoint::new(url.clone())
-                    .map_err(|e| anyhow::anyhow!("--cdp-url: {e}"))?;
+                    .map_err(|e| Error::flag("--cdp-url", e.to_string()))?;
                 let url = url.clone();
                 Ok(Box::new(Endpoint::new(move || {
                     let url = url.clone();
@@ -98,7 +106,7 @@ impl ProviderArgs {
                 let local = LocalChromium::new();
                 local
                     .resolve_executable()
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    .map_err(|e| Error::with(ErrorKind::LocalChromium, e))?;
                 Ok(Box::new(local))
             }
         }
@@ -107,39 +115,40 @@ impl ProviderArgs {
 
 impl ProviderArgs {
     /// The cloud of `--provider NAME`, its key from its variable.
-    fn cloud(&self, name: &str) -> anyhow::Result<Cloud> {
+    fn cloud(&self, name: &str) -> Result<Cloud, Error> {
         let Some(dialect) = Dialect::named(name) else {
             let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
-            anyhow::bail!(
-                "--provider {name}: no such provider; use one of {}",
-                known.join(", ")
-            );
+            return Err(Error::flag(
+                "--provider",
+                format!("no such provider {name}; use one of {}", known.join(", ")),
+            ));
         };
         let key = std::env::var(dialect.key_env()).unwrap_or_default();
         if key.is_empty() {
-            anyhow::bail!(
-                "--provider {name} needs its API key in {}",
-                dialect.key_env()
-            );
+            return Err(Error::flag(
+                "--provider",
+                format!("{name} needs its API key in {}", dialect.key_env()),
+            ));
         }
         let mut cloud = Cloud::new(dialect, key);
         if let Some(url) = &self.provider_url {
-            url::Url::parse(url).map_err(|e| anyhow::anyhow!("--provider-url: {e}"))?;
+            url::Url::parse(url).map_err(|e| Error::flag("--provider-url", e.to_string()))?;
             cloud = cloud.base_url(url.clone());
         }
         if let Some(json) = &self.session_options {
             let options: serde_json::Value = serde_json::from_str(json)
-                .map_err(|e| anyhow::anyhow!("--session-options is not JSON: {e}"))?;
+                .map_err(|e| Error::flag("--session-options", format!("not JSON: {e}")))?;
             let serde_json::Value::Object(options) = options else {
-                anyhow::bail!("--session-options must be a JSON object");
+                return Err(Error::flag("--session-options", "must be a JSON object"));
             };
             cloud = cloud.session_options(options);
         }
         if let Some(timeout) = self.session_timeout {
             if !dialect.sets_lifetime() {
-                anyhow::bail!(
-                    "--session-timeout: {name} sessions take no lifetime at their create"
-                );
+                return Err(Error::flag(
+                    "--session-timeout",
+                    format!("{name} sessions take no lifetime at their create"),
+                ));
             }
             cloud = cloud.timeout(timeout);
         }
@@ -148,18 +157,23 @@ impl ProviderArgs {
 }
 
 /// The provider of `--provider-cmd 'PROG ARGS…'`, its program found now.
-fn provider_command(line: &str) -> anyhow::Result<ProviderCommand> {
+fn provider_command(line: &str) -> Result<ProviderCommand, Error> {
+    const FLAG: &str = "--provider-cmd";
     let words = shlex::split(line).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--provider-cmd does not parse (an unclosed quote or a trailing backslash?)"
+        Error::flag(
+            FLAG,
+            "does not parse (an unclosed quote or a trailing backslash?)",
         )
     })?;
     let Some((program, args)) = words.split_first() else {
-        anyhow::bail!("--provider-cmd is empty: give the program that launches browsers");
+        return Err(Error::flag(
+            FLAG,
+            "empty: give the program that launches browsers",
+        ));
     };
     outlive::Command::new(program)
         .find_program()
-        .map_err(|why| anyhow::anyhow!("--provider-cmd: `{program}` {why}"))?;
+        .map_err(|why| Error::flag(FLAG, format!("`{program}` {why}")))?;
     Ok(ProviderCommand::new(program).args(args))
 }
 
@@ -376,8 +390,8 @@ pub fn status(code: i32) -> std::process::ExitCode {
 /// its profile; `program` says so, and the exit status is 128 + the signal's number.
 pub async fn until_interrupted(
     program: &str,
-    work: impl Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<std::process::ExitCode> {
+    work: impl Future<Output = Result<(), Error>>,
+) -> Result<std::process::ExitCode, Error> {
     let interrupted = interrupted();
     tokio::select! {
         done = work => done.map(|()| std::process::ExitCode::SUCCESS),

@@ -9,10 +9,11 @@ use gateway::DeathMode;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use outlive::{Options, WideEvent};
 
-use crate::bank::{BankEvent, BankProgress};
-use crate::bed::{TestBed, dying};
+use outlive_bed::bank::{BankEvent, BankProgress};
+use outlive_bed::bed::{TestBed, dying};
+use outlive_bed::setup::{self, ChromiumSetup};
+
 use crate::error::Error;
-use crate::setup::{self, ChromiumSetup};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -95,7 +96,7 @@ pub enum DemoEvent {
 ///
 /// # Errors
 ///
-/// What [`ensure_chromium`](crate::setup::ensure_chromium) and [`run`] report.
+/// What [`ensure_chromium`](outlive_bed::setup::ensure_chromium) and [`run`] report.
 pub async fn run_in_terminal(config: &DemoConfig, json: bool) -> Result<DemoReport, Error> {
     if let ChromiumSetup::Installed(path) = setup::ensure_chromium()? {
         eprintln!("installed Chromium at {}", path.display());
@@ -131,7 +132,8 @@ pub async fn run_in_terminal(config: &DemoConfig, json: bool) -> Result<DemoRepo
 ///
 /// # Errors
 ///
-/// The test bed's errors, and [`ErrorKind::Run`](crate::ErrorKind::Run) (with the run's
+/// [`ErrorKind::Bed`](crate::ErrorKind::Bed) if the test bed does not start, and
+/// [`ErrorKind::Run`](crate::ErrorKind::Run) (with the run's
 /// wide event) if the task failed or outlive gave up.
 pub async fn run(
     config: &DemoConfig,

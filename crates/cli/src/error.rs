@@ -1,14 +1,13 @@
 //! The one error type of the `outlive` command's library.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::net::SocketAddr;
 
 use outlive::WideEvent;
 
 type Cause = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why a demo, a benchmark, a soak, a probe or the Chromium setup could not run, or its
-/// results could not be written.
+/// Why a command could not run: a flag, the demo's test bed, a server, a durable run.
 ///
 /// `Display` says what failed at this layer only; the underlying error is in
 /// [`source()`](std::error::Error::source). Messages carry no URL beyond scheme and host,
@@ -24,45 +23,40 @@ pub struct Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// A temporary directory could not be created.
-    TempDir,
-    /// Aurora Bank did not start.
-    Bank,
-    /// The gateway did not start, or did not stop cleanly.
-    Gateway,
-    /// The Solari client could not be built.
-    Client,
+    /// A flag's value is wrong, or lacks what it needs; nothing was started.
+    Flag {
+        /// The flag, as written on the command line (`--cdp-url`).
+        flag: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No local Chromium to launch (no provider flag was given).
+    LocalChromium,
+    /// The sealing key could not be read; the source names the file or the variable.
+    SealKey,
+    /// The gateway's options are out of range; nothing was started.
+    GatewayOptions,
+    /// A server could not listen on its address.
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Which server: `the gateway`, `the bank`.
+        server: &'static str,
+    },
+    /// A server failed while serving.
+    Serve {
+        /// Which server: `the gateway`, `the bank`.
+        server: &'static str,
+    },
+    /// The test bed (Aurora Bank, the gateway, the client) or Chromium could not be set up.
+    Bed(outlive_bed::ErrorKind),
     /// The task failed or outlive gave up; [`Error::event`] has the run's wide event.
     Run,
-    /// No Chromium, and no way to install it here.
-    NoChromium,
-    /// Installing Chromium with `apt-get` failed.
-    ChromiumInstall,
-    /// An option was out of range; nothing was started.
-    InvalidOption {
-        /// The option's field name.
-        option: &'static str,
-        /// What is wrong with it.
-        message: &'static str,
-    },
-    /// The control plane did not create a session; the samples before it were already
-    /// passed on.
-    Create {
-        /// The index of the session that could not be created.
-        session: u32,
-        /// The HTTP status of the refusal, if there was a response.
-        status: Option<u16>,
-    },
     /// The durable runs' library refused or failed (the database, a task, an input, a run
     /// id); the source, an [`outlive_jobs::Error`], says which.
     Jobs,
-    /// A benchmark step failed (a client script, a run it measures); the source says which.
-    Bench,
-    /// A result file, or the directory it goes in, could not be written.
-    Write {
-        /// The file or directory.
-        path: PathBuf,
-    },
+    /// A durable run could not be printed as JSON.
+    Encode,
 }
 
 impl Error {
@@ -81,6 +75,14 @@ impl Error {
             source: Some(source.into()),
             ..Error::new(kind)
         }
+    }
+
+    /// A wrong `flag`: `message` says what is wrong.
+    pub fn flag(flag: &'static str, message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Flag {
+            flag,
+            message: message.into(),
+        })
     }
 
     /// A run that did not complete.
@@ -105,35 +107,31 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            ErrorKind::TempDir => f.write_str("could not create a temporary directory"),
-            ErrorKind::Bank => f.write_str("Aurora Bank did not start"),
-            ErrorKind::Gateway => f.write_str("the gateway failed"),
-            ErrorKind::Client => f.write_str("the Solari client could not be built"),
+            ErrorKind::Flag { flag, message } => write!(f, "{flag}: {message}"),
+            ErrorKind::LocalChromium => f.write_str("no local Chromium to launch"),
+            ErrorKind::SealKey => f.write_str("no sealing key"),
+            ErrorKind::GatewayOptions => f.write_str("invalid gateway options"),
+            ErrorKind::Listen { addr, server } => {
+                write!(f, "could not listen on {addr} for {server}")
+            }
+            ErrorKind::Serve { server } => write!(f, "{server} failed"),
+            ErrorKind::Bed(kind) => kind.fmt(f),
             ErrorKind::Run => match &self.event {
                 Some(e) => write!(f, "the run did not complete ({})", e.outcome.as_str()),
                 None => f.write_str("the run did not complete"),
             },
-            ErrorKind::NoChromium => f.write_str(
-                "Chromium not found and cannot be installed automatically (needs root and \
-                 apt-get); install it (Debian/Ubuntu: `sudo apt-get install -y chromium`) or \
-                 set $CHROME",
-            ),
-            ErrorKind::ChromiumInstall => f.write_str(
-                "`apt-get install -y chromium` failed; install Chromium by hand or set $CHROME",
-            ),
-            ErrorKind::InvalidOption { option, message } => {
-                write!(f, "invalid option `{option}`: {message}")
-            }
-            ErrorKind::Create { session, status } => {
-                write!(f, "the control plane did not create session {session}")?;
-                match status {
-                    Some(s) => write!(f, " (HTTP {s})"),
-                    None => Ok(()),
-                }
-            }
-            ErrorKind::Write { path } => write!(f, "could not write {}", path.display()),
-            ErrorKind::Bench => f.write_str("a benchmark step failed"),
             ErrorKind::Jobs => f.write_str("durable runs failed"),
+            ErrorKind::Encode => f.write_str("could not encode a run as JSON"),
+        }
+    }
+}
+
+impl From<outlive_bed::Error> for Error {
+    fn from(e: outlive_bed::Error) -> Self {
+        let (kind, source) = e.into_parts();
+        Error {
+            source,
+            ..Error::new(ErrorKind::Bed(kind))
         }
     }
 }
@@ -159,9 +157,22 @@ mod tests {
     #[test]
     fn display_does_not_repeat_the_cause() {
         let cause = std::io::Error::other("disk full");
-        let err = Error::with(ErrorKind::TempDir, cause);
-        assert_eq!(err.to_string(), "could not create a temporary directory");
+        let err = Error::with(ErrorKind::Encode, cause);
+        assert_eq!(err.to_string(), "could not encode a run as JSON");
         let source = std::error::Error::source(&err).expect("a source");
         assert_eq!(source.to_string(), "disk full");
+    }
+
+    #[test]
+    fn a_bed_error_keeps_its_message_and_its_cause() {
+        let bed = outlive_bed::Error::with(
+            outlive_bed::ErrorKind::Gateway,
+            std::io::Error::other("port taken"),
+        );
+        let err = Error::from(bed);
+        assert_eq!(err.kind(), &ErrorKind::Bed(outlive_bed::ErrorKind::Gateway));
+        assert_eq!(err.to_string(), "the gateway failed");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert_eq!(source.to_string(), "port taken");
     }
 }

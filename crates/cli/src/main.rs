@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         // These two end their command and browsers on SIGINT/SIGTERM themselves.
         Command::Run(args) => Ok(cmd::status(args.run().await)),
         Command::Serve(args) => Ok(cmd::status(args.run().await)),
-        Command::Demo(args) => cmd::until_interrupted("outlive", args.run()).await,
+        Command::Demo(args) => Ok(cmd::until_interrupted("outlive", args.run()).await?),
         Command::Gateway(args) => {
             let interrupted = cmd::interrupted();
             args.run(async {
@@ -31,9 +31,21 @@ async fn main() -> anyhow::Result<ExitCode> {
             .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-        Command::Submit(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-        Command::Cancel(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-        Command::Runs(args) => args.run().await.map(|()| ExitCode::SUCCESS),
+        Command::Worker(args) => {
+            args.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Submit(args) => {
+            args.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cancel(args) => {
+            args.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs(args) => {
+            args.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! `outlive worker`: a [`jobs::Worker`] for the tasks declared with `--task NAME='CMD ARGS…'`
-//! and the command's own ([`bank::tasks`](crate::bank::tasks)). It runs on the provider its
+//! and the command's own ([`bank::tasks`]). It runs on the provider its
 //! flags name or, without one, on an embedded Aurora Bank and gateway whose sessions die. So
 //! the durable flow can be tried with nothing else running but PostgreSQL.
 
@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use outlive::{Options, Provider, SealKey, Sealer};
 
-use crate::bed::{TestBed, dying};
+use outlive_bed::bank;
+use outlive_bed::bed::{TestBed, dying};
 use outlive_jobs::{self as jobs, PgStore, SessionLimit, Worker, WorkerConfig};
 
 use crate::error::Error;
@@ -51,13 +52,13 @@ pub struct Prepared {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Jobs`](crate::error::ErrorKind::Jobs) for a declaration that does not parse, whose program is not found,
-/// or whose name is taken (before anything is connected or started), and for the database;
-/// [`ErrorKind::Bank`](crate::error::ErrorKind::Bank) / [`ErrorKind::Gateway`](crate::error::ErrorKind::Gateway) if the embedded bed does not start;
-/// [`ErrorKind::InvalidOption`](crate::error::ErrorKind::InvalidOption) for `max_sessions` 0.
+/// [`ErrorKind::Jobs`](crate::ErrorKind::Jobs) for a declaration that does not parse, whose
+/// program is not found, or whose name is taken (before anything is connected or started),
+/// for the database, and for `max_sessions` 0; [`ErrorKind::Bed`](crate::ErrorKind::Bed) if
+/// the embedded bed does not start.
 pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     // Every declaration checked before anything is connected or started.
-    let mut tasks = crate::bank::tasks(None);
+    let mut tasks = bank::tasks(None);
     for declaration in &args.tasks {
         tasks = tasks.declare(declaration)?;
     }
@@ -84,7 +85,7 @@ pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
         .checkpoint_every(args.checkpoint_every)
         .max_relaunches(100)
         .max_sessions(args.max_sessions_per_run);
-    tasks = crate::bank::tasks(bank);
+    tasks = bank::tasks(bank);
     for declaration in &args.tasks {
         tasks = tasks.declare(declaration)?;
     }

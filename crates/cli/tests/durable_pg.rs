@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outlive::{Durable, ErrorKind, Options, RunError, SealKey, Sealer};
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{TestBed, dying};
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{TestBed, dying};
 use outlive_jobs::PgStore;
 use support::Tracked;
 use support::pg::Scratch;

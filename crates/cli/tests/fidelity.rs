@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use outlive::chromiumoxide::Page;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{BoxFuture, LocalChromium, Options, Outcome, Provider, WideEvent};
-use outlive_cli::bed::Recording;
+use outlive_bed::bed::Recording;
 
 /// A record the codec cannot carry (an `ImageData`), beside one it can, in a database of
 /// its own: the checkpoint must count the one left out.

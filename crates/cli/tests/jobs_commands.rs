@@ -127,7 +127,7 @@ async fn bad_declarations_and_inputs_are_refused_with_the_reason() {
         .unwrap();
     assert_eq!(declared, 0, "no refused worker declared anything");
 
-    let tasks = outlive_cli::bank::tasks(None);
+    let tasks = outlive_bed::bank::tasks(None);
     // An unknown name, a Rust task's input that does not fit, an input over the cap.
     let e = jobs::submit(&jb.store, &tasks, "nope", json!({}))
         .await
@@ -176,7 +176,7 @@ async fn bad_declarations_and_inputs_are_refused_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_push_leaves_no_row() {
     let jb = JobsBed::start(None).await;
-    let tasks = outlive_cli::bank::tasks(None);
+    let tasks = outlive_bed::bank::tasks(None);
     // Every new job refused by the queue's table: the run's row goes with it.
     sqlx::query("ALTER TABLE apalis.jobs ADD CONSTRAINT refuse_all CHECK (false) NOT VALID")
         .execute(jb.store.pool())

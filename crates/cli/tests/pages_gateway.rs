@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gateway::PageFault;
 use outlive::{Milestone, Options};
-use outlive_cli::bed::TestBed;
+use outlive_bed::bed::TestBed;
 use support::Tracked;
 
 async fn page_fails_mid_task(fault: PageFault) {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use outlive::{ErrorKind, Provider, ProviderCommand, WideEvent};
-use outlive_cli::bed::TestBed;
+use outlive_bed::bed::TestBed;
 use support::BANK_POLLS as POLLS;
 
 fn script(name: &str) -> PathBuf {
@@ -46,7 +46,7 @@ fn solari_script(bed: &TestBed) -> ProviderCommand {
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn bed(lifetime: Duration) -> TestBed {
-    TestBed::start(outlive_cli::bed::dying(
+    TestBed::start(outlive_bed::bed::dying(
         lifetime,
         Duration::ZERO,
         gateway::DeathMode::Close,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use outlive::{Cloud, Dialect, Options};
-use outlive_cli::bed::{Recording, TestBed};
+use outlive_bed::bed::{Recording, TestBed};
 
 /// Polls every 100 ms; the browser is killed after the 15th and the 30th.
 const POLLS: u32 = 45;
@@ -18,7 +18,7 @@ const KILL_AT: &[u32] = &[15, 30];
 /// The bank task through `dialect` on a bed of its own, its browser killed twice through the
 /// gateway; answers what went wrong, if anything.
 async fn survives(dialect: Dialect) -> Result<(), String> {
-    let bed = TestBed::start(outlive_cli::bed::until_killed(Duration::ZERO))
+    let bed = TestBed::start(outlive_bed::bed::until_killed(Duration::ZERO))
         .await
         .unwrap();
     let url = format!("{}/{}", bed.gateway().base_url(), dialect.name());

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outlive::{Milestone, Options, Rotation};
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{TestBed, dying};
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{TestBed, dying};
 use support::Tracked;
 
 /// Runs the bank task (`polls` polls, 100 ms apart, each saved with a checkpoint of the task's

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use gateway::DeathMode;
 use outlive::{Options, SolariLaunch};
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{Recording, TestBed};
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{Recording, TestBed};
 use outlive_testkit::Captured;
 use support::{BANK_POLLS as POLLS, bank_run as run_outlive};
 

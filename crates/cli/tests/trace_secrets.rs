@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use gateway::DeathMode;
 use outlive::{Options, Solari};
-use outlive_cli::bank::{BankProgress, BankTask};
-use outlive_cli::bed::Recording;
+use outlive_bed::bank::{BankProgress, BankTask};
+use outlive_bed::bed::Recording;
 use outlive_testkit::Captured;
 
 fn planted(what: &str) -> String {

@@ -10,7 +10,8 @@ use outlive::{Command, Options, Provider, RunError, WideEvent};
 use tokio::sync::watch;
 
 use crate::error::{Error, ErrorKind};
-use crate::task::{Finished, stopped};
+use crate::finish::{Finished, stopped};
+use crate::sync::lock;
 
 /// The most bytes a run's input may take, as JSON. Commands get it in one environment variable
 /// (`OUTLIVE_INPUT`), and Linux refuses to start a program with one over 128 KiB; a task with
@@ -76,7 +77,7 @@ pub(super) async fn run(
     let event: Arc<Mutex<Option<WideEvent>>> = Arc::default();
     let slot = event.clone();
     let options = options.on_event(move |e| {
-        *slot.lock().expect("event slot poisoned") = Some(e.clone());
+        *lock(&slot) = Some(e.clone());
     });
     let command = command
         .clone()
@@ -92,7 +93,7 @@ pub(super) async fn run(
         Err(RunError::Task(failed)) => Err(failed.to_string()),
         Err(RunError::Outlive(e)) => Err(e.to_string()),
     };
-    let event = event.lock().expect("event slot poisoned").take();
+    let event = lock(&event).take();
     Finished { result, event }
 }
 

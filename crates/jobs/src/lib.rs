@@ -7,7 +7,7 @@
 //!
 //! * `task` — [`Tasks`]: tasks by name, Rust functions with a serde input type
 //!   ([`Tasks::register`]) or commands ([`Tasks::command`], parsed by [`parse_task`]) run
-//!   as `outlive run -- CMD` runs them (`command`).
+//!   as `outlive run -- CMD` runs them (`command`); `finish` — how a run of one ends.
 //! * `queue` — [`submit`] enqueues a run, [`cancel`] stops it; `runs` — [`runs()`] lists them.
 //! * `worker` — [`Worker`]: takes runs from the queue, runs them through outlive, durable.
 //! * `lease` — exactly one worker per run: the lease, the self-stop before a takeover, and
@@ -23,6 +23,7 @@
 
 mod command;
 mod error;
+mod finish;
 mod held;
 mod lease;
 mod queue;
@@ -30,6 +31,7 @@ mod runs;
 mod schema;
 mod slots;
 mod store;
+mod sync;
 mod task;
 mod worker;
 

@@ -1,24 +1,18 @@
-//! [`Tasks`]: tasks by name, Rust functions with a serde input or commands, and how a run of
-//! one ends ([`Finished`]).
+//! [`Tasks`]: tasks by name, Rust functions with a serde input or commands.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 
-use outlive::{BoxFuture, Ctx, Options, Page, Provider, WideEvent};
+use outlive::{BoxFuture, Ctx, Options, Page, Provider};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::command::{MAX_INPUT_BYTES, parse_task};
 use crate::error::{Error, ErrorKind};
-
-/// How a run ended, as a task reports it.
-pub(crate) struct Finished {
-    pub(crate) result: Result<serde_json::Value, String>,
-    pub(crate) event: Option<WideEvent>,
-}
+use crate::finish::{Finished, stopped};
 
 type Erased = Arc<
     dyn Fn(
@@ -37,13 +31,6 @@ type Check = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>
 pub(crate) enum Task {
     Rust { run: Erased, check: Check },
     Command(outlive::Command),
-}
-
-/// Resolves once `stop` says so; never if its sender is gone without saying it.
-pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
-    }
 }
 
 /// Tasks by name. A Rust task takes a serde input (checked when a run is submitted, and again

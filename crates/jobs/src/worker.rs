@@ -16,9 +16,10 @@ use tokio::sync::watch;
 use tokio_util::task::AbortOnDrop;
 
 use crate::error::{Error, ErrorKind, db};
+use crate::finish::Finished;
 use crate::lease::{self, Claim, Lease, Lost};
 use crate::queue::{QUEUE, RunJob};
-use crate::task::{Finished, Task};
+use crate::task::Task;
 use crate::{PgStore, Tasks, command, held};
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and

@@ -1,12 +1,14 @@
 //! The lab's commands, one `#[derive(Args)]` struct each: `outlive-lab bench` (raw data and
 //! summaries under `--out`), `outlive-lab soak` (many short runs, then a leak audit),
 //! `outlive-lab probe` (how long a provider's sessions really live) and `outlive-lab weather`
-//! (false deaths under a bad network and detection latency, before and after).
+//! (false deaths under a bad network and detection latency, before and after). Also what
+//! the binary needs around them: parsing, logging, and stopping on Ctrl-C.
 
 use std::time::Duration;
 
 use clap::Args;
 
+use crate::error::{Error, ErrorKind};
 use crate::{bench, foreign, probe, relay_bench, serve_soak, soak, tabs_bench, weather_bench};
 
 /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
@@ -79,7 +81,11 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     /// Runs the benchmarks the flags select.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever the benchmark reports.
+    pub async fn run(self) -> Result<(), Error> {
         if self.silence_only {
             let report = bench::silence::run(self.foreign_rounds, self.kills, &self.out).await?;
             print!("{}", bench::silence::summary(&report));
@@ -136,7 +142,7 @@ impl BenchArgs {
                 .map(|url| (url, self.durable_runs)),
             out: self.out,
         };
-        Ok(bench::run(&plan).await?)
+        bench::run(&plan).await
     }
 }
 
@@ -174,7 +180,11 @@ pub struct SoakArgs {
 
 impl SoakArgs {
     /// Runs the soak and writes its report.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever the soak reports.
+    pub async fn run(self) -> Result<(), Error> {
         if let Some(duration) = self.serve_for {
             let config = serve_soak::ServeSoakConfig {
                 duration,
@@ -229,11 +239,17 @@ pub struct WeatherArgs {
 
 impl WeatherArgs {
     /// Runs the benchmark and prints its summary.
-    pub async fn run(self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.minutes.is_finite() && self.minutes > 0.0,
-            "--minutes must be more than zero"
-        );
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] for `--minutes`, and whatever the benchmark reports.
+    pub async fn run(self) -> Result<(), Error> {
+        if !(self.minutes.is_finite() && self.minutes > 0.0) {
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "--minutes",
+                message: "must be more than zero",
+            }));
+        }
         let command = std::env::args()
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
             .collect::<Vec<_>>()
@@ -278,13 +294,23 @@ pub struct ProbeArgs {
 
 impl ProbeArgs {
     /// Holds the sessions and prints what it saw.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] for `--base-url` without a key, and whatever the probe
+    /// reports.
+    pub async fn run(self) -> Result<(), Error> {
         let target = match (self.base_url, self.api_key) {
             (None, _) => probe::Target::Embedded {
                 lifetime: self.lifetime,
             },
             (Some(base_url), Some(api_key)) => probe::Target::Provider { base_url, api_key },
-            (Some(_), None) => anyhow::bail!("--base-url needs --api-key (or SOLARI_API_KEY)"),
+            (Some(_), None) => {
+                return Err(Error::new(ErrorKind::InvalidOption {
+                    option: "--base-url",
+                    message: "needs --api-key (or SOLARI_API_KEY)",
+                }));
+            }
         };
         probe::run(target, self.sessions, self.max_hold, self.heartbeat).await?;
         Ok(())
@@ -299,11 +325,57 @@ pub struct SilenceProgramArgs {}
 impl SilenceProgramArgs {
     /// Runs the program: exit status 0 at the last attempt, 1 (and nothing printed) when
     /// the browser's death cut its connection, as the bench expects.
-    pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    ///
+    /// # Errors
+    ///
+    /// As [`bench::silence::program`].
+    pub async fn run(self) -> Result<std::process::ExitCode, Error> {
         Ok(if bench::silence::program().await? {
             std::process::ExitCode::SUCCESS
         } else {
             std::process::ExitCode::FAILURE
         })
     }
+}
+
+/// The command line as `C`, or the exit status to leave with: 0 after `--help` or
+/// `--version`, [`EXIT_USAGE`](outlive::EXIT_USAGE) after a bad command line (clap has printed
+/// either).
+pub fn parse<C: clap::Parser>() -> Result<C, std::process::ExitCode> {
+    C::try_parse().map_err(|e| {
+        let _ = e.print();
+        std::process::ExitCode::from(if e.use_stderr() {
+            outlive::EXIT_USAGE as u8
+        } else {
+            0
+        })
+    })
+}
+
+/// Sends tracing to stderr, filtered by `RUST_LOG`, when it is set.
+pub fn log_to_stderr() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+}
+
+/// Runs `work` until it ends or SIGINT/SIGTERM arrives. On a signal, `work` is dropped (and,
+/// as `main` returns, every task it spawned), which ends each browser it started and removes
+/// its profile; the lab says so, and the exit status is 128 + the signal's number.
+pub async fn until_interrupted(
+    work: impl Future<Output = Result<(), Error>>,
+) -> Result<std::process::ExitCode, Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let signal: u8 = tokio::select! {
+        done = work => return done.map(|()| std::process::ExitCode::SUCCESS),
+        _ = int.recv() => 2,
+        _ = term.recv() => 15,
+    };
+    eprintln!("outlive-lab: interrupted; its browsers are closed");
+    Ok(std::process::ExitCode::from(128 + signal))
 }

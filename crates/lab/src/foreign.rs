@@ -20,9 +20,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{create_out, write_json, write_text};
+use crate::error::{Error, ErrorKind};
 use crate::stats::median;
-use outlive_cli::bed::TestBed;
-use outlive_cli::{Error, ErrorKind};
+use crate::sync::lock;
+use outlive_bed::bed::TestBed;
 
 const SCRIPT: &str = include_str!("foreign_client.py");
 
@@ -93,7 +94,7 @@ pub async fn run(config: &ForeignConfig) -> Result<ForeignReport, Error> {
     std::fs::write(script.path(), SCRIPT).map_err(|e| Error::with(ErrorKind::Bench, e))?;
     let mut runs = Vec::new();
     {
-        let bed = TestBed::start(outlive_cli::bed::until_killed(Duration::ZERO)).await?;
+        let bed = TestBed::start(outlive_bed::bed::until_killed(Duration::ZERO)).await?;
         for round in 0..config.rounds {
             for phase in ["pace", "screenshots", "screencast"] {
                 // Alternate which arm goes first.
@@ -204,9 +205,7 @@ async fn outlive_arm(
         .checkpoint_every(Duration::from_secs(5))
         .on_milestone(move |m| {
             if let Milestone::Entered { .. } = m {
-                slot.lock()
-                    .expect("slot")
-                    .get_or_insert(std::time::Instant::now());
+                lock(&slot).get_or_insert(std::time::Instant::now());
             }
         });
     let command = script_command(config, script, bed, phase, result.path());
@@ -215,10 +214,7 @@ async fn outlive_arm(
         .map_err(|e| bench_error(format!("the {phase} script under outlive failed: {e}")))?;
     let ended = std::time::Instant::now();
     // From the entry (the browser launched and ready, the program about to start) to the end.
-    let from = entered
-        .lock()
-        .expect("slot")
-        .ok_or_else(|| bench_error("never entered"))?;
+    let from = lock(&entered).ok_or_else(|| bench_error("never entered"))?;
     script_run("outlive", phase, ended - from, result.path())
 }
 
@@ -254,7 +250,7 @@ async fn replace_phase(
     config: &ForeignConfig,
     script: &Path,
 ) -> Result<(Vec<Replacement>, Vec<f64>), Error> {
-    let dying = outlive_cli::bed::dying(
+    let dying = outlive_bed::bed::dying(
         Duration::from_secs(8),
         Duration::ZERO,
         gateway::DeathMode::Close,
@@ -269,7 +265,7 @@ async fn replace_phase(
         .max_relaunches(10)
         .on_milestone(move |m| {
             if let Milestone::Died { detected_at, .. } = m {
-                slot.lock().expect("slot").push(epoch_ms(*detected_at));
+                lock(&slot).push(epoch_ms(*detected_at));
             }
         });
     let command =
@@ -278,7 +274,7 @@ async fn replace_phase(
         .await
         .map_err(|e| bench_error(format!("the replace script under outlive failed: {e}")))?;
     let entries = records(result.path())?;
-    let deaths = deaths.lock().expect("slot").clone();
+    let deaths = lock(&deaths).clone();
     let mut replacements = Vec::new();
     for (death, entry) in deaths.iter().zip(entries.iter().skip(1)) {
         let (started, connected) = (
@@ -304,20 +300,20 @@ async fn replace_phase(
                 ..
             } = m
             {
-                slot.lock().expect("slot").push(d.as_secs_f64() * 1000.0);
+                lock(&slot).push(d.as_secs_f64() * 1000.0);
             }
         });
     let task = bed.task(40, Duration::from_millis(500));
     let outlive::Reported { result: r, .. } = task
         .outlive(
             &bed.provider(),
-            &outlive_cli::bank::BankProgress::default(),
+            &outlive_bed::bank::BankProgress::default(),
             options,
         )
         .await;
     r.map_err(|e| bench_error(format!("the library task failed: {e}")))?;
     bed.shutdown().await?;
-    let library = replaced.lock().expect("slot").clone();
+    let library = lock(&replaced).clone();
     Ok((replacements, library))
 }
 

@@ -1,6 +1,7 @@
 //! The lab: measurements of outlive, kept apart from the product (`outlive-lab`, never
-//! published). Each runs on the `outlive` command's [`TestBed`](outlive_cli::bed::TestBed)
-//! and reports its [`Error`].
+//! published). Each runs on the shared [`TestBed`](outlive_bed::bed::TestBed) and reports its
+//! [`Error`]. Where a measurement needs the `outlive` command (`serve`, `worker`), it starts
+//! the product's binary ([`binary`]).
 //!
 //! # Layout
 //!
@@ -13,21 +14,23 @@
 //!   latency per death kind, a build before against this one.
 //! * [`served`] — `outlive serve` as a child (this build's or another's) and the agent that
 //!   works through it, for the serve soak and the weather bench.
+//! * [`binary`] — finding the `outlive` binary to start.
 //! * [`foreign`] — `bench --foreign-only`: a Playwright script with and without outlive.
 //! * [`relay_bench`] — `bench --relay-only`: screenshots with and without the relay.
 //! * [`tabs_bench`] — `bench --tabs-only`: a checkpoint of three tabs against one tab's.
 //! * [`probe`] — `probe`: how long a provider's sessions really live.
 //! * [`timeline`] — the SVG timeline of benchmark runs; [`stats`] — medians, percentiles.
+//! * [`error`] — the one [`Error`] type.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
 
 use serde::Serialize;
 
-use outlive_cli::{Error, ErrorKind};
-
 pub mod bench;
+pub mod binary;
 pub mod cmd;
+pub mod error;
 pub mod foreign;
 pub mod probe;
 pub mod relay_bench;
@@ -35,9 +38,12 @@ pub mod serve_soak;
 pub mod served;
 pub mod soak;
 pub mod stats;
+mod sync;
 pub mod tabs_bench;
 pub mod timeline;
 pub mod weather_bench;
+
+pub use error::{Error, ErrorKind};
 
 /// Writes `value` as pretty JSON to `name` under `out`; see [`write_text`].
 fn write_json(out: &Path, name: &str, value: &impl Serialize) -> Result<(), Error> {

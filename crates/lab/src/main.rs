@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use outlive_cli::cmd;
+use outlive_lab::cmd;
 
 #[derive(Parser)]
 #[command(
@@ -20,26 +20,19 @@ struct Cli {
 enum Command {
     /// The survival benchmark (baseline against outlive) and the micro-measurements; writes
     /// raw JSON and a summary under --out.
-    Bench(outlive_lab::cmd::BenchArgs),
+    Bench(cmd::BenchArgs),
     /// Measure how long a provider's sessions really live: create, hold idle, note when the
     /// connection dies, repeat. Without --base-url, probes an embedded gateway.
-    Probe(outlive_lab::cmd::ProbeArgs),
+    Probe(cmd::ProbeArgs),
     /// Many short runs with random deaths of every mode, then a leak audit (sessions,
     /// processes, temp profiles, file descriptors, memory); writes docs/measurements/soak.json.
-    Soak(outlive_lab::cmd::SoakArgs),
+    Soak(cmd::SoakArgs),
     /// False deaths per hour under network weather, and detection latency per death kind,
     /// before and after; writes raw JSON and a summary under --out.
-    Weather(outlive_lab::cmd::WeatherArgs),
-    /// `outlive serve`, for the serve soak and the weather bench, which start this binary as
-    /// their `serve`.
-    #[command(hide = true)]
-    Serve(outlive_cli::cmd::serve::ServeArgs),
-    /// `outlive worker`, for the durable bench, which starts this binary as its workers.
-    #[command(hide = true)]
-    Worker(outlive_cli::cmd::durable::WorkerArgs),
+    Weather(cmd::WeatherArgs),
     /// The program `bench --silence-only` runs under `run`.
     #[command(name = "silence-program", hide = true)]
-    SilenceProgram(outlive_lab::cmd::SilenceProgramArgs),
+    SilenceProgram(cmd::SilenceProgramArgs),
 }
 
 #[tokio::main]
@@ -49,15 +42,12 @@ async fn main() -> anyhow::Result<ExitCode> {
         Err(status) => return Ok(status),
     };
     cmd::log_to_stderr();
-    const ME: &str = "outlive-lab";
-    match cli.command {
-        Command::Bench(args) => cmd::until_interrupted(ME, args.run()).await,
-        Command::Soak(args) => cmd::until_interrupted(ME, args.run()).await,
-        Command::Probe(args) => cmd::until_interrupted(ME, args.run()).await,
-        Command::Weather(args) => cmd::until_interrupted(ME, args.run()).await,
-        // These two end their browsers on SIGINT/SIGTERM themselves, as under `outlive`.
-        Command::Serve(args) => Ok(cmd::status(args.run().await)),
-        Command::Worker(args) => args.run().await.map(|()| ExitCode::SUCCESS),
-        Command::SilenceProgram(args) => args.run().await,
-    }
+    let status = match cli.command {
+        Command::Bench(args) => cmd::until_interrupted(args.run()).await?,
+        Command::Soak(args) => cmd::until_interrupted(args.run()).await?,
+        Command::Probe(args) => cmd::until_interrupted(args.run()).await?,
+        Command::Weather(args) => cmd::until_interrupted(args.run()).await?,
+        Command::SilenceProgram(args) => args.run().await?,
+    };
+    Ok(status)
 }

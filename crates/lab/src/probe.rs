@@ -9,30 +9,30 @@
 //! The CDP endpoint carries a bearer token in its query; it goes to the websocket connect and
 //! nowhere else — not into a [`Sample`], an [`Error`] or a tracing field.
 
-use std::collections::BTreeMap;
+mod hold; // the idle websocket and its heartbeat
+mod lease; // the release on every path
+mod report; // the summary
+
+pub use report::summary;
+
 use std::fmt;
 use std::time::Duration;
 
-use async_tungstenite::WebSocketStream;
-use async_tungstenite::tokio::{ConnectStream, connect_async};
-use async_tungstenite::tungstenite::{Error as WsError, Message};
-use futures::StreamExt;
+use async_tungstenite::tokio::connect_async;
 use outlive::CdpEndpoint;
 use outlive::Diagnostics;
 use outlive::redact::{redact, redact_url};
-use outlive::solari_browser::{Client, ClientOptions, SolariError};
-use outlive::wire;
+use outlive::solari_browser::{Client, ClientOptions};
 use serde::{Deserialize, Serialize};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::stats::median;
-use outlive_cli::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind};
+use hold::{Held, handshake_error, hold};
+use lease::Lease;
 
 /// How long the websocket handshake to a new session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a new session has to answer its first heartbeat (later ones get one interval).
-const OPENING_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to probe, and how. Build it with [`ProbeConfig::new`] and adjust the public fields;
 /// [`probe`] validates it before creating anything.
@@ -173,7 +173,7 @@ impl Cause {
 /// `on_sample` sees each sample as soon as its session is released.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), outlive_cli::Error> {
+/// # async fn demo() -> Result<(), outlive_lab::Error> {
 /// use outlive_lab::probe::{probe, summary, ProbeConfig};
 ///
 /// let config = ProbeConfig::new("https://api.solari.dev", "sk-…");
@@ -277,139 +277,6 @@ async fn probe_one(client: &Client, config: &ProbeConfig, index: u32) -> Result<
     })
 }
 
-/// The end of a hold.
-enum Held {
-    Died { cause: Cause, at: Instant },
-    Alive,
-}
-
-/// A heartbeat awaiting its reply.
-#[derive(Debug, Clone, Copy)]
-struct Beat {
-    id: u64,
-    sent: Instant,
-    /// Past this, with no reply, the session is silent.
-    deadline: Instant,
-}
-
-/// Holds the websocket idle, heartbeating, until the session dies or `until` passes. The
-/// websocket is dropped on return.
-///
-/// Each heartbeat must be answered before the next is due, except the first. That one is part
-/// of opening the session: a browser just launched (and the provider's relay reaching it) may
-/// take longer than one interval to answer anything, and that is not a death.
-async fn hold(mut ws: WebSocketStream<ConnectStream>, heartbeat: Duration, until: Instant) -> Held {
-    let mut tick = tokio::time::interval(heartbeat);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let give_up = tokio::time::sleep_until(until);
-    tokio::pin!(give_up);
-    let mut next_id: u64 = 0;
-    let mut pending: Option<Beat> = None;
-    loop {
-        tokio::select! {
-            biased;
-            message = ws.next() => match message {
-                Some(Ok(Message::Text(text))) => {
-                    if pending.is_some_and(|beat| wire::reply_id(text.as_bytes()) == Some(beat.id)) {
-                        pending = None;
-                    }
-                }
-                Some(Ok(Message::Close(_))) | None => return Held::Died { cause: Cause::Close, at: Instant::now() },
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
-            },
-            due = tick.tick() => {
-                match pending {
-                    Some(beat) if due >= beat.deadline => {
-                        return Held::Died { cause: Cause::Silence, at: beat.sent };
-                    }
-                    // The first reply has longer; send nothing more until it comes.
-                    Some(_) => continue,
-                    None => {}
-                }
-                next_id += 1;
-                let reply_within = if next_id == 1 { OPENING_TIMEOUT.max(heartbeat) } else { heartbeat };
-                let beat = Beat { id: next_id, sent: due, deadline: due + reply_within };
-                let text = wire::version_request(next_id);
-                match tokio::time::timeout(heartbeat, ws.send(Message::Text(text.into()))).await {
-                    Ok(Ok(())) => pending = Some(beat),
-                    // A peer that stops reading fills the socket; that is silence too.
-                    Err(_) => return Held::Died { cause: Cause::Silence, at: beat.sent },
-                    Ok(Err(e)) => return Held::Died { cause: read_error_cause(&e), at: Instant::now() },
-                }
-            }
-            _ = &mut give_up => return Held::Alive,
-        }
-    }
-}
-
-/// A websocket error after the handshake: the end of the close handshake is a close, any
-/// other failure a reset.
-fn read_error_cause(e: &WsError) -> Cause {
-    match e {
-        WsError::ConnectionClosed | WsError::AlreadyClosed => Cause::Close,
-        _ => Cause::Reset,
-    }
-}
-
-/// A handshake error fit for a log line. tungstenite's `Display` shows only the status of an
-/// HTTP refusal (not the response, which can echo the request). A URL in the text (an
-/// unreachable endpoint, token and all) is cut to scheme and host.
-fn handshake_error(e: &WsError) -> String {
-    redact(&e.to_string(), Diagnostics::Safe)
-}
-
-/// A created session, released on every path: by [`Lease::release`], or — if the probe is
-/// dropped or panics first — by a task its `Drop` spawns.
-struct Lease {
-    client: Client,
-    id: String,
-    released: bool,
-}
-
-impl Lease {
-    fn new(client: Client, id: String) -> Self {
-        Lease {
-            client,
-            id,
-            released: false,
-        }
-    }
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Releases the session and waits for the answer. One attempt: a failed release is not
-    /// retried by `Drop`.
-    async fn release(mut self) -> Result<(), SolariError> {
-        let result = self.client.sessions().release(&self.id).await;
-        self.released = true;
-        result
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let (client, id) = (self.client.clone(), std::mem::take(&mut self.id));
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(e) = client.sessions().release(&id).await {
-                        tracing::warn!(error = %redact(&e.to_string(), Diagnostics::Safe), "release on drop failed");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                "a probed session was dropped outside a Tokio runtime and not released"
-            ),
-        }
-    }
-}
-
 /// One line for people: `session 1: 10.2 s, close (control plane said: active)`.
 impl fmt::Display for Sample {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -468,7 +335,7 @@ impl fmt::Debug for Target {
 /// # Errors
 ///
 /// What [`probe`] reports; for an embedded gateway also what
-/// [`ensure_chromium`](outlive_cli::setup::ensure_chromium) reports, and [`ErrorKind::Gateway`] if
+/// [`ensure_chromium`](outlive_bed::setup::ensure_chromium) reports, and [`ErrorKind::Bed`] if
 /// the gateway does not start or stop cleanly.
 pub async fn run(
     target: Target,
@@ -479,14 +346,14 @@ pub async fn run(
     let (base_url, api_key, embedded) = match target {
         Target::Provider { base_url, api_key } => (base_url, api_key, None),
         Target::Embedded { lifetime } => {
-            outlive_cli::setup::ensure_chromium()?;
+            outlive_bed::setup::ensure_chromium()?;
             let gw = gateway::spawn(
                 gateway::Config::new()
                     .lifetime(lifetime)
                     .jitter(lifetime / 10),
             )
             .await
-            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+            .map_err(|e| Error::with(ErrorKind::Bed(outlive_bed::ErrorKind::Gateway), e))?;
             (gw.base_url().to_owned(), gw.api_key().to_owned(), Some(gw))
         }
     };
@@ -505,79 +372,9 @@ pub async fn run(
     if let Some(gw) = embedded {
         gw.shutdown()
             .await
-            .map_err(|e| Error::with(ErrorKind::Gateway, e))?;
+            .map_err(|e| Error::with(ErrorKind::Bed(outlive_bed::ErrorKind::Gateway), e))?;
     }
     Ok(samples)
-}
-
-/// A few lines for people: how many sessions, min/median/max lifetime, how many ended by
-/// each cause, and what the control plane said about the dead ones.
-pub fn summary(samples: &[Sample]) -> String {
-    if samples.is_empty() {
-        return "no sessions probed".to_owned();
-    }
-    let n = samples.len();
-    let mut out = format!("{n} session{} probed", if n == 1 { "" } else { "s" });
-
-    let mut lifetimes: Vec<u64> = samples.iter().filter_map(|s| s.lifetime_ms).collect();
-    lifetimes.sort_unstable();
-    match (lifetimes.first(), lifetimes.last()) {
-        (Some(&min), Some(&max)) => out.push_str(&format!(
-            "\nlifetime: min {}, median {}, max {} (over {} death{})",
-            format_ms(min),
-            format_ms(median(&lifetimes.iter().map(|&ms| ms as f64).collect::<Vec<_>>()) as u64),
-            format_ms(max),
-            lifetimes.len(),
-            if lifetimes.len() == 1 { "" } else { "s" },
-        )),
-        _ => out.push_str("\nlifetime: no session died during its hold"),
-    }
-
-    let order = ["close", "reset", "silence", "alive", "error"];
-    let mut causes: BTreeMap<(usize, &str), usize> = BTreeMap::new();
-    for s in samples {
-        let rank = order
-            .iter()
-            .position(|c| *c == s.cause)
-            .unwrap_or(order.len());
-        *causes.entry((rank, s.cause.as_str())).or_default() += 1;
-    }
-    let causes: Vec<String> = causes
-        .iter()
-        .map(|((_, c), k)| format!("{c} {k}"))
-        .collect();
-    out.push_str(&format!("\ncauses: {}", causes.join(", ")));
-
-    let mut said: BTreeMap<&str, usize> = BTreeMap::new();
-    for s in samples.iter().filter(|s| s.lifetime_ms.is_some()) {
-        *said
-            .entry(s.control_plane_said.as_deref().unwrap_or("(no answer)"))
-            .or_default() += 1;
-    }
-    if !said.is_empty() {
-        let said: Vec<String> = said
-            .iter()
-            .map(|(status, k)| format!("\"{status}\" {k}"))
-            .collect();
-        out.push_str(&format!(
-            "\ncontrol plane right after each death: {}",
-            said.join(", ")
-        ));
-    }
-    out
-}
-
-/// `850 ms`, `2.41 s`, `10 min 2.5 s`.
-fn format_ms(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms} ms"),
-        1_000..60_000 => format!("{:.2} s", ms as f64 / 1_000.0),
-        _ => format!(
-            "{} min {:.1} s",
-            ms / 60_000,
-            (ms % 60_000) as f64 / 1_000.0
-        ),
-    }
 }
 
 #[cfg(test)]
@@ -732,124 +529,6 @@ mod tests {
         assert!(shown.contains("https://h.example"), "{shown}");
     }
 
-    /// What the scripted CDP peer does with heartbeat `id`.
-    #[derive(Clone, Copy)]
-    enum Peer {
-        Reply(Duration),
-        Close,
-        Ignore,
-    }
-
-    /// A websocket peer on 127.0.0.1 that treats each heartbeat as `script` says, and the
-    /// probe's websocket to it.
-    async fn scripted(script: fn(u64) -> Peer) -> WebSocketStream<ConnectStream> {
-        use async_tungstenite::tungstenite::protocol::CloseFrame;
-        use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("ws://{}/", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let mut ws = async_tungstenite::tokio::accept_async(tcp).await.unwrap();
-            while let Some(Ok(message)) = ws.next().await {
-                // The heartbeat's id, as a browser reads a command.
-                let command: Option<serde_json::Value> =
-                    serde_json::from_slice(&message.into_data()).ok();
-                let Some(id) = command.and_then(|c| c["id"].as_u64()) else {
-                    continue;
-                };
-                match script(id) {
-                    Peer::Reply(after) => {
-                        tokio::time::sleep(after).await;
-                        let reply = format!(r#"{{"id":{id},"result":{{"product":"Fake"}}}}"#);
-                        let _ = ws.send(Message::Text(reply.into())).await;
-                    }
-                    Peer::Close => {
-                        let frame = CloseFrame {
-                            code: CloseCode::Away,
-                            reason: "gone".into(),
-                        };
-                        let _ = ws.close(Some(frame)).await;
-                    }
-                    Peer::Ignore => {}
-                }
-            }
-        });
-        connect_async(url).await.unwrap().0
-    }
-
-    fn ms_since(start: Instant, held: &Held) -> (Cause, Option<u64>) {
-        match held {
-            Held::Died { cause, at } => (*cause, Some(at.duration_since(start).as_millis() as u64)),
-            Held::Alive => (Cause::Alive, None),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_slow_first_reply_is_not_silence_but_a_later_one_is() {
-        let ws = scripted(|id| match id {
-            1 => Peer::Reply(Duration::from_millis(350)),
-            2..=4 => Peer::Reply(Duration::ZERO),
-            _ => Peer::Ignore,
-        })
-        .await;
-        let start = Instant::now();
-        let held = hold(
-            ws,
-            Duration::from_millis(100),
-            start + Duration::from_secs(10),
-        )
-        .await;
-        // Beat 1 at 0 is answered at 350 ms; beats 2-4 at 400-600 ms are answered; beat 5,
-        // sent at 700 ms, is not: silence, dated when beat 5 was sent.
-        let (cause, at) = ms_since(start, &held);
-        assert_eq!(cause, Cause::Silence);
-        assert!((650..=900).contains(&at.unwrap()), "{at:?}");
-    }
-
-    #[tokio::test]
-    async fn a_close_frame_is_a_close() {
-        let ws = scripted(|id| {
-            if id < 3 {
-                Peer::Reply(Duration::ZERO)
-            } else {
-                Peer::Close
-            }
-        })
-        .await;
-        let start = Instant::now();
-        let held = hold(
-            ws,
-            Duration::from_millis(50),
-            start + Duration::from_secs(10),
-        )
-        .await;
-        let (cause, at) = ms_since(start, &held);
-        assert_eq!(cause, Cause::Close);
-        assert!((100..=400).contains(&at.unwrap()), "{at:?}");
-    }
-
-    #[tokio::test]
-    async fn a_session_answering_to_the_end_is_alive() {
-        let ws = scripted(|_| Peer::Reply(Duration::ZERO)).await;
-        let start = Instant::now();
-        let held = hold(
-            ws,
-            Duration::from_millis(50),
-            start + Duration::from_millis(400),
-        )
-        .await;
-        assert_eq!(ms_since(start, &held), (Cause::Alive, None));
-        assert!(start.elapsed() >= Duration::from_millis(400));
-    }
-
-    #[test]
-    fn errors_after_the_handshake_are_closes_or_resets() {
-        assert_eq!(read_error_cause(&WsError::ConnectionClosed), Cause::Close);
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert_eq!(read_error_cause(&WsError::Io(reset)), Cause::Reset);
-    }
-
     #[test]
     fn samples_serialize_in_camel_case() {
         let json = serde_json::to_string(&sample(0, Some(2_400), "close", Some("active"))).unwrap();
@@ -857,44 +536,5 @@ mod tests {
             json,
             r#"{"session":0,"lifetimeMs":2400,"cause":"close","controlPlaneSaid":"active"}"#
         );
-    }
-
-    #[test]
-    fn summary_gives_min_median_max_and_causes() {
-        let samples = [
-            sample(0, Some(2_000), "close", Some("active")),
-            sample(1, Some(3_000), "silence", Some("active")),
-            sample(2, Some(2_500), "close", Some("active")),
-            sample(3, Some(4_001), "reset", None),
-            sample(4, None, "alive", Some("active")),
-            sample(5, None, "error", None),
-        ];
-        let text = summary(&samples);
-        assert!(text.starts_with("6 sessions probed"), "{text}");
-        assert!(
-            text.contains("min 2.00 s, median 2.75 s, max 4.00 s (over 4 deaths)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("causes: close 2, reset 1, silence 1, alive 1, error 1"),
-            "{text}"
-        );
-        assert!(text.contains(r#""(no answer)" 1, "active" 3"#), "{text}");
-    }
-
-    #[test]
-    fn summary_of_nothing_and_of_no_deaths() {
-        assert_eq!(summary(&[]), "no sessions probed");
-        let text = summary(&[sample(0, None, "alive", Some("active"))]);
-        assert!(text.contains("no session died"), "{text}");
-        assert!(text.contains("causes: alive 1"), "{text}");
-        assert!(!text.contains("control plane"), "{text}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(format_ms(850), "850 ms");
-        assert_eq!(format_ms(2_410), "2.41 s");
-        assert_eq!(format_ms(602_500), "10 min 2.5 s");
     }
 }

@@ -19,9 +19,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{create_out, write_json, write_text};
+use crate::error::{Error, ErrorKind};
 use crate::stats::median;
-use outlive_cli::bed::TestBed;
-use outlive_cli::{Error, ErrorKind};
+use outlive_bed::bed::TestBed;
 
 /// Screenshots per arm and page.
 const SHOTS: u32 = 60;
@@ -70,7 +70,7 @@ fn bench_error(what: impl std::fmt::Display) -> Error {
 /// [`ErrorKind::Bench`] when an arm fails or the bed does not start.
 pub async fn run(rounds: u32, out: &std::path::Path) -> Result<RelayReport, Error> {
     create_out(out)?;
-    let bed = TestBed::start(outlive_cli::bed::until_killed(Duration::ZERO)).await?;
+    let bed = TestBed::start(outlive_bed::bed::until_killed(Duration::ZERO)).await?;
     let login = format!("{}/login", bed.bank().base_url());
     let mut runs = Vec::new();
     for round in 0..rounds {

@@ -14,9 +14,9 @@ use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::{create_out, write_json, write_text};
+use crate::error::{Error, ErrorKind};
 use crate::served::{AgentConfig, AgentScript, Build, Serve, read_event, read_lines};
-use outlive_cli::bed::{TestBed, dying};
-use outlive_cli::{Error, ErrorKind};
+use outlive_bed::bed::{TestBed, dying};
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -162,7 +162,7 @@ fn growth(samples: &[Sample], measure: impl Fn(&Sample) -> f64) -> Growth {
 /// [`ErrorKind::Bench`] when the bed, `serve` or the agent cannot start;
 /// [`ErrorKind::Write`] when the results cannot be written.
 pub async fn run(config: &ServeSoakConfig, out: &Path) -> Result<ServeSoakReport, Error> {
-    outlive_cli::setup::ensure_chromium()?;
+    outlive_bed::setup::ensure_chromium()?;
     create_out(out)?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let script = AgentScript::write(dir.path())?;

@@ -9,8 +9,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use outlive_cli::bed::TestBed;
-use outlive_cli::{Error, ErrorKind};
+use crate::binary::outlive_binary;
+use crate::error::{Error, ErrorKind};
+use outlive_bed::bed::TestBed;
 
 /// The reconnecting raw-CDP agent the `serve_long` test uses too.
 const AGENT: &str = include_str!("../../cli/tests/clients/serve_agent.py");
@@ -18,7 +19,7 @@ const AGENT: &str = include_str!("../../cli/tests/clients/serve_agent.py");
 /// Which `serve` to start.
 #[derive(Debug, Clone)]
 pub enum Build {
-    /// This binary's hidden `serve` command: the product's code as built with the lab.
+    /// This build's `outlive` binary ([`outlive_binary`]).
     This,
     /// Another build's `outlive` binary (`outlive serve`, the same flags).
     Binary(PathBuf),
@@ -27,7 +28,7 @@ pub enum Build {
 impl Build {
     fn command(&self) -> Result<Command, Error> {
         let exe = match self {
-            Build::This => std::env::current_exe().map_err(bench_error)?,
+            Build::This => outlive_binary()?,
             Build::Binary(path) => path.clone(),
         };
         Ok(Command::new(exe))
@@ -47,7 +48,8 @@ impl Serve {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Bench`] when it cannot start or exits before printing its URLs.
+    /// [`ErrorKind::Bench`] when there is no `outlive` binary, or it cannot start or exits
+    /// before printing its URLs.
     pub async fn start(
         build: &Build,
         bed: &TestBed,

@@ -11,10 +11,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{create_out, write_json};
+use crate::error::{Error, ErrorKind};
 use outlive::Solari;
-use outlive_cli::bank::{BankProgress, BankTask};
-use outlive_cli::bed::{TestBed, dying};
-use outlive_cli::{Error, ErrorKind};
+use outlive_bed::bank::{BankProgress, BankTask};
+use outlive_bed::bed::{TestBed, dying};
 
 /// Soak settings.
 #[derive(Debug, Clone, Serialize)]
@@ -194,10 +194,10 @@ pub fn footprint(after_runs: u32, profiles: &std::path::Path) -> Footprint {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::NoChromium`] or [`ErrorKind::ChromiumInstall`]; whatever [`soak()`]
+/// [`ErrorKind::Bed`] if Chromium is missing and cannot be installed; whatever [`soak()`]
 /// reports; [`ErrorKind::Write`] if `out` or the report cannot be written.
 pub async fn run(config: &SoakConfig, out: &Path) -> Result<SoakReport, Error> {
-    outlive_cli::setup::ensure_chromium()?;
+    outlive_bed::setup::ensure_chromium()?;
     create_out(out)?;
     println!(
         "soak: {} runs, {} at once, sessions live {:?} ± half, deaths of every mode",

@@ -15,9 +15,10 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{create_out, write_json, write_text};
+use crate::error::{Error, ErrorKind};
 use crate::stats::median;
-use outlive_cli::bed::{TestBed, until_killed};
-use outlive_cli::{Error, ErrorKind};
+use crate::sync::lock;
+use outlive_bed::bed::{TestBed, until_killed};
 
 /// 16 localStorage items of 64 Ki characters: 1 MiB.
 const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorage.setItem('blob' + i, String(i % 10).repeat(65536)); return true; })()";
@@ -118,7 +119,7 @@ async fn arm(bed: &TestBed, urls: &[String], samples: u32) -> Result<(Vec<f64>, 
         .on_milestone(move |m| {
             if let Milestone::Checkpointed { took, bytes } = m {
                 let ms = took.as_secs_f64() * 1000.0;
-                sink.lock().expect("costs").push((ms, *bytes));
+                lock(&sink).push((ms, *bytes));
             }
         });
     let endpoints = OnceLock::new();
@@ -136,7 +137,7 @@ async fn arm(bed: &TestBed, urls: &[String], samples: u32) -> Result<(Vec<f64>, 
     outlive::serve_task(&provider, options, ready, task)
         .await
         .map_err(|e| bench_error(format!("the {}-tab arm failed: {e}", urls.len())))?;
-    let costs = costs.lock().expect("costs").clone();
+    let costs = lock(&costs).clone();
     let measured = costs.get(1..).unwrap_or_default();
     let bytes = measured.last().map_or(0, |c| c.1);
     Ok((measured.iter().map(|c| c.0).collect(), bytes))
@@ -171,7 +172,7 @@ async fn program(
         }
         for n in 0..=samples {
             checkpoint(&e.control_url).await?;
-            let got = costs.lock().expect("costs").len();
+            let got = lock(costs).len();
             if got != n as usize + 1 {
                 return Err(format!("checkpoint {n} was not taken ({got} so far)"));
             }

@@ -20,11 +20,11 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
 
+use crate::error::{Error, ErrorKind};
 use crate::served::{AgentConfig, AgentScript, Build, Serve, bench_error, read_event, read_lines};
 use crate::stats::median;
 use crate::{create_out, write_json, write_text};
-use outlive_cli::bed::{TestBed, dying};
-use outlive_cli::{Error, ErrorKind};
+use outlive_bed::bed::{TestBed, dying};
 
 /// The raw-CDP client of the latency arms.
 const CLIENT: &str = include_str!("death_client.py");
@@ -239,7 +239,7 @@ pub async fn run(config: &WeatherConfig, out: &Path) -> Result<WeatherReport, Er
             config.before.display()
         )));
     }
-    outlive_cli::setup::ensure_chromium()?;
+    outlive_bed::setup::ensure_chromium()?;
     create_out(out)?;
     let dir = tempfile::tempdir().map_err(|e| Error::with(ErrorKind::TempDir, e))?;
     let agent = AgentScript::write(dir.path())?;

@@ -10,7 +10,7 @@
 
 mod scratch;
 
-pub use scratch::{ScratchDatabase, ScratchError};
+pub use scratch::{ScratchDatabase, ScratchError, TEST_DATABASE_ENV};
 
 use std::sync::{Arc, Mutex};
 

@@ -4,6 +4,9 @@ use std::fmt;
 
 use sqlx::PgPool;
 
+/// The variable naming the PostgreSQL server the test suites create their databases on.
+pub const TEST_DATABASE_ENV: &str = "OUTLIVE_TEST_DATABASE_URL";
+
 /// A database of its own on a PostgreSQL server, for tests and benchmarks: created with a
 /// unique name next to the one `base` points at, dropped (with its connections) by
 /// [`ScratchDatabase::drop_now`]. Nothing drops it on `Drop` (that would need a runtime): a
@@ -101,6 +104,33 @@ impl ScratchDatabase {
             name,
             url: url.to_string(),
         })
+    }
+
+    /// A database of a test's own on the server [`TEST_DATABASE_ENV`] names, its commits not
+    /// waiting for the disk: on a machine whose disk stalls for seconds (other builds), a
+    /// worker's 1 s lease renewals would otherwise miss their 2 s self-stop deadline. (A lost
+    /// commit on a crash of the test server is no concern here.)
+    ///
+    /// # Panics
+    ///
+    /// If the variable is unset or the server refuses: the test cannot go on without it.
+    pub async fn for_test() -> ScratchDatabase {
+        let base = std::env::var(TEST_DATABASE_ENV).expect(
+            "OUTLIVE_TEST_DATABASE_URL: run the tests through scripts/test (it starts a local \
+             PostgreSQL with scripts/postgres), or point it at a database you may create \
+             databases in",
+        );
+        let db = ScratchDatabase::create(&base, "outlive_test")
+            .await
+            .expect("a scratch database on the server at OUTLIVE_TEST_DATABASE_URL");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        )))
+        .execute(&db.admin)
+        .await
+        .expect("synchronous_commit off on the scratch database");
+        db
     }
 
     /// Its URL (the base URL with this database's name).

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::demo::{self, DemoConfig};
+use crate::error::Error;
 
 /// The flags of `outlive demo`.
 #[derive(Debug, Args)]
@@ -29,7 +30,11 @@ pub struct DemoArgs {
 
 impl DemoArgs {
     /// Runs the demo in the terminal.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// As [`demo::run_in_terminal`].
+    pub async fn run(self) -> Result<(), Error> {
         let config = DemoConfig {
             lifetime: self.lifetime,
             task: self.task,

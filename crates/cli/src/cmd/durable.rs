@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
+use outlive_bed::bank;
+
+use crate::error::{Error, ErrorKind};
 use crate::worker::{self, WorkerSettings};
 
 /// The flags of `outlive worker`: take durable runs from the PostgreSQL queue.
@@ -96,12 +99,18 @@ pub struct RunsArgs {
 
 impl WorkerArgs {
     /// Takes runs until SIGINT or SIGTERM, then lets the runs in hand go back to the queue.
-    pub async fn run(self) -> anyhow::Result<()> {
-        // Its message names the file or the variable, and what to do.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::SealKey`], a provider flag's error, and whatever [`worker::prepare`]
+    /// and the worker report.
+    pub async fn run(self) -> Result<(), Error> {
+        // Its source names the file or the variable, and what to do.
         let key = match &self.key_file {
             Some(path) => outlive::SealKey::from_file(path),
             None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
-        }?;
+        }
+        .map_err(|e| Error::with(ErrorKind::SealKey, e))?;
         let provider = if self.provider.given() {
             Some(self.provider.provider()?)
         } else {
@@ -149,7 +158,7 @@ impl WorkerArgs {
 }
 
 /// The jobs store at `database_url`, its tables made ready.
-async fn connect_and_setup(database_url: &str) -> anyhow::Result<outlive_jobs::PgStore> {
+async fn connect_and_setup(database_url: &str) -> Result<outlive_jobs::PgStore, Error> {
     let store = outlive_jobs::PgStore::connect(database_url).await?;
     outlive_jobs::setup(&store).await?;
     Ok(store)
@@ -157,11 +166,15 @@ async fn connect_and_setup(database_url: &str) -> anyhow::Result<outlive_jobs::P
 
 impl SubmitArgs {
     /// Queues the run and prints its id.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Flag`] for an input that is not JSON, [`ErrorKind::Jobs`] otherwise.
+    pub async fn run(self) -> Result<(), Error> {
         let input: serde_json::Value = serde_json::from_str(&self.input)
-            .map_err(|e| anyhow::anyhow!("--input is not JSON: {e}"))?;
+            .map_err(|e| Error::flag("--input", format!("not JSON: {e}")))?;
         let store = connect_and_setup(&self.database_url).await?;
-        let tasks = crate::bank::tasks(None);
+        let tasks = bank::tasks(None);
         let run_id = outlive_jobs::submit(&store, &tasks, &self.task, input).await?;
         println!("{run_id}");
         Ok(())
@@ -170,7 +183,11 @@ impl SubmitArgs {
 
 impl CancelArgs {
     /// Cancels the run and says what it was.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Jobs`].
+    pub async fn run(self) -> Result<(), Error> {
         let store = connect_and_setup(&self.database_url).await?;
         let was = outlive_jobs::cancel(&store, &self.run_id).await?;
         println!("{} cancelled ({was:?} before)", self.run_id);
@@ -180,12 +197,18 @@ impl CancelArgs {
 
 impl RunsArgs {
     /// Prints every run: a table, or one JSON object per line with `--json`.
-    pub async fn run(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Jobs`], and [`ErrorKind::Encode`] if a run cannot be printed as JSON.
+    pub async fn run(self) -> Result<(), Error> {
         let store = connect_and_setup(&self.database_url).await?;
         let runs = outlive_jobs::runs(&store).await?;
         if self.json {
             for run in &runs {
-                println!("{}", serde_json::to_string(run)?);
+                let json =
+                    serde_json::to_string(run).map_err(|e| Error::with(ErrorKind::Encode, e))?;
+                println!("{json}");
             }
             return Ok(());
         }

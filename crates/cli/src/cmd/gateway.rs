@@ -1,9 +1,12 @@
 //! `outlive gateway`: a Solari-compatible gateway whose sessions die on schedule.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
+use tokio::net::TcpListener;
+
+use crate::error::{Error, ErrorKind};
 
 /// The flags of `outlive gateway`: a Solari-compatible gateway whose sessions die.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
@@ -62,10 +65,15 @@ pub struct GatewayArgs {
 
 impl GatewayArgs {
     /// Serves until `shutdown` resolves, logging at `info` (or `$RUST_LOG`) to stderr.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::GatewayOptions`] before anything listens, [`ErrorKind::Listen`], and
+    /// [`ErrorKind::Serve`] if the gateway or the bank fails.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Error> {
         tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -88,34 +96,60 @@ impl GatewayArgs {
         };
         let config = config.weather(weather(self.stall_flow, self.stall_link, self.frame_jitter));
         // Before anything listens: a bad option is reported, not a half-started gateway.
-        config.validate().context("invalid gateway options")?;
-        let listener = tokio::net::TcpListener::bind(self.listen)
-            .await
-            .with_context(|| format!("could not listen on {}", self.listen))?;
+        config
+            .validate()
+            .map_err(|e| Error::with(ErrorKind::GatewayOptions, e))?;
+        let listener = listen(self.listen, GATEWAY).await?;
         let bank = match self.bank {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("could not listen on {addr} for the bank"))?,
-            ),
+            Some(addr) => Some((listen(addr, BANK).await?, addr)),
             None => None,
         };
-        println!("gateway listening on http://{}", listener.local_addr()?);
+        println!(
+            "gateway listening on http://{}",
+            local_addr(&listener, self.listen, GATEWAY)?
+        );
         let shutdown = futures::FutureExt::shared(shutdown);
         let bank = async {
-            let Some(bank) = bank else { return Ok(()) };
-            println!("Aurora Bank listening on http://{}", bank.local_addr()?);
+            let Some((bank, addr)) = bank else {
+                return Ok(());
+            };
+            println!(
+                "Aurora Bank listening on http://{}",
+                local_addr(&bank, addr, BANK)?
+            );
             aurora::serve(bank, aurora::Config::new(), shutdown.clone())
                 .await
-                .context("the bank failed")
+                .map_err(|e| Error::with(ErrorKind::Serve { server: BANK }, e))
         };
         let gateway = async {
             gateway::serve(listener, config, shutdown.clone())
                 .await
-                .context("the gateway failed")
+                .map_err(|e| Error::with(ErrorKind::Serve { server: GATEWAY }, e))
         };
         tokio::try_join!(gateway, bank).map(|_| ())
     }
+}
+
+/// The servers, as errors name them.
+const GATEWAY: &str = "the gateway";
+const BANK: &str = "the bank";
+
+/// A listener on `addr` for `server`.
+async fn listen(addr: SocketAddr, server: &'static str) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::with(ErrorKind::Listen { addr, server }, e))
+}
+
+/// The address `listener` (asked for `addr`) got.
+fn local_addr(
+    listener: &TcpListener,
+    addr: SocketAddr,
+    server: &'static str,
+) -> Result<SocketAddr, Error> {
+    listener
+        .local_addr()
+        .map_err(|e| Error::with(ErrorKind::Listen { addr, server }, e))
 }
 
 /// The gateway's weather from the `--stall-*` and `--frame-jitter` flags.

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::RunOptionArgs;
 use super::run::EXIT_INTERNAL;
+use crate::sync::lock;
 
 /// Exit status when the task failed (threw) with its browser alive.
 pub const EXIT_TASK_FAILED: i32 = 1;
@@ -61,8 +62,7 @@ impl std::fmt::Display for TaskEnded {
 pub async fn serve(provider: &dyn Provider, args: &RunOptionArgs) -> i32 {
     let event = Arc::new(Mutex::new(None::<WideEvent>));
     let slot = event.clone();
-    let options =
-        args.options_with(move |e| *slot.lock().expect("event poisoned") = Some(e.clone()));
+    let options = args.options_with(move |e| *lock(&slot) = Some(e.clone()));
     let (said_tx, said_rx) = watch::channel(Heard::default());
     let said_tx = Arc::new(said_tx);
     // A thread, not a task: blocking reads of stdin end with the process.
@@ -83,7 +83,7 @@ pub async fn serve(provider: &dyn Provider, args: &RunOptionArgs) -> i32 {
     let task = |start: EntryStart| entry(start, said_rx.clone());
     let result = outlive::serve_task(provider, options, ready, task).await;
     signals.abort();
-    let event = event.lock().expect("event poisoned").take();
+    let event = lock(&event).take();
     let (line, code) = end_line(&result, event.as_ref());
     emit(&line);
     code

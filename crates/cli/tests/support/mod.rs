@@ -148,7 +148,7 @@ impl Provider for Tracked {
                 &self.normal
             };
             let s = inner.launch().await?;
-            if let Some(id) = outlive_cli::bed::session_id(s.endpoint()) {
+            if let Some(id) = outlive_bed::bed::session_id(s.endpoint()) {
                 self.ids.lock().unwrap().push(id.to_owned());
             }
             Ok(s)
@@ -172,15 +172,15 @@ pub const BANK_POLLS: u32 = 75;
 /// its result, wide event and sign-ins. A survival run, not an efficiency one: on a loaded
 /// 2-core machine a launch can take most of a 3 s lifetime, so the budget is generous.
 pub async fn bank_run(
-    bed: &outlive_cli::bed::TestBed,
+    bed: &outlive_bed::bed::TestBed,
     provider: &impl Provider,
 ) -> (
     Result<u32, String>,
     outlive::WideEvent,
-    outlive_cli::bank::BankProgress,
+    outlive_bed::bank::BankProgress,
 ) {
     let task = bed.task(BANK_POLLS, Duration::from_millis(100));
-    let progress = outlive_cli::bank::BankProgress::default();
+    let progress = outlive_bed::bank::BankProgress::default();
     let options = Options::new()
         .checkpoint_every(Duration::from_millis(500))
         .max_relaunches(40)
@@ -193,18 +193,18 @@ pub async fn bank_run(
 /// and a checkpoint every 500 ms; `act` runs each time a poll in `at` is done (where the test
 /// kills or faults the browser). The run's report and the task's progress.
 pub async fn bank_run_acting<P: Provider>(
-    bed: &outlive_cli::bed::TestBed,
+    bed: &outlive_bed::bed::TestBed,
     provider: &P,
     polls: u32,
     at: &'static [u32],
     options: Options,
     mut act: impl AsyncFnMut(),
 ) -> (
-    outlive::Reported<u32, outlive_cli::bank::BankError>,
-    outlive_cli::bank::BankProgress,
+    outlive::Reported<u32, outlive_bed::bank::BankError>,
+    outlive_bed::bank::BankProgress,
 ) {
     let task = bed.task(polls, Duration::from_millis(100));
-    let progress = outlive_cli::bank::BankProgress::default();
+    let progress = outlive_bed::bank::BankProgress::default();
     let (on_event, mut signals) = signal_at_polls(at);
     let options = options.checkpoint_every(Duration::from_millis(500));
     let run = task.outlive_watched(provider, &progress, &on_event, options);
@@ -225,12 +225,12 @@ pub async fn bank_run_acting<P: Provider>(
 pub fn signal_at_polls(
     polls: &'static [u32],
 ) -> (
-    impl Fn(outlive_cli::bank::BankEvent) + Send + Sync,
+    impl Fn(outlive_bed::bank::BankEvent) + Send + Sync,
     mpsc::UnboundedReceiver<()>,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let on_event = move |e: outlive_cli::bank::BankEvent| {
-        if let outlive_cli::bank::BankEvent::Polled { done, .. } = e {
+    let on_event = move |e: outlive_bed::bank::BankEvent| {
+        if let outlive_bed::bank::BankEvent::Polled { done, .. } = e {
             if polls.contains(&done) {
                 let _ = tx.send(());
             }
@@ -254,13 +254,13 @@ pub async fn next_death(
 }
 
 /// Shuts `bed` down and asserts it left no session and no Chromium process.
-pub async fn shutdown_clean(bed: outlive_cli::bed::TestBed) {
+pub async fn shutdown_clean(bed: outlive_bed::bed::TestBed) {
     let status = bed.shutdown().await.unwrap();
     assert_eq!((status.live_sessions, status.chromium_processes), (0, 0));
 }
 
 /// Shuts `bed` down and asserts every session was released and no Chromium is left.
-pub async fn shutdown_released(bed: outlive_cli::bed::TestBed) {
+pub async fn shutdown_released(bed: outlive_bed::bed::TestBed) {
     let s = bed.shutdown().await.unwrap();
     let left = (s.live_sessions, s.dead_sessions, s.chromium_processes);
     assert_eq!(left, (0, 0, 0), "sessions or Chromium left: {s:?}");
@@ -285,7 +285,7 @@ pub async fn assert_gateway_clean(gw: &gateway::Gateway) {
 /// A gateway whose sessions live long enough that only the test kills them, with `rtt`
 /// added per CDP message.
 pub async fn fault_gateway(rtt: Duration) -> gateway::Gateway {
-    gateway::spawn(outlive_cli::bed::until_killed(rtt))
+    gateway::spawn(outlive_bed::bed::until_killed(rtt))
         .await
         .unwrap()
 }

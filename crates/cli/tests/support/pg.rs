@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use outlive_cli::bed::TestBed;
+use outlive_bed::bed::TestBed;
 use outlive_jobs::PgStore;
 use outlive_testkit::ScratchDatabase;
 use tokio::process::{Child, Command};
@@ -16,32 +16,8 @@ pub struct Scratch {
 
 impl Scratch {
     pub async fn create() -> Scratch {
-        let base = std::env::var("OUTLIVE_TEST_DATABASE_URL").expect(
-            "OUTLIVE_TEST_DATABASE_URL: run the tests through scripts/test (it starts a local \
-             PostgreSQL with scripts/postgres), or point it at a database you may create \
-             databases in",
-        );
-        let db = ScratchDatabase::create(&base, "outlive_test")
-            .await
-            .expect("a scratch database on the server at OUTLIVE_TEST_DATABASE_URL");
+        let db = ScratchDatabase::for_test().await;
         let url = db.url().to_owned();
-        // Commits not waiting for the disk: on a machine whose disk stalls for seconds (other
-        // builds), a worker's 1 s lease renewals would otherwise miss their 2 s self-stop
-        // deadline and stop runs for nothing. (Only this scratch database; a lost commit on
-        // a crash of the test server is no concern here.)
-        let name = url::Url::parse(&url)
-            .unwrap()
-            .path()
-            .trim_start_matches('/')
-            .to_owned();
-        let admin = sqlx::PgPool::connect(&base).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER DATABASE {name} SET synchronous_commit = off"
-        )))
-        .execute(&admin)
-        .await
-        .unwrap();
-        admin.close().await;
         Scratch { db, url }
     }
 
@@ -120,7 +96,7 @@ pub fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
 /// Submits a run of the `bank` task: `polls` polls, `poll_every_ms` apart; answers its id.
 pub async fn submit_bank(store: &PgStore, polls: u32, poll_every_ms: u64) -> String {
     let input = serde_json::json!({ "polls": polls, "poll_every_ms": poll_every_ms });
-    outlive_jobs::submit(store, &outlive_cli::bank::tasks(None), "bank", input)
+    outlive_jobs::submit(store, &outlive_bed::bank::tasks(None), "bank", input)
         .await
         .unwrap()
 }
@@ -141,7 +117,7 @@ impl JobsBed {
         let db = Scratch::create().await;
         let store = PgStore::connect(&db.url).await.unwrap();
         outlive_jobs::setup(&store).await.unwrap();
-        let mut settings = outlive_cli::bed::dying(
+        let mut settings = outlive_bed::bed::dying(
             Duration::from_secs(300),
             Duration::ZERO,
             gateway::DeathMode::Close,

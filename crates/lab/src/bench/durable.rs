@@ -13,10 +13,12 @@ use outlive_testkit::{ScratchDatabase, ScratchError};
 use serde::Serialize;
 
 use super::records::ms;
+use crate::binary::outlive_binary;
+use crate::error::{Error, ErrorKind};
 use crate::stats::{median, percentile};
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{TestBed, until_killed};
-use outlive_cli::{Error, ErrorKind};
+use crate::sync::lock;
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{TestBed, until_killed};
 
 /// Checkpoints of one arm of the persistence measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -114,10 +116,7 @@ impl CheckpointStore for Timed {
             let len = sealed.len();
             let t = Instant::now();
             let r = self.inner.save(run_id, attempt, sealed).await;
-            self.saves
-                .lock()
-                .expect("saves")
-                .push((ms(t.elapsed()), len));
+            lock(&self.saves).push((ms(t.elapsed()), len));
             r
         })
     }
@@ -141,7 +140,7 @@ async fn checkpoint_arm(
         .checkpoint_every(Duration::from_millis(500))
         .on_milestone(move |m| {
             if let Milestone::Checkpointed { took, bytes } = m {
-                sink.lock().expect("seen").push((ms(*took), *bytes));
+                lock(&sink).push((ms(*took), *bytes));
             }
         });
     let timed = store.map(|s| {
@@ -166,11 +165,9 @@ async fn checkpoint_arm(
     if result.is_err() {
         return Err(Error::run(event));
     }
-    let seen = seen.lock().expect("seen").clone();
+    let seen = lock(&seen).clone();
     let took_ms: Vec<f64> = seen.iter().map(|s| s.0).collect();
-    let saves = timed
-        .map(|t| t.saves.lock().expect("saves").clone())
-        .unwrap_or_default();
+    let saves = timed.map(|t| lock(&t.saves).clone()).unwrap_or_default();
     let save_ms: Vec<f64> = saves.iter().map(|s| s.0).collect();
     Ok(CheckpointArm {
         arm: if store.is_some() {
@@ -214,7 +211,7 @@ async fn throughput(base: &str, shape: Shape, input: Input) -> Result<Throughput
         children.push(spawn_worker(&bed, db.url(), &key, shape)?);
     }
     wait_for_workers(&store, shape.workers).await;
-    let tasks = outlive_cli::bank::tasks(None);
+    let tasks = outlive_bed::bank::tasks(None);
     let input = serde_json::json!({
         "bank_url": bed.bank().base_url(),
         "polls": input.polls,
@@ -277,14 +274,14 @@ fn scratch_error(e: ScratchError) -> Error {
     Error::with(ErrorKind::Bench, e)
 }
 
-/// A worker: this binary's hidden `worker` command, the product's own code.
+/// A worker: the product's `outlive worker` ([`outlive_binary`]).
 fn spawn_worker(
     bed: &TestBed,
     database_url: &str,
     key: &std::path::Path,
     shape: Shape,
 ) -> Result<tokio::process::Child, Error> {
-    let exe = std::env::current_exe().map_err(|e| Error::with(ErrorKind::Run, e))?;
+    let exe = outlive_binary()?;
     let mut command = tokio::process::Command::new(&exe);
     command
         .args(["worker", "--solari-url", bed.gateway().base_url()])

@@ -8,10 +8,11 @@ use gateway::DeathMode;
 use outlive::{Cloud, DeathCause, Dialect, Milestone, Options, Provider, Solari};
 
 use super::records::*;
+use crate::error::Error;
 use crate::stats::median;
-use outlive_cli::Error;
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{Recording, TestBed, until_killed};
+use crate::sync::lock;
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{Recording, TestBed, until_killed};
 
 /// `(took in ms, bytes)` of each checkpoint, oldest first.
 pub(super) type Costs = Arc<Mutex<Vec<(f64, usize)>>>;
@@ -24,7 +25,7 @@ pub(super) fn measured_checkpoints() -> (Options, Costs) {
         .checkpoint_every(Duration::from_secs(3600))
         .on_milestone(move |m| {
             if let Milestone::Checkpointed { took, bytes } = m {
-                sink.lock().expect("costs").push((ms(*took), *bytes));
+                lock(&sink).push((ms(*took), *bytes));
             }
         });
     (options, costs)
@@ -51,18 +52,18 @@ async fn checkpoint_cost(rtt: Duration, samples: u32) -> Result<CheckpointCost, 
             let (task, progress, reset) = (&task, &progress, &reset);
             async move {
                 task.run(&page, Some(&ctx), progress, &|_| {}).await?;
-                reset.lock().expect("costs").clear(); // keep only the measured series
+                lock(reset).clear(); // keep only the measured series
                 for _ in 0..samples {
                     ctx.checkpoint().await;
                 }
-                Ok::<_, outlive_cli::bank::BankError>(())
+                Ok::<_, outlive_bed::bank::BankError>(())
             }
         },
         options,
     )
     .await;
     bed.shutdown().await?;
-    let costs = costs.lock().expect("costs").clone();
+    let costs = lock(&costs).clone();
     let took: Vec<f64> = costs.iter().map(|c| c.0).collect();
     let med = median(&took);
     Ok(CheckpointCost {
@@ -241,15 +242,13 @@ struct RecoveryRecorder {
 impl RecoveryRecorder {
     /// Records milestone `m`; each entry's attempt goes to `entered`.
     fn on(&self, m: &Milestone, entered: &tokio::sync::mpsc::UnboundedSender<u32>) {
-        let mut p = self.pending.lock().expect("pending");
+        let mut p = lock(&self.pending);
         match m {
             Milestone::PageFailed {
                 cause, detected_at, ..
             } => {
-                if let Some((how, at)) = self.broke.lock().expect("broke").take() {
-                    self.detections
-                        .lock()
-                        .expect("detections")
+                if let Some((how, at)) = lock(&self.broke).take() {
+                    lock(&self.detections)
                         .push((how, ms(detected_at.saturating_duration_since(at))));
                 }
                 *p = Some(Replacement::after(*cause));
@@ -273,7 +272,7 @@ impl RecoveryRecorder {
             } => {
                 if let (Some(r), Some(mut done)) = (replaced_in, p.take()) {
                     done.replaced_in_ms = ms(*r);
-                    self.records.lock().expect("records").push(done);
+                    lock(&self.records).push(done);
                 }
                 let _ = entered.send(*attempt);
             }
@@ -287,7 +286,7 @@ impl RecoveryRecorder {
         heartbeat: (Duration, Duration),
         event: outlive::WideEvent,
     ) -> RecoveryComparison {
-        let replacements = self.records.lock().expect("records").clone();
+        let replacements = lock(&self.records).clone();
         let of = |page: bool| -> Vec<f64> {
             replacements
                 .iter()
@@ -296,7 +295,7 @@ impl RecoveryRecorder {
                 .collect()
         };
         let (page_median_ms, relaunch_median_ms) = (median(&of(true)), median(&of(false)));
-        let detections = self.detections.lock().expect("detections").clone();
+        let detections = lock(&self.detections).clone();
         let detected = |how: Next| -> Vec<f64> {
             detections
                 .iter()
@@ -327,7 +326,7 @@ async fn break_as_planned(
     use outlive::chromiumoxide::cdp::browser_protocol::page::CrashParams;
     match next {
         Next::CrashPage => {
-            *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+            *lock(broke) = Some((next, std::time::Instant::now()));
             page.execute(CrashParams::default()).await?;
         }
         Next::HangPage => {
@@ -335,7 +334,7 @@ async fn break_as_planned(
                 .await?;
             // Let the endless script start, then stall a call on it.
             tokio::time::sleep(Duration::from_millis(100)).await;
-            *broke.lock().expect("broke") = Some((next, std::time::Instant::now()));
+            *lock(broke) = Some((next, std::time::Instant::now()));
             page.evaluate("1").await?;
         }
         // Polls until the gateway's kill makes a call fail.

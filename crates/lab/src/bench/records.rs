@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::sync::lock;
 use gateway::DeathMode;
 use outlive::{DeathCause, Outcome, WideEvent};
 use serde::Serialize;
@@ -90,19 +91,19 @@ pub(crate) trait Notes: Send + 'static {
 /// every milestone noted into `notes`: answers the result, the event, the task's progress and
 /// when the run started.
 pub(crate) async fn bank_outlive<P: outlive::Provider + ?Sized, N: Notes>(
-    bed: &outlive_cli::bed::TestBed,
+    bed: &outlive_bed::bed::TestBed,
     config: &SurvivalConfig,
     provider: &P,
     options: outlive::Options,
     notes: &std::sync::Arc<std::sync::Mutex<N>>,
 ) -> (
-    Result<u32, outlive::RunError<outlive_cli::bank::BankError>>,
+    Result<u32, outlive::RunError<outlive_bed::bank::BankError>>,
     WideEvent,
-    outlive_cli::bank::BankProgress,
+    outlive_bed::bank::BankProgress,
     tokio::time::Instant,
 ) {
     let task = bed.task(config.polls, config.lifetime / 30);
-    let progress = outlive_cli::bank::BankProgress::default();
+    let progress = outlive_bed::bank::BankProgress::default();
     let sink = notes.clone();
     let started = tokio::time::Instant::now();
     let outlive::Reported { result, event } = task
@@ -111,7 +112,7 @@ pub(crate) async fn bank_outlive<P: outlive::Provider + ?Sized, N: Notes>(
             &progress,
             config
                 .options(options)
-                .on_milestone(move |m| sink.lock().expect("notes").note(m)),
+                .on_milestone(move |m| lock(&sink).note(m)),
         )
         .await;
     (result, event, progress, started)

@@ -24,10 +24,10 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::micro::{Timed, detection, detection_through, kill_each_entry, killable_bed};
 use super::records::{Detection, ms};
+use crate::error::{Error, ErrorKind};
 use crate::stats::median;
 use crate::{create_out, write_json, write_text};
-use outlive_cli::bed::{Recording, TestBed};
-use outlive_cli::{Error, ErrorKind};
+use outlive_bed::bed::{Recording, TestBed};
 
 /// The heartbeat of every arm: the micro-measurements' (idle silence is noticed in 3 s).
 const HEARTBEAT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));

@@ -18,9 +18,10 @@ use serde::Serialize;
 
 use super::micro::measured_checkpoints;
 use super::records::ms;
+use crate::error::{Error, ErrorKind};
 use crate::stats::median;
-use outlive_cli::bed::{Recording, TestBed, until_killed};
-use outlive_cli::{Error, ErrorKind};
+use crate::sync::lock;
+use outlive_bed::bed::{Recording, TestBed, until_killed};
 
 /// 16 localStorage items of 64 KiB characters: 1 MiB.
 const SEED_LOCAL_1MIB: &str = "(() => { for (let i = 0; i < 16; i++) localStorage.setItem('blob' + i, String(i % 10).repeat(65536)); return true; })()";
@@ -236,7 +237,7 @@ async fn seed(page: &Page, seed: Seed) -> Result<(), CdpError> {
 
 fn bank_error(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::with(
-        ErrorKind::Bank,
+        ErrorKind::Bed(outlive_bed::ErrorKind::Bank),
         Box::new(e) as Box<dyn std::error::Error + Send + Sync>,
     )
 }
@@ -267,7 +268,7 @@ pub async fn capture_case(
                     page.evaluate_expression("1").await?;
                     rtts.push(ms(t.elapsed()));
                 }
-                costs.lock().expect("costs").clear();
+                lock(&costs).clear();
                 for n in 0..=samples {
                     if let (Some(after), true) = (navigated, n > 0) {
                         // Not timed: only the checkpoint after it is.
@@ -298,7 +299,7 @@ pub async fn capture_case(
     site.shutdown().await?;
     let (measured_rtt_ms, first_commands) =
         result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
-    let costs = costs.lock().expect("costs").clone();
+    let costs = lock(&costs).clone();
     let (first, unchanged) = costs
         .split_first()
         .ok_or_else(|| Error::new(ErrorKind::Run))?;
@@ -420,13 +421,13 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
                 if let Milestone::SuccessorReady { standby: true, .. } = m {
                     on_ready.send_modify(|n| *n += 1);
                 }
-                noted.lock().expect("restore marks").note(m);
+                lock(&noted).note(m);
             }),
     )
     .await;
     site.shutdown().await?;
     result.map_err(|e| Error::with(ErrorKind::Run, e.to_string()))?;
-    let case = marks.lock().expect("restore marks").case(what, standby);
+    let case = lock(&marks).case(what, standby);
     Ok(case)
 }
 
@@ -438,7 +439,7 @@ pub async fn restore_case(samples: u32, standby: bool, what: Seed) -> Result<Res
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Gateway`], [`ErrorKind::Bank`] if the test bed does not start,
+/// [`ErrorKind::Bed`] if the test bed does not start,
 /// [`ErrorKind::Run`] if a measured run fails.
 pub async fn storage(samples: u32) -> Result<StorageReport, Error> {
     let mut captures = Vec::new();

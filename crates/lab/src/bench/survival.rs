@@ -11,9 +11,10 @@ use outlive::{Milestone, Options, Outcome};
 use tokio::time::Instant;
 
 use super::records::*;
-use outlive_cli::Error;
-use outlive_cli::bank::BankProgress;
-use outlive_cli::bed::{TestBed, dying};
+use crate::error::Error;
+use crate::sync::lock;
+use outlive_bed::bank::BankProgress;
+use outlive_bed::bed::{TestBed, dying};
 
 /// Collects milestones into a run record.
 #[derive(Default)]
@@ -89,7 +90,7 @@ async fn run_outlive_arm(bed: &TestBed, config: &SurvivalConfig, index: u32) -> 
     let (result, event, progress, started) =
         bank_outlive(bed, config, &bed.provider(), Options::new(), &recorder).await;
     let total = started.elapsed();
-    let mut rec = std::mem::take(&mut *recorder.lock().expect("recorder"));
+    let mut rec = std::mem::take(&mut *lock(&recorder));
     if let Some(start) = rec.open_session.take() {
         rec.sessions.push((start, ms(total)));
     }
@@ -195,7 +196,8 @@ pub(super) async fn run_baseline_arm(
 
 /// The bench's test bed: sessions die as `config` says; room for four at once.
 pub(super) async fn dying_bed(config: &SurvivalConfig) -> Result<TestBed, Error> {
-    TestBed::start(dying(config.lifetime, config.jitter, config.death).max_sessions(4)).await
+    let gateway = dying(config.lifetime, config.jitter, config.death).max_sessions(4);
+    Ok(TestBed::start(gateway).await?)
 }
 
 /// Runs both arms, `config.tasks` each, one baseline and one outlive task at a time side by

@@ -18,7 +18,8 @@ use outlive::{Ctx, Page};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use outlive_cli::bank::{BankError, BankTask};
+use crate::sync::lock;
+use outlive_bed::bank::{BankError, BankTask};
 
 /// The task.
 #[derive(Debug, Clone)]
@@ -76,11 +77,11 @@ impl WizardProgress {
 
     /// Every step event, in order.
     pub fn log(&self) -> Vec<StepMark> {
-        self.log.lock().expect("step log poisoned").clone()
+        lock(&self.log).clone()
     }
 
     fn note(&self, step: u32, attempt: u32, event: StepEvent) {
-        self.log.lock().expect("step log poisoned").push(StepMark {
+        lock(&self.log).push(StepMark {
             at: Instant::now(),
             step,
             attempt,

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 
 use super::{create_out, timeline, write_json, write_text};
-use outlive_cli::Error;
+use crate::error::Error;
 
 pub mod durable;
 mod micro;
@@ -71,7 +71,7 @@ pub struct MicroConfig {
 /// Whatever [`survival()`] or [`micro()`] report, and [`ErrorKind::Write`] if the output
 /// directory or a result cannot be written.
 ///
-/// [`ErrorKind::Write`]: outlive_cli::ErrorKind::Write
+/// [`ErrorKind::Write`]: crate::ErrorKind::Write
 pub async fn run(plan: &BenchPlan) -> Result<(), Error> {
     let out = &plan.out;
     create_out(out)?;

@@ -10,6 +10,7 @@ use outlive::{BoxFuture, CdpEndpoint, Provider, Session, Solari};
 
 use crate::bank::BankTask;
 use crate::error::{Error, ErrorKind};
+use crate::sync::lock;
 
 /// A running Aurora Bank and gateway, and a client for the gateway. Dropping it stops both;
 /// [`TestBed::shutdown`] stops them and reports what the gateway left behind.
@@ -124,7 +125,7 @@ impl<P: Provider> Recording<P> {
 
     /// Every launched session's endpoint, oldest first.
     pub fn endpoints(&self) -> Vec<CdpEndpoint> {
-        let launched = self.launched.lock().expect("launched");
+        let launched = lock(&self.launched);
         launched
             .iter()
             .map(|(endpoint, _)| endpoint.clone())
@@ -133,13 +134,13 @@ impl<P: Provider> Recording<P> {
 
     /// The pid of every launched browser that runs on this machine, oldest first.
     pub fn pids(&self) -> Vec<u32> {
-        let launched = self.launched.lock().expect("launched");
+        let launched = lock(&self.launched);
         launched.iter().filter_map(|(_, pid)| *pid).collect()
     }
 
     /// The gateway's id of the newest session (see [`session_id`]).
     pub fn newest_session_id(&self) -> Option<String> {
-        let launched = self.launched.lock().expect("launched");
+        let launched = lock(&self.launched);
         launched
             .last()
             .and_then(|(endpoint, _)| session_id(endpoint))
@@ -149,7 +150,7 @@ impl<P: Provider> Recording<P> {
     /// Sends `signal` to every browser on this machine that is still running, but the
     /// newest: with a standby up, the task's browser (and an old standby, if one is kept).
     pub fn signal_all_but_newest(&self, signal: nix::sys::signal::Signal) {
-        let launched = self.launched.lock().expect("launched");
+        let launched = lock(&self.launched);
         let older = launched.len().saturating_sub(1);
         let me = std::process::id() as i32;
         for pid in launched[..older].iter().filter_map(|l| l.1) {
@@ -166,7 +167,7 @@ impl<P: Provider> Recording<P> {
 
     /// Sends `signal` to the newest browser, if it runs on this machine.
     pub fn signal_newest(&self, signal: nix::sys::signal::Signal) {
-        let newest = self.launched.lock().expect("launched").last().map(|l| l.1);
+        let newest = lock(&self.launched).last().map(|l| l.1);
         if let Some(Some(pid)) = newest {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
         }
@@ -181,7 +182,7 @@ impl<P: Provider> Provider for Recording<P> {
     fn launch(&self) -> BoxFuture<'_, Result<Box<dyn Session>, outlive::Error>> {
         Box::pin(self.inner.launch().inspect_ok(|session| {
             let launched = (session.endpoint().clone(), session.pid());
-            self.launched.lock().expect("launched").push(launched);
+            lock(&self.launched).push(launched);
         }))
     }
 

@@ -3,8 +3,6 @@
 //! held by a session dropped without release is freed with its connection. The tables: workers
 //! starting at once on a fresh database all set it up.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,8 +11,7 @@ use std::time::Duration;
 use outlive::{BoxFuture, CdpEndpoint, Provider, Session};
 use outlive_jobs::PgStore;
 use outlive_jobs::{LISTENER_APPLICATION, SLOT_APPLICATION, SessionLimit};
-
-use support::pg::Scratch;
+use outlive_testkit::ScratchDatabase;
 
 /// Sessions that are nothing but a count: the limit is what is tested.
 struct Counting(Arc<AtomicU32>);
@@ -79,10 +76,10 @@ async fn backends_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_launch_keeps_one_connection_and_takes_the_slot_a_release_frees() {
-    let db = Scratch::create().await;
-    let store = PgStore::connect(&db.url).await.unwrap();
+    let db = ScratchDatabase::for_test().await;
+    let store = PgStore::connect(db.url()).await.unwrap();
     let launches = Arc::new(AtomicU32::new(0));
-    let limit = Arc::new(SessionLimit::new(Counting(launches.clone()), &db.url, 1).unwrap());
+    let limit = Arc::new(SessionLimit::new(Counting(launches.clone()), db.url(), 1).unwrap());
 
     // The listener, then the first session's slot.
     let first = limit.launch().await.unwrap();
@@ -131,15 +128,16 @@ async fn a_waiting_launch_keeps_one_connection_and_takes_the_slot_a_release_free
     assert_eq!(launches.load(Ordering::SeqCst), 4);
 
     drop(limit);
-    db.drop_now(store).await;
+    store.pool().close().await;
+    db.drop_now().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_starting_at_once_on_a_fresh_database_all_set_it_up() {
-    let db = Scratch::create().await;
+    let db = ScratchDatabase::for_test().await;
     let mut stores = Vec::new();
     for _ in 0..4 {
-        stores.push(PgStore::connect(&db.url).await.unwrap());
+        stores.push(PgStore::connect(db.url()).await.unwrap());
     }
     // Without the setup lock, one of them fails on a duplicate type (pg_type's unique index).
     let setups = stores.iter().map(outlive_jobs::setup);
@@ -148,8 +146,8 @@ async fn workers_starting_at_once_on_a_fresh_database_all_set_it_up() {
     }
     let runs = outlive_jobs::runs(&stores[0]).await.unwrap();
     assert!(runs.is_empty());
-    for store in stores.drain(1..) {
+    for store in stores {
         store.pool().close().await;
     }
-    db.drop_now(stores.pop().unwrap()).await;
+    db.drop_now().await.unwrap();
 }

@@ -14,6 +14,8 @@ use outlive::{Ctx, Options, Page, Provider};
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use crate::sync::lock;
+
 /// What the task is asked to do.
 #[derive(Debug, Clone)]
 pub struct BankTask {
@@ -78,7 +80,7 @@ impl BankProgress {
 
     /// Every successful poll, in order.
     pub fn polls(&self) -> Vec<Poll> {
-        self.polls.lock().expect("poll log poisoned").clone()
+        lock(&self.polls).clone()
     }
 }
 
@@ -316,15 +318,11 @@ impl BankTask {
         while progress.polls_done() < self.polls {
             state = self.signed_in_account(page).await?;
             let done = progress.polls_done.fetch_add(1, Ordering::SeqCst) + 1;
-            progress
-                .polls
-                .lock()
-                .expect("poll log poisoned")
-                .push(Poll {
-                    at: Instant::now(),
-                    attempt,
-                    served: state.polls.trim().parse().unwrap_or(0),
-                });
+            lock(&progress.polls).push(Poll {
+                at: Instant::now(),
+                attempt,
+                served: state.polls.trim().parse().unwrap_or(0),
+            });
             on_event(BankEvent::Polled {
                 done,
                 of: self.polls,

@@ -1,0 +1,9 @@
+//! [`lock`]: the one way this crate takes a `std` mutex.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Locks `m`, poisoned or not: samples a panic left behind are still worth reading, and a
+/// second panic would hide the first.
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
