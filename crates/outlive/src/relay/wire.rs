@@ -230,7 +230,7 @@ enum Key {
 /// part read: not an object, a key of [`Head`] twice, a value of the wrong type, bad syntax
 /// around the keys, or (when read to the end) anything after the object.
 fn scan_head(bytes: &[u8], until: Until) -> Option<Head<'_>> {
-    let mut s = Scan { b: bytes, at: 0 };
+    let mut s = Scan::new(bytes);
     let mut head = Head::default();
     let mut seen = [false; 3];
     s.eat(b'{')?;
@@ -282,21 +282,22 @@ fn scan_head(bytes: &[u8], until: Until) -> Option<Head<'_>> {
     }
 }
 
-/// A cursor over a JSON text.
-struct Scan<'a> {
+/// A cursor over a JSON text (also the front's id rewriter's, `front/swap/rewrite.rs`).
+pub(crate) struct Scan<'a> {
     b: &'a [u8],
-    at: usize,
+    /// The offset of the next byte to read.
+    pub(crate) at: usize,
 }
 
 /// A JSON string as it stands in the text: quotes included.
-struct Str<'a> {
+pub(crate) struct Str<'a> {
     raw: &'a [u8],
     escaped: bool,
 }
 
 impl<'a> Str<'a> {
     /// The string's value, as serde decodes it.
-    fn text(&self) -> Option<Cow<'a, str>> {
+    pub(crate) fn text(&self) -> Option<Cow<'a, str>> {
         if self.escaped {
             return serde_json::from_slice::<String>(self.raw)
                 .ok()
@@ -322,17 +323,22 @@ impl<'a> Str<'a> {
 }
 
 impl<'a> Scan<'a> {
-    fn peek(&self) -> Option<u8> {
+    /// A cursor at the start of `b`.
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Scan { b, at: 0 }
+    }
+
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.b.get(self.at).copied()
     }
 
-    fn ws(&mut self) {
+    pub(crate) fn ws(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.at += 1;
         }
     }
 
-    fn eat(&mut self, c: u8) -> Option<()> {
+    pub(crate) fn eat(&mut self, c: u8) -> Option<()> {
         self.ws();
         (self.peek()? == c).then(|| self.at += 1)
     }
@@ -344,7 +350,7 @@ impl<'a> Scan<'a> {
     }
 
     /// The string at the cursor.
-    fn string(&mut self) -> Option<Str<'a>> {
+    pub(crate) fn string(&mut self) -> Option<Str<'a>> {
         let start = self.at;
         if self.peek()? != b'"' {
             return None;
@@ -368,7 +374,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A token that is not a string, object or array: a number, `true`, `false`, `null`.
-    fn scalar(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn scalar(&mut self) -> Option<&'a [u8]> {
         let start = self.at;
         while let Some(c) = self.peek() {
             if matches!(
@@ -383,7 +389,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Steps over the value at the cursor, by its structure only.
-    fn skip_value(&mut self) -> Option<()> {
+    pub(crate) fn skip_value(&mut self) -> Option<()> {
         match self.peek()? {
             b'"' => self.string().map(drop),
             b'{' | b'[' => self.skip_nested(),

@@ -1,0 +1,9 @@
+//! Keeping a client's connection through a browser swap (issue 51): the pure parts.
+//!
+//! * [`shape`]: the kinds of id the front keeps stable, and how a message's fields hold them.
+//! * [`schema`]: which fields of which CDP command, reply and event hold them, generated
+//!   from the protocol that chromiumoxide ships (refresh: see its header).
+
+#[rustfmt::skip] // generated (see its header)
+mod schema;
+mod shape;
