@@ -3,7 +3,11 @@
 //! * [`shape`]: the kinds of id the front keeps stable, and how a message's fields hold them.
 //! * [`schema`]: which fields of which CDP command, reply and event hold them, generated
 //!   from the protocol that chromiumoxide ships (refresh: see its header).
+//! * [`ids`]: the client's ids against the current browser's, per kind.
+//! * [`rewrite`]: a frame's ids put into the other side's terms, spliced in its bytes.
 
+mod ids;
+mod rewrite;
 #[rustfmt::skip] // generated (see its header)
 mod schema;
 mod shape;

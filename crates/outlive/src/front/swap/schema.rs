@@ -26,7 +26,7 @@ pub(super) fn event(method: &str) -> Option<&'static [Field]> {
 }
 
 /// 75 commands.
-static COMMANDS: [(&str, Method); 75] = [
+pub(super) static COMMANDS: [(&str, Method); 75] = [
     ("Accessibility.getAXNodeAndAncestors", Method { params: &[], result: &[Field::obj("nodes", &ACCESSIBILITY_AXNODE)] }),
     ("Accessibility.getChildAXNodes", Method { params: &[Field::id("frameId", Kind::Frame)], result: &[Field::obj("nodes", &ACCESSIBILITY_AXNODE)] }),
     ("Accessibility.getFullAXTree", Method { params: &[Field::id("frameId", Kind::Frame)], result: &[Field::obj("nodes", &ACCESSIBILITY_AXNODE)] }),
@@ -105,7 +105,7 @@ static COMMANDS: [(&str, Method); 75] = [
 ];
 
 /// 53 events.
-static EVENTS: [(&str, &[Field]); 53] = [
+pub(super) static EVENTS: [(&str, &[Field]); 53] = [
     ("Accessibility.loadComplete", &[Field::obj("root", &ACCESSIBILITY_AXNODE)]),
     ("Accessibility.nodesUpdated", &[Field::obj("nodes", &ACCESSIBILITY_AXNODE)]),
     ("Audits.issueAdded", &[Field::obj("issue", &AUDITS_INSPECTOR_ISSUE)]),

@@ -308,14 +308,14 @@ fn render(p: &Protocol, crate_version: &str, revision: u32) -> String {
          }}\n\
          \n\
          /// {} commands.\n\
-         static COMMANDS: [(&str, Method); {}] = [\n",
+         pub(super) static COMMANDS: [(&str, Method); {}] = [\n",
         commands.len(),
         commands.len()
     );
     out.extend(commands);
     let _ = write!(
         out,
-        "];\n\n/// {} events.\nstatic EVENTS: [(&str, &[Field]); {}] = [\n",
+        "];\n\n/// {} events.\npub(super) static EVENTS: [(&str, &[Field]); {}] = [\n",
         events.len(),
         events.len()
     );
