@@ -5,9 +5,13 @@
 //!   from the protocol that chromiumoxide ships (refresh: see its header).
 //! * [`ids`]: the client's ids against the current browser's, per kind.
 //! * [`rewrite`]: a frame's ids put into the other side's terms, spliced in its bytes.
+//! * [`sticky`]: the client's setter commands, the latest value of each, to replay.
+//! * [`fallback`]: what the front cannot carry over, by name.
 
+mod fallback;
 mod ids;
 mod rewrite;
 #[rustfmt::skip] // generated (see its header)
 mod schema;
 mod shape;
+mod sticky;

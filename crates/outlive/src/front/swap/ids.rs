@@ -40,7 +40,8 @@ impl Pairs {
         if let Some(old) = self.to_client.remove(browser) {
             self.to_browser.remove(&old);
         }
-        self.to_browser.insert(client.to_owned(), browser.to_owned());
+        self.to_browser
+            .insert(client.to_owned(), browser.to_owned());
         self.to_client.insert(browser.to_owned(), client.to_owned());
     }
 
@@ -224,7 +225,10 @@ mod tests {
         maps.bind(Kind::Target, "OLD", "NEWER");
         let mut down = maps.toward(Way::ToClient);
         assert_eq!(down.text(Kind::Target, "NEW", None), None);
-        assert_eq!(down.text(Kind::Target, "NEWER", None).as_deref(), Some("OLD"));
+        assert_eq!(
+            down.text(Kind::Target, "NEWER", None).as_deref(),
+            Some("OLD")
+        );
     }
 
     #[test]
@@ -245,7 +249,9 @@ mod tests {
         let mut maps = IdMaps::default();
         let s = Some("S");
         for n in 1..=5 {
-            let named = maps.toward(Way::ToClient).text(Kind::Script, &n.to_string(), s);
+            let named = maps
+                .toward(Way::ToClient)
+                .text(Kind::Script, &n.to_string(), s);
             assert_eq!(named, None, "identity before a swap");
         }
         maps.swapped();
@@ -255,7 +261,11 @@ mod tests {
         let mut down = maps.toward(Way::ToClient);
         assert_eq!(down.text(Kind::Script, "2", s).as_deref(), Some("3"));
         assert_eq!(down.text(Kind::Script, "5", s).as_deref(), Some("6"));
-        assert_eq!(down.text(Kind::Script, "5", s).as_deref(), Some("6"), "stable");
+        assert_eq!(
+            down.text(Kind::Script, "5", s).as_deref(),
+            Some("6"),
+            "stable"
+        );
         let mut up = maps.toward(Way::ToBrowser);
         assert_eq!(up.text(Kind::Script, "6", s).as_deref(), Some("5"));
         assert_eq!(up.text(Kind::Script, "3", s).as_deref(), Some("2"));
@@ -272,7 +282,11 @@ mod tests {
     fn contexts_are_offset_above_every_id_shown() {
         let mut maps = IdMaps::default();
         for id in [1, 7, 3] {
-            assert_eq!(maps.toward(Way::ToClient).number(Kind::ExecutionContext, id, None), None);
+            assert_eq!(
+                maps.toward(Way::ToClient)
+                    .number(Kind::ExecutionContext, id, None),
+                None
+            );
         }
         maps.swapped();
         let mut down = maps.toward(Way::ToClient);
@@ -281,9 +295,16 @@ mod tests {
         let mut up = maps.toward(Way::ToBrowser);
         assert_eq!(up.number(Kind::ExecutionContext, 9, None), Some(2));
         // The dead browser's context 7 matches nothing in the new one.
-        assert!(up.number(Kind::ExecutionContext, 7, None).is_some_and(|id| id <= 0));
+        assert!(
+            up.number(Kind::ExecutionContext, 7, None)
+                .is_some_and(|id| id <= 0)
+        );
         assert_eq!(up.number(Kind::Target, 9, None), None);
         maps.swapped();
-        assert_eq!(maps.toward(Way::ToClient).number(Kind::ExecutionContext, 1, None), Some(10));
+        assert_eq!(
+            maps.toward(Way::ToClient)
+                .number(Kind::ExecutionContext, 1, None),
+            Some(10)
+        );
     }
 }

@@ -42,7 +42,10 @@ pub(super) fn to_client<'m>(
 ) -> Option<String> {
     let head = Head::of(frame.as_bytes());
     let (body, fields) = match (head.id, head.method.as_deref()) {
-        (Some(id), _) => ("result", method_of(id).and_then(schema::command).map(|m| m.result)),
+        (Some(id), _) => (
+            "result",
+            method_of(id).and_then(schema::command).map(|m| m.result),
+        ),
         (None, Some(method)) => ("params", schema::event(method)),
         (None, None) => return None,
     };
@@ -102,7 +105,12 @@ struct Walk<'f, 't, T> {
 
 impl<T: Translate> Walk<'_, '_, T> {
     /// The frame's top level: its `sessionId` and its `body`.
-    fn top(&mut self, body: &str, fields: &'static [Field], new_session: Option<&str>) -> Option<()> {
+    fn top(
+        &mut self,
+        body: &str,
+        fields: &'static [Field],
+        new_session: Option<&str>,
+    ) -> Option<()> {
         self.members(|walk, key| match key {
             Some("sessionId") if walk.s.peek() == Some(b'"') => {
                 let start = walk.s.at;
@@ -200,6 +208,31 @@ impl<T: Translate> Walk<'_, '_, T> {
                 }
                 _ => return None,
             }
+        }
+    }
+}
+
+/// The text of member `key` of the JSON object `frame` (its first, at the top level).
+pub(super) fn member<'f>(frame: &'f str, key: &str) -> Option<&'f str> {
+    let mut s = Scan::new(frame.as_bytes());
+    s.eat(b'{')?;
+    loop {
+        s.ws();
+        if s.peek()? == b'}' {
+            return None;
+        }
+        let name = s.string()?;
+        s.eat(b':')?;
+        s.ws();
+        let start = s.at;
+        s.skip_value()?;
+        if name.text().as_deref() == Some(key) {
+            return frame.get(start..s.at);
+        }
+        s.ws();
+        match s.peek()? {
+            b',' => s.at += 1,
+            _ => return None,
         }
     }
 }

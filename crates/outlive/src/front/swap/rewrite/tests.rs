@@ -96,7 +96,10 @@ fn replies_follow_their_command() {
     assert_eq!(down(&mut maps, tree, Some("Page.getFrameTree")), expected);
     // The same frame answering another command: only the envelope.
     let other = down(&mut maps, tree, Some("Page.captureScreenshot"));
-    assert_eq!(other, tree.replace(r#""sessionId":"s2""#, r#""sessionId":"S1""#));
+    assert_eq!(
+        other,
+        tree.replace(r#""sessionId":"s2""#, r#""sessionId":"S1""#)
+    );
     // An error reply carries no id but its session.
     let error = r#"{"id":6,"error":{"code":-32000,"message":"No frame with given id found"},"sessionId":"s2"}"#;
     assert_eq!(
@@ -106,7 +109,11 @@ fn replies_follow_their_command() {
     // A script added on the new browser gets a name the client never had.
     let added = r#"{"id":7,"result":{"identifier":"1"},"sessionId":"s2"}"#;
     assert_eq!(
-        down(&mut maps, added, Some("Page.addScriptToEvaluateOnNewDocument")),
+        down(
+            &mut maps,
+            added,
+            Some("Page.addScriptToEvaluateOnNewDocument")
+        ),
         r#"{"id":7,"result":{"identifier":"1"},"sessionId":"S1"}"#,
         "the client was given no script on S1, so \"1\" is free"
     );
@@ -138,7 +145,10 @@ fn lone_surrogates_pass_untouched() {
 fn identity_maps_change_nothing() {
     let mut maps = IdMaps::default();
     let frame = r#"{"method":"Target.attachedToTarget","params":{"sessionId":"A","targetInfo":{"targetId":"B","type":"page","title":"","url":"","attached":true,"canAccessOpener":false,"browserContextId":"C"},"waitingForDebugger":false},"sessionId":"D"}"#;
-    assert_eq!(to_client(frame, |_| None, &mut maps.toward(Way::ToClient)), None);
+    assert_eq!(
+        to_client(frame, |_| None, &mut maps.toward(Way::ToClient)),
+        None
+    );
     assert_eq!(to_browser(frame, &mut maps.toward(Way::ToBrowser)), None);
 }
 
@@ -152,8 +162,23 @@ fn broken_frames_are_left_alone() {
         r#"{"id":1,"method":"Page.navigate","params":{"frameId":"T1"},"sessionId":"S1""#,
         r#"{"id":1,"method":"Page.navigate","params":{"frameId":"T1",},"sessionId":"S1"}"#,
     ] {
-        assert_eq!(to_browser(frame, &mut maps.toward(Way::ToBrowser)), None, "{frame}");
+        assert_eq!(
+            to_browser(frame, &mut maps.toward(Way::ToBrowser)),
+            None,
+            "{frame}"
+        );
     }
+}
+
+#[test]
+fn members_are_found_at_the_top_level_only() {
+    let frame = r#"{"id":1, "params" : {"result":2}, "result":{"a":[1,"}"]},"x":3}"#;
+    assert_eq!(member(frame, "result"), Some(r#"{"a":[1,"}"]}"#));
+    assert_eq!(member(frame, "params"), Some(r#"{"result":2}"#));
+    assert_eq!(member(frame, "x"), Some("3"));
+    assert_eq!(member(frame, "missing"), None);
+    assert_eq!(member("{}", "x"), None);
+    assert_eq!(member(r#"{"x":"#, "x"), None);
 }
 
 /// A stateless translation: known ids from a table, contexts offset.
@@ -217,7 +242,10 @@ struct Draw<'c> {
 
 impl Draw<'_> {
     fn pick(&mut self, n: u8) -> u8 {
-        let c = self.choices.get(self.next % self.choices.len().max(1)).copied();
+        let c = self
+            .choices
+            .get(self.next % self.choices.len().max(1))
+            .copied();
         self.next += 1;
         c.unwrap_or(0) % n
     }
