@@ -397,3 +397,260 @@ proptest! {
         let _ = to_client(&text, |_| Some("Page.getFrameTree"), &mut maps.toward(Way::ToClient));
     }
 }
+
+/// Real traffic: `rewrite/chromium.frames`, `>` what a Playwright-like client sent and `<`
+/// what Chromium answered. Taken as the new browser's, with every token the client was
+/// given paired with a client name, and contexts offset: no browser token reaches the
+/// client, and the client's commands, in its names, become the recorded ones byte for byte.
+#[test]
+fn chromium_frames_take_the_client_ids_and_back() {
+    let lines: Vec<(char, &str)> = include_str!("chromium.frames")
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(dir, frame)| dir.chars().next().map(|d| (d, frame)))
+        .collect();
+    let sent: HashMap<u64, (String, &str)> = lines
+        .iter()
+        .filter(|(d, _)| *d == '>')
+        .filter_map(|(_, f)| {
+            let head = Head::of(f.as_bytes());
+            Some((head.id?, (head.method?.into_owned(), *f)))
+        })
+        .collect();
+    let tokens = kept_tokens(&lines);
+    assert!(
+        tokens.len() >= 4,
+        "targets, sessions and contexts: {tokens:?}"
+    );
+    let mut maps = IdMaps::default();
+    maps.toward(Way::ToClient)
+        .number(Kind::ExecutionContext, 1000, None);
+    maps.swapped();
+    let client = |token: &str| format!("K-{token}");
+    for (token, kind) in &tokens {
+        maps.bind(*kind, &client(token), token);
+    }
+    let mut received = 0;
+    for (_, frame) in lines.iter().filter(|(d, _)| *d == '<') {
+        let out = to_client(
+            frame,
+            |id| sent.get(&id).map(|(m, _)| m.as_str()),
+            &mut maps.toward(Way::ToClient),
+        );
+        let out = out.as_deref().unwrap_or(frame);
+        for token in tokens.keys() {
+            assert!(
+                !out.contains(&format!("\"{token}\"")),
+                "{token} reaches the client: {out}"
+            );
+        }
+        received += 1;
+    }
+    assert!(received > 20);
+    for (_, frame) in sent.values() {
+        let mut theirs = frame.to_string();
+        for token in tokens.keys() {
+            theirs = theirs.replace(&format!("\"{token}\""), &format!("\"{}\"", client(token)));
+        }
+        theirs = offset_contexts(&theirs, 1000);
+        let back = to_browser(&theirs, &mut maps.toward(Way::ToBrowser));
+        assert_eq!(back.as_deref().unwrap_or(&theirs), *frame);
+    }
+}
+
+/// The tokens of kept kinds Chromium gave the client: targets, sessions, browser contexts.
+fn kept_tokens(lines: &[(char, &str)]) -> HashMap<String, Kind> {
+    let mut tokens = HashMap::new();
+    for (_, frame) in lines.iter().filter(|(d, _)| *d == '<') {
+        let Ok(v) = serde_json::from_str::<Value>(frame) else {
+            continue;
+        };
+        let body = if v["params"].is_object() {
+            &v["params"]
+        } else {
+            &v["result"]
+        };
+        let mut add = |v: &Value, kind| {
+            if let Some(s) = v.as_str() {
+                tokens.insert(s.to_owned(), kind);
+            }
+        };
+        add(&body["sessionId"], Kind::Session);
+        add(&body["targetId"], Kind::Target);
+        add(&body["browserContextId"], Kind::BrowserContext);
+        add(&body["targetInfo"]["targetId"], Kind::Target);
+        add(
+            &body["targetInfo"]["browserContextId"],
+            Kind::BrowserContext,
+        );
+        for info in body["targetInfos"].as_array().into_iter().flatten() {
+            add(&info["targetId"], Kind::Target);
+            add(&info["browserContextId"], Kind::BrowserContext);
+        }
+    }
+    tokens
+}
+
+/// `frame` with each `"contextId":N` (and `executionContextId`) raised by `offset`.
+fn offset_contexts(frame: &str, offset: i64) -> String {
+    let mut out = frame.to_owned();
+    for key in ["\"contextId\":", "\"executionContextId\":"] {
+        if let Some(at) = out.find(key) {
+            let start = at + key.len();
+            let end = start
+                + out[start..]
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(0);
+            if let Ok(n) = out[start..end].parse::<i64>() {
+                out.replace_range(start..end, &(n + offset).to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Records `rewrite/chromium.frames` from the Chromium on this machine: what a
+/// Playwright-like client sends to attach, set up and navigate a page (with an iframe) in a
+/// browser context of its own. Run: `cargo test -p outlive --lib capture_chromium -- --ignored`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "launches Chromium; refreshes rewrite/chromium.frames"]
+async fn capture_chromium_frames() {
+    let browser = crate::LocalChromium::new().start().await.expect("Chromium");
+    let url = browser.endpoint().expose().to_owned();
+    let (ws, _) = async_tungstenite::tokio::connect_async(url)
+        .await
+        .expect("connect");
+    let mut r = Recorder {
+        ws,
+        lines: Vec::new(),
+        next: 0,
+    };
+    let run = async {
+        r.call(None, "Browser.getVersion", json!({})).await;
+        let attach = json!({"autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true});
+        r.call(None, "Target.setAutoAttach", attach.clone()).await;
+        let context = r.call(None, "Target.createBrowserContext", json!({})).await;
+        let context = context["browserContextId"].clone();
+        let created = r
+            .call(
+                None,
+                "Target.createTarget",
+                json!({"url": "about:blank", "browserContextId": context}),
+            )
+            .await;
+        let target = created["targetId"].clone();
+        let attached = r
+            .event(|v| {
+                v["method"] == "Target.attachedToTarget"
+                    && v["params"]["targetInfo"]["targetId"] == target
+            })
+            .await;
+        let session = attached["params"]["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_owned();
+        let s = Some(session.as_str());
+        r.call(s, "Page.enable", json!({})).await;
+        r.call(s, "Page.getFrameTree", json!({})).await;
+        r.call(s, "Log.enable", json!({})).await;
+        r.call(
+            s,
+            "Page.setLifecycleEventsEnabled",
+            json!({"enabled": true}),
+        )
+        .await;
+        r.call(s, "Runtime.enable", json!({})).await;
+        let world = json!({"source": "", "worldName": "__utility_world__"});
+        r.call(s, "Page.addScriptToEvaluateOnNewDocument", world)
+            .await;
+        r.call(s, "Network.enable", json!({})).await;
+        r.call(s, "Target.setAutoAttach", attach).await;
+        r.call(s, "Runtime.runIfWaitingForDebugger", json!({}))
+            .await;
+        let page = "data:text/html,<title>one</title><iframe srcdoc='<b>child</b>'></iframe>";
+        r.call(s, "Page.navigate", json!({"url": page, "frameId": target}))
+            .await;
+        r.event(|v| v["method"] == "Page.loadEventFired").await;
+        let main = r
+            .event(|v| {
+                v["method"] == "Runtime.executionContextCreated"
+                    && v["params"]["context"]["auxData"]["isDefault"] == true
+                    && v["params"]["context"]["auxData"]["frameId"] == target
+            })
+            .await;
+        let main = main["params"]["context"]["id"].clone();
+        r.call(
+            s,
+            "Runtime.evaluate",
+            json!({"expression": "1 + 1", "contextId": main}),
+        )
+        .await;
+        r.call(s, "Page.getFrameTree", json!({})).await;
+        r.call(
+            s,
+            "Page.createIsolatedWorld",
+            json!({"frameId": target, "worldName": "w"}),
+        )
+        .await;
+        r.call(None, "Target.getTargets", json!({})).await;
+        r.call(None, "Target.closeTarget", json!({"targetId": target}))
+            .await;
+        r.event(|v| v["method"] == "Target.detachedFromTarget")
+            .await;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .expect("Chromium answers within 30 s");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/front/swap/rewrite/chromium.frames");
+    std::fs::write(path, r.lines.join("\n") + "\n").expect("write chromium.frames");
+}
+
+/// A raw CDP client that writes down every frame.
+struct Recorder {
+    ws: async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>,
+    lines: Vec<String>,
+    next: u64,
+}
+
+impl Recorder {
+    /// Sends `method` and answers its result, recording everything on the way.
+    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let mut frame = json!({"id": self.next, "method": method, "params": params});
+        if let Some(s) = session {
+            frame["sessionId"] = json!(s);
+        }
+        let text = frame.to_string();
+        self.lines.push(format!("> {text}"));
+        self.ws.send(text.into()).await.expect("send");
+        let id = self.next;
+        let reply = self.event(|v| v["id"] == id).await;
+        assert!(reply["error"].is_null(), "{method}: {reply}");
+        reply["result"].clone()
+    }
+
+    /// Reads until a frame matches `wanted`: the latest recorded, or a new one.
+    async fn event(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        use futures::StreamExt;
+        let seen = self.lines.iter().rev().filter_map(|l| l.strip_prefix("< "));
+        if let Some(v) = seen
+            .filter_map(|f| serde_json::from_str(f).ok())
+            .find(|v| wanted(v))
+        {
+            return v;
+        }
+        loop {
+            let message = self.ws.next().await.expect("open").expect("a frame");
+            let Ok(text) = message.into_text() else {
+                continue;
+            };
+            self.lines.push(format!("< {text}"));
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                if wanted(&v) {
+                    return v;
+                }
+            }
+        }
+    }
+}
