@@ -1,6 +1,6 @@
 //! A frame's ids put into the other side's terms, in its bytes (issue 51 design, §2).
 //!
-//! The rewriter walks only what the id table ([`schema`](super::schema)) names: the
+//! The rewriter walks only what the id table ([`schema`]) names: the
 //! envelope's `sessionId`, and the params, result or event params of the method, through
 //! nested objects and arrays. Everything else is stepped over by structure with the relay's
 //! cursor, and each id is spliced in place. The frame is never parsed into a
