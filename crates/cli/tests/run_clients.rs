@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::process::Command;
 
 /// Polls of the bank scripts, 400 ms apart: at least 24 s of the script's own sleeping, so
@@ -477,10 +477,11 @@ struct Serving {
 }
 
 impl Serving {
-    async fn start(bed: &Bed) -> Serving {
+    async fn start(bed: &Bed, flags: &[&str]) -> Serving {
         use tokio::io::AsyncBufReadExt;
         let mut child = Command::new(env!("CARGO_BIN_EXE_outlive"))
             .args(["serve", "--checkpoint-every", "1s", "--heartbeat", "500ms"])
+            .args(flags)
             .args(["--solari-url", bed.gateway.base_url()])
             .env("SOLARI_API_KEY", bed.gateway.api_key())
             .stdout(std::process::Stdio::piped())
@@ -555,6 +556,72 @@ impl Serving {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
     }
 
+    /// Runs `serve_kept.py` through `deaths` deaths: at each `checkpointed` it prints, the
+    /// session serving it is killed (close, reset and silence in turn) and it is told so.
+    async fn kept(&self, bed: &Bed, deaths: u32) -> Value {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let mut client = Command::new(clients().join("venv/bin/python"))
+            .arg(script("serve_kept.py"))
+            .env("OUTLIVE_CDP_URL", &self.urls["OUTLIVE_CDP_URL"])
+            .env("OUTLIVE_CONTROL_URL", &self.urls["OUTLIVE_CONTROL_URL"])
+            .env("BANK_URL", bed.bank.base_url())
+            .env("BANK_USER", bed.bank_config.username())
+            .env("BANK_PASSWORD", bed.bank_config.password())
+            .env(
+                "BANK_TOTP_SECRET",
+                bed.bank_config.totp_secret().as_base32(),
+            )
+            .env("DEATHS", deaths.to_string())
+            .env("RESULT_DIR", dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = client.stderr.take().unwrap();
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let mut stdin = client.stdin.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        let modes = [
+            gateway::DeathMode::Close,
+            gateway::DeathMode::Reset,
+            gateway::DeathMode::Silence,
+        ];
+        let mut killed = std::collections::HashSet::new();
+        let run = async {
+            let mut n = 0;
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if !line.starts_with("checkpointed") {
+                    continue;
+                }
+                // The oldest live session not killed yet serves the client (a silenced one
+                // stays listed until outlive releases it).
+                let live = bed.gateway.live_sessions();
+                let id = live.into_iter().find(|s| !killed.contains(s));
+                let id = id.expect("a live session serves the client");
+                bed.gateway.kill(&id, modes[n % 3]).await.unwrap();
+                killed.insert(id);
+                n += 1;
+                stdin.write_all(b"killed\n").await.unwrap();
+            }
+            (client.wait().await.unwrap(), n)
+        };
+        let (status, n) = tokio::time::timeout(Duration::from_secs(600), run)
+            .await
+            .expect("the client ends");
+        let stderr = stderr.await.unwrap();
+        assert!(status.success(), "{stderr}");
+        assert_eq!(n, deaths as usize, "{stderr}");
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("kept.json")).unwrap())
+            .unwrap()
+    }
+
     /// SIGTERM: it stops, exit 0.
     async fn stop(mut self) {
         nix::sys::signal::kill(
@@ -574,7 +641,7 @@ impl Serving {
 async fn serve_keeps_one_endpoint_across_a_death() {
     // Sessions outlast the test: it kills the first once the client has checkpointed.
     let bed = Bed::start(lasting(Duration::from_secs(600))).await;
-    let serve = Serving::start(&bed).await;
+    let serve = Serving::start(&bed, &["--reconnect-clients"]).await;
     let result = serve.client(&bed, "serve_client.py", "serve.json").await;
     assert_eq!(result["checkpointed"], true, "{result}");
     assert!(result["closedWith"].is_string(), "{result}");
@@ -586,13 +653,62 @@ async fn serve_keeps_one_endpoint_across_a_death() {
     bed.finish().await;
 }
 
+/// A Playwright script connects once, with no reconnect code, and works through 20 deaths
+/// of every kind. It keeps its Browser and Page, stays signed in (one TOTP in all), finds its
+/// localStorage as checkpointed after each death, and sees at most one error per death, of
+/// the kind a navigation gives a call in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_a_playwright_client_through_twenty_deaths() {
+    const DEATHS: u32 = 20;
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let result = serve.kept(&bed, DEATHS).await;
+    assert_eq!(result["samePage"], true, "{result}");
+    assert_eq!(result["connected"], true, "{result}");
+    assert_eq!(result["pageClosed"], false, "{result}");
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
+    for (n, round) in rounds.iter().enumerate() {
+        assert_eq!(
+            round["user"],
+            bed.bank_config.username(),
+            "round {n}: {result}"
+        );
+        assert_eq!(round["filled"], format!("round {n}"), "round {n}: {result}");
+        let stored = (n > 0).then(|| (n - 1).to_string());
+        assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
+    }
+    let errors = result["errors"].as_array().unwrap();
+    for n in 0..=DEATHS {
+        let of_round = errors.iter().filter(|e| e["round"] == n).count();
+        assert!(of_round <= 1, "round {n}: {result}");
+    }
+    let navigation_kind = [
+        "Execution context was destroyed",
+        "net::ERR_ABORTED",
+        "interrupted by another navigation",
+        "Inspected target navigated or closed",
+    ];
+    for e in errors {
+        let message = e["error"].as_str().unwrap();
+        assert!(
+            navigation_kind.iter().any(|k| message.contains(k)),
+            "not a navigation's error: {message}\n{result}"
+        );
+    }
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    eprintln!("errors in {DEATHS} deaths: {}", errors.len());
+    serve.stop().await;
+    bed.finish().await;
+}
+
 /// A client with two tabs reconnects after a death and finds both, the one it used last first,
 /// each at its URL with its sessionStorage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reopens_every_tab_in_order_after_a_death() {
     // Sessions outlast the test: it kills the first once the client has checkpointed.
     let bed = Bed::start(lasting(Duration::from_secs(600))).await;
-    let serve = Serving::start(&bed).await;
+    let serve = Serving::start(&bed, &["--reconnect-clients"]).await;
     let result = serve.client(&bed, "serve_tabs.py", "tabs.json").await;
     assert_eq!(result["checkpointed"], true, "{result}");
     assert!(result["closedWith"].is_string(), "{result}");
@@ -613,7 +729,7 @@ async fn serve_reopens_every_tab_in_order_after_a_death() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_loads_a_new_tab_whose_iframe_starts_as_outlive_attaches() {
     let bed = Bed::start(lasting(Duration::from_secs(600))).await;
-    let serve = Serving::start(&bed).await;
+    let serve = Serving::start(&bed, &[]).await;
     let tabs = serve.client(&bed, "serve_iframes.py", "iframes.json").await;
     let tabs = tabs.as_array().unwrap();
     assert!(tabs.len() >= 20, "{tabs:?}");

@@ -492,7 +492,10 @@ impl CdpBrowser {
         )
         .await;
         let own = self.page.target_id().as_ref().to_owned();
-        usage.tabs_ready(endpoint, std::iter::once(own).chain(ids).collect());
+        let tabs: Vec<String> = std::iter::once(own).chain(ids).collect();
+        let pairs = checkpoint.targets.iter().cloned().zip(tabs.iter().cloned());
+        usage.restored(endpoint, pairs.collect());
+        usage.tabs_ready(endpoint, tabs);
         failed
     }
 }

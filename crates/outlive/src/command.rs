@@ -352,7 +352,8 @@ where
 
 /// The front for `client`, listening; a client waits for a browser up to the navigation cap.
 async fn start_front<E>(options: &Options, client: &Client) -> Result<Front, RunError<E>> {
-    Front::start(options.navigation_timeout, client.usage.clone())
+    let carry = options.carry_clients && client.usage.reopens_tabs();
+    Front::start(options.navigation_timeout, client.usage.clone(), carry)
         .await
         .map_err(|e| {
             let why = "could not listen on 127.0.0.1 for the command's CDP endpoint";

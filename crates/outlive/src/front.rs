@@ -14,8 +14,6 @@ mod control;
 mod filter;
 mod seen;
 mod state;
-// Phase 0 of issue 51: the swap's parts, unit-tested, not yet wired into the connection.
-#[allow(dead_code)]
 mod swap;
 pub(crate) mod usage;
 mod waiting;
@@ -49,7 +47,12 @@ pub(crate) struct Front {
 impl Front {
     /// Listens on 127.0.0.1 (a free port). A client that connects between browsers waits
     /// up to `wait_limit` for the next.
-    pub(crate) async fn start(wait_limit: Duration, usage: Arc<Usage>) -> std::io::Result<Front> {
+    /// `carry`: a client's connection is carried to the next browser at a death.
+    pub(crate) async fn start(
+        wait_limit: Duration,
+        usage: Arc<Usage>,
+        carry: bool,
+    ) -> std::io::Result<Front> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let port = listener.local_addr()?.port();
         let state = Arc::new(State {
@@ -62,6 +65,7 @@ impl Front {
             wait_limit,
             closed: watch::channel(false).0,
             usage,
+            carry,
         });
         let accept = AbortOnDropHandle::new(crate::quiet::spawn(accept(listener, state.clone())));
         Ok(Front {

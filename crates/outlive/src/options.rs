@@ -89,6 +89,7 @@ pub struct Options {
     /// `None`: the lifetime the session states, if any.
     pub(crate) rotation: Option<Rotation>,
     pub(crate) standby: bool,
+    pub(crate) carry_clients: bool,
     pub(crate) dialogs: Option<Dialogs>,
     #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
@@ -126,6 +127,7 @@ impl fmt::Debug for Options {
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
+            .field("carry_clients", &self.carry_clients)
             .field("dialogs", &self.dialogs)
             .finish()
     }
@@ -158,6 +160,7 @@ impl Options {
             indexed_db_max_bytes: 16 << 20,
             rotation: None,
             standby: false,
+            carry_clients: true,
             dialogs: None,
             #[cfg(feature = "durable")]
             durable: None,
@@ -215,6 +218,17 @@ impl Options {
         ///
         /// `false`.
         fn standby(keep: bool);
+
+        /// Whether [`serve`](crate::serve) carries each client's connection to the next
+        /// browser at a death: the client sees a reload of each page, with the same targets
+        /// and sessions. A client that uses what cannot be carried (request interception, a
+        /// download, a screencast…) is closed instead, the reason in the log. `false` closes
+        /// every connection at a death, for clients that reconnect by themselves.
+        ///
+        /// # Default
+        ///
+        /// `true`.
+        fn carry_clients(carry: bool);
 
         /// Whether checkpoints hold IndexedDB: every database of every origin the page and its
         /// frames use, with versions, object stores, indexes and records. Values beyond JSON

@@ -24,6 +24,11 @@ pub struct ServeArgs {
     /// when the task does. See docs/stdio.md.
     #[arg(long)]
     pub stdio: bool,
+    /// Close each client's connection at a death, instead of carrying it to the next browser.
+    ///
+    /// For clients that reconnect by themselves and want to see each death.
+    #[arg(long)]
+    pub reconnect_clients: bool,
 }
 
 impl ServeArgs {
@@ -39,7 +44,10 @@ impl ServeArgs {
         if self.stdio {
             return super::stdio::serve(provider.as_ref(), &self.options).await;
         }
-        let mut options = self.options.options();
+        let mut options = self
+            .options
+            .options()
+            .carry_clients(!self.reconnect_clients);
         if self.options.max_sessions.is_none() {
             // An endpoint an agent keeps working is no task that may never finish: no cap.
             options = options.max_sessions(u32::MAX);

@@ -146,6 +146,7 @@ pub(crate) async fn capture_page(
         storage,
         contexts: Vec::new(),
         tabs: Vec::new(),
+        targets: Vec::new(),
         frames_unread,
         at,
         taken,

@@ -221,6 +221,9 @@ pub(crate) struct Checkpoint {
     pub(crate) contexts: Vec<ContextState>,
     /// The default context's other tabs, in the client's order (kept in memory only).
     pub(crate) tabs: Vec<TabState>,
+    /// The targets read: the tab to resume in, then `tabs`' (in memory only). The front pairs
+    /// them with the tabs a restore opens, for a client kept across the swap.
+    pub(crate) targets: Vec<String>,
     /// Frames whose storage could not be read at all.
     pub(crate) frames_unread: u64,
     /// Wall-clock time the capture started (what `ctx.resumed_from()` reports).
@@ -244,6 +247,7 @@ impl Checkpoint {
             storage: BTreeMap::new(),
             contexts: Vec::new(),
             tabs: Vec::new(),
+            targets: Vec::new(),
             frames_unread: 0,
             at: SystemTime::now(),
             taken,
@@ -259,6 +263,7 @@ impl Checkpoint {
             storage,
             contexts: Vec::new(),
             tabs: Vec::new(),
+            targets: Vec::new(),
             frames_unread: 0,
             at: SystemTime::now(),
             taken: Instant::now(),

@@ -120,6 +120,7 @@ impl Checkpoint {
             contexts: p.contexts.iter().map(ContextState::from).collect(),
             // Tabs are reopened only by `serve`, whose checkpoints are not durable.
             tabs: Vec::new(),
+            targets: Vec::new(),
             frames_unread: p.frames_unread,
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
             taken,

@@ -217,6 +217,7 @@ fn assemble(
     let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
     let mut storage = BTreeMap::new();
     let mut others = Vec::new();
+    let mut targets = vec![focused.target.clone()];
     let mut contexts: Vec<ContextState> = made_cookies
         .into_iter()
         .map(|cookies| ContextState {
@@ -229,6 +230,7 @@ fn assemble(
             c if *c == default => {
                 if !is_focus {
                     others.push(tab_state(&read.checkpoint));
+                    targets.push(read.target.clone());
                 }
                 &mut storage
             }
@@ -251,6 +253,7 @@ fn assemble(
     checkpoint.storage = storage;
     checkpoint.contexts = contexts;
     checkpoint.tabs = others;
+    checkpoint.targets = targets;
     checkpoint
 }
 

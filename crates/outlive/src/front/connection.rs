@@ -23,10 +23,13 @@ use serde_json::json;
 use super::filter::WorldFilter;
 use super::seen::{Heard, Seen};
 use super::state::{Reply, Serving, State, refuse};
+use super::swap::{Link, Out, Reason};
 use super::waiting::ProgramCalls;
 use crate::ctx::Ctx;
 use crate::endpoint::CdpEndpoint;
 
+/// The least a client is held while its browser is replaced (the front's wait limit if longer).
+const HOLD_LIMIT: Duration = Duration::from_secs(120);
 /// How long a closing connection waits for its close frame to go out.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
@@ -90,59 +93,289 @@ enum End {
     BrowserGone,
     /// The entry it belonged to ended (or the front closed).
     EntryOver,
+    /// The front closed: no browser comes next.
+    FrontClosed,
+    /// No browser came up within the front's limit.
+    NoBrowser,
+    /// The browser's socket could not be opened.
+    Unreachable,
+    /// The connection cannot be carried to the next browser, for this reason.
+    Uncarried(Reason),
 }
 
-/// One client connection: waits for a browser, connects to it, forwards until one side goes
-/// or the entry ends.
-async fn client_connection<S>(state: Arc<State>, mut client: WebSocketStream<S>)
+/// What a generation's loop woke up for.
+enum Event {
+    Client(Option<Result<Message, WsError>>),
+    Browser(Option<Result<Message, WsError>>),
+    /// A reply the front gives itself (see `Seen`).
+    Answer(String),
+    /// The swap step's deadline.
+    Deadline,
+    /// The entry ended.
+    Over,
+    /// The front closed.
+    Closed,
+}
+
+type WsError = async_tungstenite::tungstenite::Error;
+type ClientTx<S> = WebSocketSender<S>;
+type ClientRx<S> = WebSocketReceiver<S>;
+
+/// One client connection: waits for a browser, connects to it, and forwards until one side
+/// goes. At a death it stays: the client is carried to the next browser (see `swap`), unless
+/// it uses what cannot be carried, and then it is closed as the end requires.
+async fn client_connection<S>(state: Arc<State>, client: WebSocketStream<S>)
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
 {
-    let Some(current) = next_browser(&state).await else {
-        let why = "no browser came up in time; try again";
-        return close(&mut client, CloseCode::Again, why).await;
-    };
-    let Some(upstream) = connect_upstream(&current.endpoint).await else {
-        return close(&mut client, CloseCode::Error, "the browser is unreachable").await;
-    };
-    tracing::debug!(
-        generation = current.generation,
-        "client connected to the browser"
-    );
     let (mut client_tx, mut client_rx) = client.split();
+    let mut link = Link::default();
+    let Some(mut current) = next_browser(&state).await else {
+        return finish(client_tx, client_rx, End::NoBrowser).await;
+    };
+    loop {
+        let Some(upstream) = connect_upstream(&current.endpoint).await else {
+            return finish(client_tx, client_rx, End::Unreachable).await;
+        };
+        tracing::debug!(
+            generation = current.generation,
+            "client connected to the browser"
+        );
+        let end = generation(
+            &state,
+            &current,
+            &mut link,
+            &mut client_tx,
+            &mut client_rx,
+            upstream,
+        )
+        .await;
+        if !matches!(end, End::BrowserGone | End::EntryOver) || !state.carry {
+            return finish(client_tx, client_rx, end).await;
+        }
+        let next = match link.died() {
+            Ok(out) => match send_all(&mut client_tx, out.client).await {
+                true => hold(&state, current.generation, &mut link, &mut client_rx).await,
+                false => return,
+            },
+            Err(reason) => Err(End::Uncarried(reason)),
+        };
+        let next =
+            next.and_then(
+                |next| match next.endpoint.expose() == current.endpoint.expose() {
+                    true => Err(End::Uncarried(Reason::PageDeath)),
+                    false => Ok(next),
+                },
+            );
+        match next {
+            Ok(next) => current = next,
+            Err(end) => return finish(client_tx, client_rx, end).await,
+        }
+    }
+}
+
+/// Reads the client into the link while the browser is replaced, until the next one is
+/// served (within the front's limit).
+async fn hold<S>(
+    state: &State,
+    dead: u64,
+    link: &mut Link,
+    client_rx: &mut ClientRx<S>,
+) -> Result<Serving, End>
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    let mut serving = state.serving.subscribe();
+    let mut closed = state.closed.subscribe();
+    let next = |s: &Option<Serving>| {
+        s.as_ref()
+            .is_some_and(|s| s.generation > dead && !s.ctx.is_retired())
+    };
+    let limit = tokio::time::sleep(state.wait_limit.max(HOLD_LIMIT));
+    tokio::pin!(limit);
+    loop {
+        tokio::select! {
+            s = serving.wait_for(next) => {
+                return s.ok().and_then(|s| s.clone()).ok_or(End::FrontClosed);
+            }
+            m = client_rx.next() => match m {
+                Some(Ok(Message::Text(t))) => {
+                    if let Err(reason) = link.from_client(t.as_str().to_owned()) {
+                        return Err(End::Uncarried(reason));
+                    }
+                }
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return Err(End::ClientGone),
+                Some(Ok(_)) => {}
+            },
+            () = &mut limit => return Err(End::Uncarried(Reason::SwapTimedOut)),
+            _ = closed.wait_for(|c| *c) => return Err(End::FrontClosed),
+        }
+    }
+}
+
+/// One browser's part of a connection: the link rebound to it if it is not the first, then
+/// frames both ways until one side goes or the entry ends.
+async fn generation<S>(
+    state: &State,
+    current: &Serving,
+    link: &mut Link,
+    client_tx: &mut ClientTx<S>,
+    client_rx: &mut ClientRx<S>,
+    upstream: WebSocketStream<ConnectStream>,
+) -> End
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut filter = WorldFilter::default();
     let program = ProgramCalls::new(current.ctx.link().calls.clone());
     let (seen, mut answered) = Seen::new(&state.usage, &current.endpoint, program);
-    let end = {
-        let to_browser = client_to_browser(&mut client_rx, &mut up_tx, &seen, &current.ctx);
-        let to_client = browser_to_client(
-            &mut up_rx,
-            &mut client_tx,
-            &mut filter,
-            &seen,
-            &mut answered,
-        );
-        let mut serving = state.serving.subscribe();
-        let mut closed = state.closed.subscribe();
-        let over = async {
-            let generation = current.generation;
-            let _ = serving
-                .wait_for(|s| s.as_ref().map(|s| s.generation) != Some(generation))
-                .await;
+    let mut to = Sides {
+        client: client_tx,
+        browser: &mut up_tx,
+        seen: &seen,
+        ctx: &current.ctx,
+    };
+    if link.swapping() {
+        let pairs = state.usage.restored_pairs(current.endpoint.expose());
+        let out = match link.rebind(&pairs) {
+            Ok(out) => out,
+            Err(reason) => return End::Uncarried(reason),
         };
-        tokio::select! {
-            end = to_browser => end,
-            end = to_client => end,
-            () = over => End::EntryOver,
-            _ = closed.wait_for(|c| *c) => End::EntryOver,
+        if let Some(end) = to.send(out).await {
+            return end;
+        }
+    }
+    let mut serving = state.serving.subscribe();
+    let mut closed = state.closed.subscribe();
+    let over = async {
+        let generation = current.generation;
+        let _ = serving
+            .wait_for(|s| s.as_ref().map(|s| s.generation) != Some(generation))
+            .await;
+    };
+    tokio::pin!(over);
+    let end = loop {
+        let deadline = link.deadline();
+        let until = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            m = client_rx.next() => Event::Client(m),
+            m = up_rx.next() => Event::Browser(m),
+            Some(answer) = answered.recv() => Event::Answer(answer),
+            () = until => Event::Deadline,
+            () = &mut over => Event::Over,
+            _ = closed.wait_for(|c| *c) => Event::Closed,
+        };
+        let out = match event {
+            Event::Client(Some(Ok(Message::Text(t)))) => link.from_client(t.as_str().to_owned()),
+            Event::Client(Some(Ok(m @ Message::Binary(_)))) => {
+                if to.browser.send(m).await.is_err() {
+                    break End::BrowserGone;
+                }
+                continue;
+            }
+            Event::Client(Some(Ok(Message::Close(_)) | Err(_)) | None) => break End::ClientGone,
+            Event::Browser(Some(Ok(Message::Text(t)))) => {
+                Ok(from_browser(link, &seen, &mut filter, t.as_str()))
+            }
+            Event::Browser(Some(Ok(m @ Message::Binary(_)))) => {
+                if to.client.send(m).await.is_err() {
+                    break End::ClientGone;
+                }
+                continue;
+            }
+            Event::Browser(Some(Ok(Message::Close(_)) | Err(_)) | None) => break End::BrowserGone,
+            Event::Client(Some(Ok(_))) | Event::Browser(Some(Ok(_))) => continue,
+            Event::Answer(answer) => Ok(link.from_browser(&answer)),
+            Event::Deadline => link.timed_out(),
+            Event::Over => break End::EntryOver,
+            Event::Closed => break End::FrontClosed,
+        };
+        match out {
+            Ok(out) => {
+                if let Some(end) = to.send(out).await {
+                    break end;
+                }
+            }
+            Err(reason) => break End::Uncarried(reason),
         }
     };
     let _ = up_tx.close(None).await;
-    drop((up_tx, up_rx));
-    if let Ok(client) = WebSocketStream::reunite(client_tx, client_rx) {
-        finish(client, end).await;
+    end
+}
+
+/// A browser's frame through the connection's bookkeeping and filter, then the link.
+fn from_browser(link: &mut Link, seen: &Seen<'_>, filter: &mut WorldFilter, frame: &str) -> Out {
+    let frames = match seen.on_browser(frame) {
+        Some(frames) => frames,
+        None if filter.passes(frame) => return link.from_browser(frame),
+        None => return Out::default(),
+    };
+    let mut out = Out::default();
+    for f in frames {
+        let o = link.from_browser(&f);
+        out.client.extend(o.client);
+        out.own.extend(o.own);
+        out.browser.extend(o.browser);
     }
+    out
+}
+
+/// Where a generation's frames go.
+struct Sides<'a, 's, S> {
+    client: &'a mut ClientTx<S>,
+    browser: &'a mut WebSocketSender<ConnectStream>,
+    seen: &'a Seen<'s>,
+    ctx: &'a Ctx,
+}
+
+impl<S> Sides<'_, '_, S>
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    /// Sends what the link asks; the end, if a side went (or the client closed the browser).
+    async fn send(&mut self, out: Out) -> Option<End> {
+        for frame in out.client {
+            if self.client.send(Message::text(frame)).await.is_err() {
+                return Some(End::ClientGone);
+            }
+        }
+        for frame in out.own {
+            if self.browser.send(Message::text(frame)).await.is_err() {
+                return Some(End::BrowserGone);
+            }
+        }
+        for frame in out.browser {
+            match self.seen.on_client(&frame) {
+                Heard::Forward => {}
+                Heard::Answered => continue,
+                Heard::CloseBrowser(id) => return Some(End::ClientClosedBrowser(id)),
+            }
+            if self.browser.send(Message::text(frame)).await.is_err() {
+                return Some(End::BrowserGone);
+            }
+            self.ctx.note_client_used();
+        }
+        None
+    }
+}
+
+/// Sends frames to the client; whether it is still there.
+async fn send_all<S>(client_tx: &mut ClientTx<S>, frames: Vec<String>) -> bool
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    for frame in frames {
+        if client_tx.send(Message::text(frame)).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The entry served now, once one is up and live, waiting at most the front's limit.
@@ -158,98 +391,40 @@ async fn next_browser(state: &State) -> Option<Serving> {
 }
 
 /// Tells the client why its connection ends, as the end requires.
-async fn finish<S>(mut client: WebSocketStream<S>, end: End)
+async fn finish<S>(tx: ClientTx<S>, rx: ClientRx<S>, end: End)
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
 {
-    match end {
-        End::ClientGone => {}
+    let Ok(mut client) = WebSocketStream::reunite(tx, rx) else {
+        return;
+    };
+    let (code, why) = match end {
+        End::ClientGone => return,
         End::ClientClosedBrowser(id) => {
             let done = json!({ "id": id, "result": {} }).to_string();
             let _ = client.send(Message::text(done)).await;
-            close(&mut client, CloseCode::Normal, "the browser is closed").await;
+            (CloseCode::Normal, "the browser is closed".to_owned())
         }
-        End::BrowserGone | End::EntryOver => {
-            let why = "the browser is gone; outlive is replacing it";
-            close(&mut client, CloseCode::Away, why).await;
+        End::NoBrowser => (
+            CloseCode::Again,
+            "no browser came up in time; try again".to_owned(),
+        ),
+        End::Unreachable => (CloseCode::Error, "the browser is unreachable".to_owned()),
+        End::Uncarried(reason) => {
+            tracing::info!(
+                reason = reason.name(),
+                "a client's connection was closed at a death: {reason}"
+            );
+            let why =
+                format!("the browser is gone; this connection cannot be carried over: {reason}");
+            (CloseCode::Away, why)
         }
-    }
-}
-
-/// Forwards the client's text and binary messages to the browser until one side goes; a
-/// `Browser.close` ends the connection instead (the client is done, the browser lives on).
-async fn client_to_browser<S>(
-    client_rx: &mut WebSocketReceiver<S>,
-    up_tx: &mut WebSocketSender<ConnectStream>,
-    seen: &Seen<'_>,
-    ctx: &Ctx,
-) -> End
-where
-    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
-{
-    while let Some(m) = client_rx.next().await {
-        match m {
-            Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
-                if let Message::Text(t) = &m {
-                    match seen.on_client(t.as_str()) {
-                        Heard::Forward => {}
-                        Heard::Answered => continue,
-                        Heard::CloseBrowser(id) => return End::ClientClosedBrowser(id),
-                    }
-                }
-                if up_tx.send(m).await.is_err() {
-                    return End::BrowserGone;
-                }
-                ctx.note_client_used();
-            }
-            Ok(Message::Close(_)) | Err(_) => return End::ClientGone,
-            Ok(_) => {}
-        }
-    }
-    End::ClientGone
-}
-
-/// Forwards the browser's messages to the client, those `filter` holds back excepted, and the
-/// front's own replies (`answered`), until one side goes.
-async fn browser_to_client<S>(
-    up_rx: &mut WebSocketReceiver<ConnectStream>,
-    client_tx: &mut WebSocketSender<S>,
-    filter: &mut WorldFilter,
-    seen: &Seen<'_>,
-    answered: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-) -> End
-where
-    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
-{
-    loop {
-        let m = tokio::select! {
-            m = up_rx.next() => m,
-            Some(answer) = answered.recv() => Some(Ok(Message::text(answer))),
-        };
-        let Some(m) = m else {
-            return End::BrowserGone;
-        };
-        let m = match m {
-            Ok(Message::Text(t)) => match seen.on_browser(t.as_str()) {
-                Some(frames) => {
-                    for f in frames {
-                        if client_tx.send(Message::text(f)).await.is_err() {
-                            return End::ClientGone;
-                        }
-                    }
-                    continue;
-                }
-                None if filter.passes(t.as_str()) => Message::Text(t),
-                None => continue,
-            },
-            Ok(m @ Message::Binary(_)) => m,
-            Ok(Message::Close(_)) | Err(_) => return End::BrowserGone,
-            Ok(_) => continue,
-        };
-        if client_tx.send(m).await.is_err() {
-            return End::ClientGone;
-        }
-    }
+        End::BrowserGone | End::EntryOver | End::FrontClosed => (
+            CloseCode::Away,
+            "the browser is gone; outlive is replacing it".to_owned(),
+        ),
+    };
+    close(&mut client, code, &why).await;
 }
 
 /// A websocket to the browser; `None` if it cannot be opened.

@@ -40,6 +40,8 @@ pub(super) struct State {
     pub(super) closed: watch::Sender<bool>,
     /// What the clients do with the browser served now (the capture reads it).
     pub(super) usage: Arc<Usage>,
+    /// Whether a client's connection is carried to the next browser at a death.
+    pub(super) carry: bool,
 }
 
 /// An answer to a request, with a JSON body.

@@ -7,11 +7,16 @@
 //! * [`rewrite`]: a frame's ids put into the other side's terms, spliced in its bytes.
 //! * [`sticky`]: the client's setter commands, the latest value of each, to replay.
 //! * [`fallback`]: what the front cannot carry over, by name.
+//! * [`link`]: one client's connection across browsers, the swap as a state machine.
 
 mod fallback;
 mod ids;
+mod link;
 mod rewrite;
 #[rustfmt::skip] // generated (see its header)
 mod schema;
 mod shape;
 mod sticky;
+
+pub(super) use fallback::Reason;
+pub(super) use link::{Link, Out};

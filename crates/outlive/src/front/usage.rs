@@ -58,6 +58,8 @@ struct Browser {
     /// The page targets in the client's order: outlive's page (the tab to resume in) first,
     /// then the tabs reopened or made by the client, as they came.
     tabs: Vec<String>,
+    /// The tabs a restore opened, each with the dead browser's target it stands for.
+    restored: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +109,23 @@ impl Usage {
     /// The tabs of the browser at `endpoint` in the client's order, outlive's page first.
     pub(crate) fn tabs_ready(&self, endpoint: &str, ids: Vec<String>) {
         self.browsers().entry(endpoint.to_owned()).or_default().tabs = ids;
+    }
+
+    /// The tabs of the browser at `endpoint` stand for these (old, new) targets of the browser
+    /// its checkpoint was read in: a client kept across the swap finds its pages by them.
+    pub(crate) fn restored(&self, endpoint: &str, pairs: Vec<(String, String)>) {
+        self.browsers()
+            .entry(endpoint.to_owned())
+            .or_default()
+            .restored = pairs;
+    }
+
+    /// The (old, new) target pairs of the browser at `endpoint` (see [`Self::restored`]).
+    pub(crate) fn restored_pairs(&self, endpoint: &str) -> Vec<(String, String)> {
+        self.browsers()
+            .get(endpoint)
+            .map(|b| b.restored.clone())
+            .unwrap_or_default()
     }
 
     /// Outlive's page at `endpoint` was replaced by `new`: the new one comes first.

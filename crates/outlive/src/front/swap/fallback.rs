@@ -16,7 +16,7 @@ use crate::relay::wire::{Head, mend_lone_surrogates};
 
 /// Why a connection cannot be carried over.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Reason {
+pub(crate) enum Reason {
     /// Requests paused for the client (`Fetch.enable`, `Network.setRequestInterception`):
     /// Playwright's `route()` and `httpCredentials`.
     Interception(String),
@@ -35,11 +35,20 @@ pub(super) enum Reason {
     ExposedProtocol,
     /// A setter the front does not know how to replay.
     UnknownState(String),
+    /// A page the client holds was not opened again on the next browser (no checkpoint
+    /// named it, or it could not be reopened).
+    TabNotReopened,
+    /// The client sent more than the front holds while the browser was replaced.
+    HoldOverflow,
+    /// The next browser did not take the client's state in time.
+    SwapTimedOut,
+    /// The browser lives and a page of it died: phase 1 carries whole browsers only.
+    PageDeath,
 }
 
 impl Reason {
     /// A short stable name, for the wide event.
-    pub(super) fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Reason::Interception(_) => "interception",
             Reason::Download => "download",
@@ -49,6 +58,10 @@ impl Reason {
             Reason::NonFlatSession => "non_flat_session",
             Reason::ExposedProtocol => "exposed_protocol",
             Reason::UnknownState(_) => "unknown_state",
+            Reason::TabNotReopened => "tab_not_reopened",
+            Reason::HoldOverflow => "hold_overflow",
+            Reason::SwapTimedOut => "swap_timed_out",
+            Reason::PageDeath => "page_death",
         }
     }
 }
@@ -64,6 +77,10 @@ impl fmt::Display for Reason {
             Reason::NonFlatSession => f.write_str("a non-flat session (flatten: false)"),
             Reason::ExposedProtocol => f.write_str("Target.exposeDevToolsProtocol"),
             Reason::UnknownState(method) => write!(f, "state the front cannot replay ({method})"),
+            Reason::TabNotReopened => f.write_str("a page it holds was not reopened"),
+            Reason::HoldOverflow => f.write_str("it sent too much while the browser was replaced"),
+            Reason::SwapTimedOut => f.write_str("the next browser did not take its state in time"),
+            Reason::PageDeath => f.write_str("a page died in a live browser"),
         }
     }
 }

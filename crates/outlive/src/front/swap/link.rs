@@ -1,0 +1,711 @@
+//! One client's connection across browsers (issue 51): what it was shown, and the swap from a
+//! dead browser to the next, as a state machine fed frame by frame.
+//!
+//! At a death ([`Link::died`]) evaluations in flight fail as at a navigation, the rest wait,
+//! and the client's new commands are held. On the next browser ([`Link::rebind`]) the front
+//! replays the client's state (root first; each kept page once it attaches), then loads each
+//! kept page once: the client sees a reload, in Chrome's own events. Then what waited is sent.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::fallback::{Reason, Uncarried};
+use super::ids::{IdMaps, Way};
+use super::rewrite::{member, to_browser, to_client};
+use super::shape::Kind;
+use super::sticky::Sticky;
+use crate::relay::wire::{Head, mend_lone_surrogates};
+
+/// Ids of the front's own commands on a client's upstream: above any a client uses.
+const OWN_BASE: u64 = 1_950_000_000;
+/// The most a client may send while its browser is replaced.
+const HOLD_FRAMES: usize = 10_000;
+const HOLD_BYTES: usize = 64 << 20;
+/// How long the replay may take on the next browser before the swap gives up.
+const REPLAY_LIMIT: Duration = Duration::from_secs(10);
+/// How long the pages' loads may take before what waits is sent anyway.
+const LOAD_LIMIT: Duration = Duration::from_secs(30);
+/// The answer Chrome gives calls in flight at a cross-process navigation; clients match it.
+const NAVIGATED: &str = "Inspected target navigated or closed";
+
+/// Frames to send, as the link asks.
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    /// To the client.
+    pub(crate) client: Vec<String>,
+    /// The front's own commands, to the browser as they are.
+    pub(crate) own: Vec<String>,
+    /// The client's commands, to the browser (through the connection's bookkeeping).
+    pub(crate) browser: Vec<String>,
+}
+
+/// A command the client sent and the browser has not answered, in the client's ids.
+#[derive(Debug)]
+struct Pending {
+    method: String,
+    frame: String,
+}
+
+/// A client session: its target (the client's id), type, parent session and context.
+#[derive(Debug, Clone)]
+struct Session {
+    target: String,
+    kind: String,
+    parent: Option<String>,
+    context: Option<String>,
+}
+
+/// A front's own command waiting for its answer.
+#[derive(Debug)]
+enum Own {
+    Replay {
+        session: Option<String>,
+        script: Option<String>,
+    },
+    Navigate {
+        session: String,
+    },
+}
+
+/// Where a swap is.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Waiting for the next browser.
+    Holding,
+    /// Replaying the client's state.
+    Replaying,
+    /// The kept pages load.
+    Loading,
+}
+
+/// One swap in progress.
+#[derive(Debug)]
+struct Swap {
+    step: Step,
+    /// The client's page sessions to carry over, by the client's target id.
+    kept: HashMap<String, String>,
+    /// Kept sessions attached on the new browser.
+    attached: HashSet<String>,
+    /// Sessions whose events are dropped until their page loads: the replay's echoes.
+    quiet: HashSet<String>,
+    /// A client's `Page.navigate`/`reload` in flight at the death, per session: re-sent as
+    /// that page's load.
+    navigations: HashMap<String, u64>,
+    /// Sessions whose page has not committed its load yet.
+    loading: HashSet<String>,
+    /// The client's navigations re-sent as a page's load, by id: their session.
+    reloading: HashMap<u64, String>,
+    own: HashMap<u64, Own>,
+    /// The client's commands in flight at the death, re-sent once the pages are loaded.
+    resend: Vec<u64>,
+    /// The client's commands read during the swap, in order.
+    held: Vec<String>,
+    held_bytes: usize,
+    deadline: Option<Instant>,
+}
+
+impl Swap {
+    fn new() -> Swap {
+        Swap {
+            step: Step::Holding,
+            kept: HashMap::new(),
+            attached: HashSet::new(),
+            quiet: HashSet::new(),
+            navigations: HashMap::new(),
+            loading: HashSet::new(),
+            reloading: HashMap::new(),
+            own: HashMap::new(),
+            resend: Vec::new(),
+            held: Vec::new(),
+            held_bytes: 0,
+            deadline: None,
+        }
+    }
+}
+
+/// One client connection's view, across browsers (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct Link {
+    ids: IdMaps,
+    sticky: Sticky,
+    uncarried: Uncarried,
+    pending: HashMap<u64, Pending>,
+    /// The client's sessions, in its ids.
+    sessions: HashMap<String, Session>,
+    /// Every browser's target ids the client was shown, to the client's id.
+    targets: HashMap<String, String>,
+    /// The last main-frame URL of each client target.
+    urls: HashMap<String, String>,
+    swap: Option<Swap>,
+    next_own: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct TargetInfo {
+    target_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    url: String,
+    browser_context_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Attached {
+    session_id: String,
+    target_info: TargetInfo,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Detached {
+    session_id: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Frame {
+    parent_id: Option<String>,
+    url: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Navigated {
+    frame: Frame,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Answer {
+    identifier: Option<String>,
+    error_text: Option<String>,
+    /// Absent for a same-document navigation: no `frameNavigated` follows.
+    loader_id: Option<String>,
+}
+
+/// The fields of `json` serde reads (a lone surrogate mended first); defaults if none.
+fn read<T: DeserializeOwned + Default>(json: Option<&str>) -> T {
+    let Some(json) = json else {
+        return T::default();
+    };
+    serde_json::from_str(json)
+        .or_else(|e| match mend_lone_surrogates(json.as_bytes()) {
+            Some(mended) => serde_json::from_slice(&mended),
+            None => Err(e),
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a `Page.navigate` answered so commits a new document (else it failed, or stayed in
+/// the document).
+fn commits(frame: &str, answer: &Answer) -> bool {
+    member(frame, "error").is_none() && answer.error_text.is_none() && answer.loader_id.is_some()
+}
+
+/// An error answer to the client's command `id` on `session`.
+fn error_answer(id: u64, session: Option<&str>, message: &str) -> String {
+    let mut v = serde_json::json!({ "id": id, "error": { "code": -32000, "message": message } });
+    if let Some(s) = session {
+        v["sessionId"] = s.into();
+    }
+    v.to_string()
+}
+
+impl Link {
+    /// Whether a swap is under way: the client's commands are held.
+    pub(crate) fn swapping(&self) -> bool {
+        self.swap.is_some()
+    }
+
+    /// When the swap step under way gives up (see [`Self::timed_out`]).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.swap.as_ref().and_then(|s| s.deadline)
+    }
+
+    /// A command from the client: held during a swap, else in the browser's ids.
+    pub(crate) fn from_client(&mut self, frame: String) -> Result<Out, Reason> {
+        let mut out = Out::default();
+        if let Some(swap) = &mut self.swap {
+            swap.held_bytes += frame.len();
+            swap.held.push(frame);
+            if swap.held.len() > HOLD_FRAMES || swap.held_bytes > HOLD_BYTES {
+                return Err(Reason::HoldOverflow);
+            }
+            return Ok(out);
+        }
+        out.browser.push(self.send(frame));
+        Ok(out)
+    }
+
+    /// Notes the client's command and puts it in the browser's ids.
+    fn send(&mut self, frame: String) -> String {
+        let head = Head::of(frame.as_bytes());
+        if let (Some(id), Some(method)) = (head.id, head.method.as_deref()) {
+            let method = method.to_owned();
+            self.uncarried.command(&frame);
+            let browser = to_browser(&frame, &mut self.ids.toward(Way::ToBrowser));
+            let out = browser.unwrap_or_else(|| frame.clone());
+            self.pending.insert(id, Pending { method, frame });
+            return out;
+        }
+        to_browser(&frame, &mut self.ids.toward(Way::ToBrowser)).unwrap_or(frame)
+    }
+
+    /// A frame from the browser: what to send the client and the browser.
+    pub(crate) fn from_browser(&mut self, frame: &str) -> Out {
+        let mut out = Out::default();
+        let head = Head::of(frame.as_bytes());
+        if let Some(id) = head.id {
+            if id >= OWN_BASE {
+                self.own_answer(id, frame, &mut out);
+            } else {
+                self.answer(id, frame, &mut out);
+            }
+            return out;
+        }
+        let method = head.method.as_deref().unwrap_or("").to_owned();
+        let session = head.session_id.as_deref().map(str::to_owned);
+        if method == "Target.attachedToTarget" && self.reattached(frame, &mut out) {
+            return out;
+        }
+        let client_session = session.as_deref().map(|s| self.client_session(s));
+        if let (Some(swap), Some(s)) = (&self.swap, &client_session) {
+            if swap.quiet.contains(s) && method != "Target.attachedToTarget" {
+                return out;
+            }
+        }
+        let browser_frame = frame;
+        let frame = to_client(frame, |_| None, &mut self.ids.toward(Way::ToClient))
+            .unwrap_or_else(|| frame.to_owned());
+        self.uncarried.event(&frame);
+        match method.as_str() {
+            "Target.attachedToTarget" => self.attached(browser_frame, &frame, client_session),
+            "Target.detachedFromTarget" => self.detached(&frame),
+            "Page.frameNavigated" => self.navigated(&frame, client_session.as_deref(), &mut out),
+            _ => {}
+        }
+        out.client.push(frame);
+        out
+    }
+
+    /// The client's id for the browser's session `s`.
+    fn client_session(&mut self, s: &str) -> String {
+        let mut t = self.ids.toward(Way::ToClient);
+        super::rewrite::Translate::text(&mut t, Kind::Session, s, None).unwrap_or(s.to_owned())
+    }
+
+    /// A reply to the client's command: in its ids, and its state recorded.
+    fn answer(&mut self, id: u64, frame: &str, out: &mut Out) {
+        let pending = self.pending.remove(&id);
+        let method = pending.as_ref().map(|p| p.method.as_str());
+        let reply = to_client(frame, |_| method, &mut self.ids.toward(Way::ToClient))
+            .unwrap_or_else(|| frame.to_owned());
+        if let Some(p) = &pending {
+            self.sticky.answered(&p.frame, &reply);
+        }
+        let reloading = self.swap.as_mut().and_then(|s| s.reloading.remove(&id));
+        if let Some(session) = reloading {
+            if !commits(frame, &read(member(frame, "result"))) {
+                self.loaded(&session, out);
+            }
+        }
+        out.client.push(reply);
+    }
+
+    /// A target the client was shown attached (`frame` in its ids, `browser` as sent): its
+    /// session noted, and the browser's name for its target.
+    fn attached(&mut self, browser: &str, frame: &str, parent: Option<String>) {
+        let a: Attached = read(member(frame, "params"));
+        let b: Attached = read(member(browser, "params"));
+        self.targets
+            .insert(b.target_info.target_id, a.target_info.target_id.clone());
+        self.sessions.insert(
+            a.session_id.clone(),
+            Session {
+                target: a.target_info.target_id.clone(),
+                kind: a.target_info.kind,
+                parent,
+                context: a.target_info.browser_context_id,
+            },
+        );
+    }
+
+    /// A client session ended: everything of it is forgotten.
+    fn detached(&mut self, frame: &str) {
+        let d: Detached = read(member(frame, "params"));
+        self.forget(&d.session_id);
+    }
+
+    fn forget(&mut self, session: &str) {
+        self.sessions.remove(session);
+        self.sticky.session_gone(session);
+        self.uncarried.session_gone(session);
+        self.ids.session_gone(session);
+    }
+
+    /// A frame committed: a main frame's URL is noted, and a kept page's load is done.
+    fn navigated(&mut self, frame: &str, session: Option<&str>, out: &mut Out) {
+        let n: Navigated = read(member(frame, "params"));
+        let Some(session) = session else {
+            return;
+        };
+        if n.frame.parent_id.is_some() {
+            return;
+        }
+        if let Some(s) = self.sessions.get(session) {
+            self.urls.insert(s.target.clone(), n.frame.url);
+        }
+        self.loaded(session, out);
+    }
+
+    /// A kept page's load committed (or failed): once all have, what waited is sent.
+    fn loaded(&mut self, session: &str, out: &mut Out) {
+        let Some(swap) = &mut self.swap else {
+            return;
+        };
+        if swap.step != Step::Loading || !swap.loading.remove(session) {
+            return;
+        }
+        if swap.loading.is_empty() {
+            self.go_live(out);
+        }
+    }
+
+    /// The swap is over: the commands in flight at the death, then those held, go out.
+    fn go_live(&mut self, out: &mut Out) {
+        let Some(swap) = self.swap.take() else {
+            return;
+        };
+        for id in swap.resend {
+            if let Some(p) = self.pending.get(&id) {
+                let frame = p.frame.clone();
+                let browser = to_browser(&frame, &mut self.ids.toward(Way::ToBrowser));
+                out.browser.push(browser.unwrap_or(frame));
+            }
+        }
+        for frame in swap.held {
+            out.browser.push(self.send(frame));
+        }
+        tracing::debug!("a client's connection is on the new browser");
+    }
+
+    /// The browser is gone. Evaluations in flight fail as at a navigation, calls on sessions
+    /// not carried over are dropped (their detach comes at the rebind), the rest wait.
+    pub(crate) fn died(&mut self) -> Result<Out, Reason> {
+        if let Some(reason) = self.uncarried.reason() {
+            return Err(reason);
+        }
+        let mut out = Out::default();
+        let mut swap = Swap::new();
+        if let Some(old) = self.swap.take() {
+            swap.held = old.held;
+            swap.held_bytes = old.held_bytes;
+        }
+        let mut ids: Vec<u64> = self.pending.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let p = &self.pending[&id];
+            let session = Head::of(p.frame.as_bytes())
+                .session_id
+                .map(|s| s.into_owned());
+            let top = session.as_deref().is_none_or(|s| self.is_kept_page(s));
+            match p.method.as_str() {
+                _ if !top => {
+                    self.pending.remove(&id);
+                }
+                "Page.navigate" | "Page.reload" => {
+                    if let Some(earlier) = swap.navigations.insert(session.unwrap_or_default(), id)
+                    {
+                        swap.resend.push(earlier);
+                    }
+                }
+                "Runtime.evaluate"
+                | "Runtime.callFunctionOn"
+                | "Runtime.awaitPromise"
+                | "Runtime.runScript"
+                | "Runtime.terminateExecution" => {
+                    out.client
+                        .push(error_answer(id, session.as_deref(), NAVIGATED));
+                    self.pending.remove(&id);
+                }
+                _ => swap.resend.push(id),
+            }
+        }
+        self.ids.swapped();
+        self.swap = Some(swap);
+        Ok(out)
+    }
+
+    /// Whether client session `s` is a page the front carries over: a top-level page.
+    fn is_kept_page(&self, s: &str) -> bool {
+        self.sessions
+            .get(s)
+            .is_some_and(|s| s.parent.is_none() && s.kind == "page")
+    }
+
+    /// The next browser is up. `pairs` names its tabs by the dead browser's: (old, new)
+    /// target ids, as the restore reopened them. Starts the replay.
+    pub(crate) fn rebind(&mut self, pairs: &[(String, String)]) -> Result<Out, Reason> {
+        tracing::debug!(
+            protocol = super::schema::CDP_CRATE,
+            revision = super::schema::REVISION,
+            "carrying a client to the next browser"
+        );
+        let mut out = Out::default();
+        let pages: Vec<(String, String)> = self
+            .sessions
+            .iter()
+            .filter(|(s, _)| self.is_kept_page(s))
+            .map(|(s, info)| (s.clone(), info.target.clone()))
+            .collect();
+        let mut kept = HashMap::new();
+        for (session, target) in pages {
+            let new = pairs
+                .iter()
+                .find(|(old, _)| self.targets.get(old).unwrap_or(old) == &target)
+                .map(|(_, new)| new.clone())
+                .ok_or(Reason::TabNotReopened)?;
+            self.ids.bind(Kind::Target, &target, &new);
+            self.targets.insert(new, target.clone());
+            kept.insert(target, session);
+        }
+        // Sessions on children of the dead pages (frames, workers) end, as at a navigation.
+        let children: Vec<(String, Session)> = self
+            .sessions
+            .iter()
+            .filter(|(s, _)| !self.is_kept_page(s))
+            .map(|(s, i)| (s.clone(), i.clone()))
+            .collect();
+        for (session, info) in children {
+            let mut v = serde_json::json!({
+                "method": "Target.detachedFromTarget",
+                "params": { "sessionId": session, "targetId": info.target },
+            });
+            if let Some(parent) = &info.parent {
+                v["sessionId"] = parent.as_str().into();
+            }
+            out.client.push(v.to_string());
+            self.forget(&session);
+        }
+        let root = self.replay_frames(None);
+        let swap = self.swap.get_or_insert_with(Swap::new);
+        swap.step = Step::Replaying;
+        swap.kept = kept;
+        swap.deadline = Some(Instant::now() + REPLAY_LIMIT);
+        for (id, frame, script) in root {
+            self.own_command(id, frame, None, script, &mut out);
+        }
+        self.advance(&mut out);
+        Ok(out)
+    }
+
+    /// The replay of `session`'s state: each command under an id of the front's, in the
+    /// client's ids, with the init script it names.
+    fn replay_frames(&mut self, session: Option<&str>) -> Vec<(u64, String, Option<String>)> {
+        let replay = self.sticky.replay(session);
+        let first = OWN_BASE + self.next_own;
+        self.next_own += replay.len() as u64;
+        replay
+            .iter()
+            .zip(first..)
+            .map(|(r, id)| (id, r.frame(id, session), r.script.map(str::to_owned)))
+            .collect()
+    }
+
+    /// Sends one replayed command (the front's id `id`), in the browser's ids.
+    fn own_command(
+        &mut self,
+        id: u64,
+        frame: String,
+        session: Option<String>,
+        script: Option<String>,
+        out: &mut Out,
+    ) {
+        let browser = to_browser(&frame, &mut self.ids.toward(Way::ToBrowser)).unwrap_or(frame);
+        out.own.push(browser);
+        if let Some(swap) = &mut self.swap {
+            swap.own.insert(id, Own::Replay { session, script });
+        }
+    }
+
+    /// A kept page attached on the new browser: its session is paired with the client's and
+    /// its state replayed; the client is not told (it knows the page). Whether it was one.
+    fn reattached(&mut self, frame: &str, out: &mut Out) -> bool {
+        let Some(swap) = &self.swap else {
+            return false;
+        };
+        if swap.step != Step::Replaying {
+            return false;
+        }
+        let a: Attached = read(member(frame, "params"));
+        let Some(target) = self.targets.get(&a.target_info.target_id).cloned() else {
+            return false;
+        };
+        let Some(session) = swap.kept.get(&target).cloned() else {
+            return false;
+        };
+        if swap.attached.contains(&session) {
+            return false;
+        }
+        self.ids.bind(Kind::Session, &session, &a.session_id);
+        let old_context = self.sessions.get(&session).and_then(|s| s.context.clone());
+        if let (Some(old), Some(new)) = (old_context, &a.target_info.browser_context_id) {
+            self.ids.bind(Kind::BrowserContext, &old, new);
+        }
+        if !a.target_info.url.is_empty() {
+            self.urls.entry(target).or_insert(a.target_info.url);
+        }
+        let replay = self.replay_frames(Some(&session));
+        if let Some(swap) = &mut self.swap {
+            swap.attached.insert(session.clone());
+            swap.quiet.insert(session.clone());
+        }
+        for (id, frame, script) in replay {
+            self.own_command(id, frame, Some(session.clone()), script, out);
+        }
+        self.advance(out);
+        true
+    }
+
+    /// An answer to one of the front's commands.
+    fn own_answer(&mut self, id: u64, frame: &str, out: &mut Out) {
+        let Some(own) = self.swap.as_mut().and_then(|s| s.own.remove(&id)) else {
+            return;
+        };
+        let answer: Answer = read(member(frame, "result"));
+        match own {
+            Own::Replay { session, script } => {
+                if member(frame, "error").is_some() {
+                    tracing::debug!(
+                        "a replayed command failed on the new browser; the client's state may lack it"
+                    );
+                }
+                if let (Some(client), Some(browser)) = (script, answer.identifier) {
+                    self.ids.bind_script(session.as_deref(), &client, &browser);
+                }
+                self.advance(out);
+            }
+            Own::Navigate { session } => {
+                if !commits(frame, &answer) {
+                    self.loaded(&session, out);
+                }
+            }
+        }
+    }
+
+    /// Once the replay is answered and every kept page attached and replayed, each loads.
+    fn advance(&mut self, out: &mut Out) {
+        let Some(swap) = &mut self.swap else {
+            return;
+        };
+        let replayed = swap.own.values().all(|o| !matches!(o, Own::Replay { .. }));
+        if swap.step != Step::Replaying || !replayed || swap.attached.len() < swap.kept.len() {
+            return;
+        }
+        swap.step = Step::Loading;
+        swap.deadline = Some(Instant::now() + LOAD_LIMIT);
+        swap.quiet.clear();
+        let kept: Vec<(String, String)> = swap
+            .kept
+            .iter()
+            .map(|(t, s)| (t.clone(), s.clone()))
+            .collect();
+        for (target, session) in kept {
+            self.load(&target, &session, out);
+        }
+        if self.swap.as_ref().is_some_and(|s| s.loading.is_empty()) {
+            self.go_live(out);
+        }
+    }
+
+    /// Loads a kept page: the client's navigation in flight at the death, else the one it
+    /// sent first during the swap, else its last URL.
+    fn load(&mut self, target: &str, session: &str, out: &mut Out) {
+        if let Some(frame) = self.held_navigation(session) {
+            let head = Head::of(frame.as_bytes());
+            let id = head.id.unwrap_or_default();
+            if let Some(swap) = &mut self.swap {
+                swap.loading.insert(session.to_owned());
+                swap.reloading.insert(id, session.to_owned());
+            }
+            out.browser.push(self.send(frame));
+            return;
+        }
+        let Some(swap) = &mut self.swap else {
+            return;
+        };
+        if let Some(id) = swap.navigations.remove(session) {
+            swap.loading.insert(session.to_owned());
+            swap.reloading.insert(id, session.to_owned());
+            if let Some(p) = self.pending.get(&id) {
+                let frame = p.frame.clone();
+                let browser = to_browser(&frame, &mut self.ids.toward(Way::ToBrowser));
+                out.browser.push(browser.unwrap_or(frame));
+            }
+            return;
+        }
+        let Some(url) = self.urls.get(target).cloned() else {
+            return;
+        };
+        swap.loading.insert(session.to_owned());
+        let id = OWN_BASE + self.next_own;
+        self.next_own += 1;
+        swap.own.insert(
+            id,
+            Own::Navigate {
+                session: session.to_owned(),
+            },
+        );
+        let frame = serde_json::json!({
+            "id": id, "method": "Page.navigate", "sessionId": session, "params": { "url": url },
+        })
+        .to_string();
+        let browser = to_browser(&frame, &mut self.ids.toward(Way::ToBrowser)).unwrap_or(frame);
+        out.own.push(browser);
+    }
+
+    /// The client's navigation of `session`'s page sent during the swap, taken out of those
+    /// held, when it is the first command held for that page and none was in flight.
+    fn held_navigation(&mut self, session: &str) -> Option<String> {
+        let swap = self.swap.as_mut()?;
+        if swap.navigations.contains_key(session) {
+            return None;
+        }
+        let first = swap
+            .held
+            .iter()
+            .position(|f| Head::of(f.as_bytes()).session_id.as_deref() == Some(session))?;
+        let head = Head::of(swap.held[first].as_bytes());
+        let navigates = matches!(
+            head.method.as_deref(),
+            Some("Page.navigate" | "Page.reload")
+        );
+        if !navigates || head.id.is_none() {
+            return None;
+        }
+        let frame = swap.held.remove(first);
+        swap.held_bytes -= frame.len();
+        Some(frame)
+    }
+
+    /// The swap step's deadline passed: a replay that did not finish fails the swap; pages
+    /// still loading are left to finish while what waited goes out.
+    pub(crate) fn timed_out(&mut self) -> Result<Out, Reason> {
+        let mut out = Out::default();
+        match self.swap.as_ref().map(|s| &s.step) {
+            Some(Step::Replaying) => return Err(Reason::SwapTimedOut),
+            Some(Step::Loading) => self.go_live(&mut out),
+            _ => {}
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;
