@@ -556,13 +556,25 @@ impl Serving {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
     }
 
-    /// Runs `serve_kept.py` through `deaths` deaths: at each `checkpointed` it prints, the
-    /// session serving it is killed (close, reset and silence in turn) and it is told so.
-    async fn kept(&self, bed: &Bed, deaths: u32) -> Value {
+    /// Runs the client `name` through `deaths` deaths and answers its result file `result`:
+    /// at each of the first `deaths` `checkpointed` lines it prints, the session serving it is
+    /// killed (close, reset and silence in turn) and it is told so on stdin (`killed`).
+    async fn through_deaths(&self, bed: &Bed, name: &str, deaths: u32, result: &str) -> Value {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let mut client = Command::new(clients().join("venv/bin/python"))
-            .arg(script("serve_kept.py"))
+        let mut client = if name.ends_with(".mjs") {
+            // Beside its node_modules: ES modules resolve packages from their own path.
+            let copy = clients().join("node").join(name);
+            std::fs::copy(script(name), &copy).unwrap();
+            let mut node = Command::new("node");
+            node.arg(copy);
+            node
+        } else {
+            let mut python = Command::new(clients().join("venv/bin/python"));
+            python.arg(script(name));
+            python
+        };
+        let mut client = client
             .env("OUTLIVE_CDP_URL", &self.urls["OUTLIVE_CDP_URL"])
             .env("OUTLIVE_CONTROL_URL", &self.urls["OUTLIVE_CONTROL_URL"])
             .env("BANK_URL", bed.bank.base_url())
@@ -572,7 +584,18 @@ impl Serving {
                 "BANK_TOTP_SECRET",
                 bed.bank_config.totp_secret().as_base32(),
             )
+            .env("TWOSITE_URL", bed.twosite.app_url())
+            .env(
+                "MCP_CLI",
+                clients().join("node/node_modules/@playwright/mcp/cli.js"),
+            )
             .env("DEATHS", deaths.to_string())
+            .env(
+                "NAV_URLS",
+                format!("{} {}/login", bed.twosite.app_url(), bed.bank.base_url()),
+            )
+            .env("ANNOUNCE_CHECKPOINTS", "1")
+            .env("DURATION_MS", "10000")
             .env("RESULT_DIR", dir.path())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -597,7 +620,7 @@ impl Serving {
         let run = async {
             let mut n = 0;
             while let Some(line) = lines.next_line().await.unwrap() {
-                if !line.starts_with("checkpointed") {
+                if !line.starts_with("checkpointed") || n == deaths as usize {
                     continue;
                 }
                 // The oldest live session not killed yet serves the client (a silenced one
@@ -608,7 +631,8 @@ impl Serving {
                 bed.gateway.kill(&id, modes[n % 3]).await.unwrap();
                 killed.insert(id);
                 n += 1;
-                stdin.write_all(b"killed\n").await.unwrap();
+                // A client that does not read its stdin is told nothing.
+                let _ = stdin.write_all(b"killed\n").await;
             }
             (client.wait().await.unwrap(), n)
         };
@@ -618,8 +642,7 @@ impl Serving {
         let stderr = stderr.await.unwrap();
         assert!(status.success(), "{stderr}");
         assert_eq!(n, deaths as usize, "{stderr}");
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("kept.json")).unwrap())
-            .unwrap()
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
     }
 
     /// SIGTERM: it stops, exit 0.
@@ -662,7 +685,9 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
     const DEATHS: u32 = 20;
     let bed = Bed::start(lasting(Duration::from_secs(600))).await;
     let serve = Serving::start(&bed, &[]).await;
-    let result = serve.kept(&bed, DEATHS).await;
+    let result = serve
+        .through_deaths(&bed, "serve_kept.py", DEATHS, "kept.json")
+        .await;
     assert_eq!(result["samePage"], true, "{result}");
     assert_eq!(result["connected"], true, "{result}");
     assert_eq!(result["pageClosed"], false, "{result}");
@@ -678,8 +703,71 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
         let stored = (n > 0).then(|| (n - 1).to_string());
         assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
     }
+    let errors = assert_navigation_errors(&result, DEATHS);
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    eprintln!("errors in {DEATHS} deaths: {}", errors.len());
+    serve.stop().await;
+    bed.finish().await;
+}
+
+/// The same in Node, with two tabs: each keeps its Page object, its sessionStorage and its
+/// work (the bank's form, the twosite app with its cross-site iframe) through 20 deaths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_a_node_playwright_client_with_two_tabs() {
+    const DEATHS: u32 = 20;
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let result = serve
+        .through_deaths(&bed, "serve_kept_tabs.mjs", DEATHS, "kept_tabs.json")
+        .await;
+    assert_eq!(result["samePages"], true, "{result}");
+    assert_eq!(result["sameContext"], true, "{result}");
+    assert_eq!(result["connected"], true, "{result}");
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
+    for (n, round) in rounds.iter().enumerate() {
+        let (a, b) = (&round["a"], &round["b"]);
+        assert_eq!(a["filled"], format!("round {n}"), "round {n}: {result}");
+        assert_eq!(a["tab"], "A", "round {n}: {result}");
+        let stored = (n > 0).then(|| (n - 1).to_string());
+        assert_eq!(a["stored"], json!(stored), "round {n}: {result}");
+        assert_eq!(b["tab"], "B", "round {n}: {result}");
+        assert_eq!(b["widget"], 1, "round {n}: {result}");
+    }
+    let errors = assert_navigation_errors(&result, DEATHS);
+    eprintln!("errors in {DEATHS} deaths: {}", errors.len());
+    serve.stop().await;
+    bed.finish().await;
+}
+
+/// Playwright MCP on `serve`, driven with its own tools through 3 deaths: each round's
+/// navigate, snapshot, type and evaluate work, with at most one tool error per death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_playwright_mcp_through_three_deaths() {
+    const DEATHS: u32 = 3;
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let result = serve
+        .through_deaths(&bed, "serve_mcp.py", DEATHS, "mcp.json")
+        .await;
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
+    assert!(rounds.iter().all(|r| r["typed"] == true), "{result}");
     let errors = result["errors"].as_array().unwrap();
     for n in 0..=DEATHS {
+        let of_round = errors.iter().filter(|e| e["round"] == n).count();
+        assert!(of_round <= 1, "round {n}: {result}");
+    }
+    eprintln!("tool errors in {DEATHS} deaths: {}", errors.len());
+    serve.stop().await;
+    bed.finish().await;
+}
+
+/// The errors a kept client recorded: at most one per round, each of the kind a navigation
+/// gives a call in flight.
+fn assert_navigation_errors(result: &Value, deaths: u32) -> Vec<Value> {
+    let errors = result["errors"].as_array().unwrap().clone();
+    for n in 0..=deaths {
         let of_round = errors.iter().filter(|e| e["round"] == n).count();
         assert!(of_round <= 1, "round {n}: {result}");
     }
@@ -689,15 +777,32 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
         "interrupted by another navigation",
         "Inspected target navigated or closed",
     ];
-    for e in errors {
+    for e in &errors {
         let message = e["error"].as_str().unwrap();
         assert!(
             navigation_kind.iter().any(|k| message.contains(k)),
             "not a navigation's error: {message}\n{result}"
         );
     }
-    assert_eq!(bed.bank.counters().totps_accepted, 1);
-    eprintln!("errors in {DEATHS} deaths: {}", errors.len());
+    errors
+}
+
+/// A raw CDP client kept through three deaths sees nothing of outlive and no id it was not
+/// given: no reply it did not ask for, no session, target or main frame but its page's, no
+/// isolated world. Its navigation in flight at each death ends as a load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_a_raw_client_that_sees_no_new_id() {
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let frames = serve
+        .through_deaths(&bed, "record_frames.py", 3, "frames.json")
+        .await;
+    let verdict = &frames["verdict"];
+    assert_eq!(verdict["clean"], true, "{verdict}");
+    assert!(
+        frames["checkpoints"].as_array().unwrap().len() > 3,
+        "{verdict}"
+    );
     serve.stop().await;
     bed.finish().await;
 }

@@ -93,6 +93,10 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         Some(self.stalls.clone())
     }
 
+    fn clients(&self) -> Option<Arc<Usage>> {
+        self.client.as_ref().map(|c| c.usage.clone())
+    }
+
     fn client_use_is_progress(&self) -> bool {
         self.client.as_ref().is_some_and(|c| c.use_is_progress)
     }

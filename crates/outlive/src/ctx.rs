@@ -275,6 +275,13 @@ impl Ctx {
     }
 
     /// The client the browser is served to sent it a command.
+    /// Tells the run's milestone callback, if any.
+    pub(crate) fn note(&self, milestone: &crate::report::Milestone) {
+        if let Some(f) = &self.inner.rules.on_milestone {
+            f(milestone);
+        }
+    }
+
     pub(crate) fn note_client_used(&self) {
         if !self.inner.client_used.load(Ordering::Relaxed) {
             self.inner.client_used.store(true, Ordering::SeqCst);

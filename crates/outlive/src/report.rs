@@ -96,6 +96,15 @@ pub struct WideEvent {
     /// ([`Confirmation::as_str`](crate::Confirmation::as_str): `close`, `reset`, `refused`,
     /// `silence`, `exit`). Not in the TypeScript original.
     pub deaths_confirmed_by: std::collections::BTreeMap<String, u32>,
+    /// Client connections [`serve`](crate::serve) carried through a death to the next browser
+    /// (`docs/run-and-serve.md`). Not in the TypeScript original.
+    pub clients_carried: u32,
+    /// The longest of those swaps: from the death seen at the endpoint to the client's pages
+    /// loaded on the next browser.
+    pub longest_carry_ms: u64,
+    /// Client connections closed at a death instead, by why (`interception`, `download`,
+    /// `tab_not_reopened`, …). Not in the TypeScript original.
+    pub client_fallbacks: std::collections::BTreeMap<String, u32>,
     /// On failure: the kind of error (`"GaveUp"`, `"InvalidOption"`, `"Panic"`, or the
     /// task error's type name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,6 +181,9 @@ mod tests {
             stalls_survived: 0,
             longest_stall_ms: 0,
             deaths_confirmed_by: Default::default(),
+            clients_carried: 0,
+            longest_carry_ms: 0,
+            client_fallbacks: Default::default(),
             error_name: Some("GaveUp".into()),
             error_code: Some("gave_up".into()),
             error: Some("x".into()),
@@ -194,6 +206,9 @@ mod tests {
             "rotations",
             "sessions",
             "standbyMs",
+            "clientsCarried",
+            "longestCarryMs",
+            "clientFallbacks",
             "errorName",
             "errorCode",
             "error",
@@ -234,6 +249,14 @@ pub enum Milestone {
         resumed: bool,
         /// From the death's detection to this entry (launch, restore, navigate).
         replaced_in: Option<std::time::Duration>,
+    },
+    /// Under [`serve`](crate::serve), a client's connection was carried to the browser that
+    /// replaced a dead one: its pages loaded there, its waiting calls sent.
+    ClientCarried {
+        /// From the death seen at the endpoint to now.
+        took: std::time::Duration,
+        /// Now.
+        at: std::time::Instant,
     },
     /// A checkpoint was written.
     Checkpointed {

@@ -78,6 +78,8 @@ struct Reporter<'o> {
     budget: Budget,
     /// The stalls the backend's relays survived, if it keeps them.
     stalls: Option<Arc<crate::relay::Stalls>>,
+    /// What the front saw of a foreign client, if one uses the run's browsers.
+    clients: Option<Arc<crate::front::Usage>>,
     emitted: bool,
 }
 
@@ -91,6 +93,11 @@ impl Reporter<'_> {
             ),
             None => (None, None, None),
         };
+        let carried = self
+            .clients
+            .as_ref()
+            .map(|c| c.carried())
+            .unwrap_or_default();
         WideEvent {
             run_id: self.run_id.clone(),
             outcome,
@@ -111,6 +118,9 @@ impl Reporter<'_> {
             stalls_survived: self.stalls.as_ref().map_or(0, |s| s.survived()),
             longest_stall_ms: self.stalls.as_ref().map_or(0, |s| s.longest_ms()),
             deaths_confirmed_by: self.tally.deaths_confirmed_by.clone(),
+            clients_carried: carried.clients,
+            longest_carry_ms: carried.longest.as_millis() as u64,
+            client_fallbacks: carried.fallbacks,
             error_name,
             error_code,
             error,
@@ -258,6 +268,7 @@ where
         tally: Tally::default(),
         budget: Budget::new(options),
         stalls: backend.stalls(),
+        clients: backend.clients(),
         emitted: false,
     };
     let mut run = Run {

@@ -8,6 +8,7 @@ RESULT_DIR/frames.json: what it sent, every frame it received, and a verdict lis
 - replies to ids it never sent,
 - sessionIds that no Target.attachedToTarget it received gave it,
 - Runtime.executionContextCreated with auxData.type "isolated" (a world someone else made),
+- main frames navigated whose id is not the page's target id,
 - target events (created/destroyed/attached/detached/info changed) of any target but the page,
   except two kinds it lists apart and does not count against `clean`: the page's own
   cross-site iframes (its navigations made them) and Chromium's `browser_ui` targets (headless
@@ -17,7 +18,7 @@ reported too: run it on a page no other client has touched.
 
 Env: OUTLIVE_CDP_URL, OUTLIVE_CONTROL_URL, OUTLIVE_ATTEMPT, RESULT_DIR, DURATION_MS (default
 5000), and the pages to visit: NAV_URLS (space-separated) or else BANK_URL (/login, /account)
-and TWOSITE_URL. Exits 0 whatever the verdict; non-zero only if it could not do its part.
+and TWOSITE_URL; ANNOUNCE_CHECKPOINTS=1 prints `checkpointed` after each. Exits 0 whatever the verdict; non-zero only if it could not do its part.
 """
 
 import asyncio
@@ -25,6 +26,7 @@ import itertools
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -56,14 +58,23 @@ def nav_urls() -> list[str]:
 
 
 def checkpoint(progress: dict) -> dict:
-    request = urllib.request.Request(
-        f"{env['OUTLIVE_CONTROL_URL']}/checkpoint",
-        data=json.dumps(progress).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.load(response)
+    """A checkpoint with `progress`; under `serve`, asked again while the browser is replaced
+    (the control URL answers 503 then)."""
+    deadline = time.monotonic() + 60
+    while True:
+        request = urllib.request.Request(
+            f"{env['OUTLIVE_CONTROL_URL']}/checkpoint",
+            data=json.dumps(progress).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 class Cdp:
@@ -123,7 +134,7 @@ class Cdp:
 def verdict(cdp: Cdp, page_target: str, types: dict[str, str]) -> dict:
     sent_ids = {m["id"] for m in cdp.sent}
     given, unknown_replies, unknown_sessions, isolated = set(), [], [], []
-    foreign, iframes, chromium_ui = [], [], []
+    foreign, iframes, chromium_ui, main_frames = [], [], [], []
     for entry in cdp.received:
         frame = entry["frame"]
         method, params = frame.get("method"), frame.get("params", {})
@@ -137,6 +148,9 @@ def verdict(cdp: Cdp, page_target: str, types: dict[str, str]) -> dict:
             context = params["context"]
             if context.get("auxData", {}).get("type") == "isolated":
                 isolated.append({"name": context.get("name"), "sessionId": frame.get("sessionId")})
+        if method == "Page.frameNavigated" and "parentId" not in params["frame"]:
+            if params["frame"]["id"] != page_target:
+                main_frames.append(params["frame"]["id"])
         if method in TARGET_EVENTS:
             info = params.get("targetInfo", {})
             target = info.get("targetId") or params.get("targetId")
@@ -158,7 +172,8 @@ def verdict(cdp: Cdp, page_target: str, types: dict[str, str]) -> dict:
         "foreignTargetEvents": foreign,
         "iframeTargetEvents": iframes,
         "chromiumUiTargetEvents": chromium_ui,
-        "clean": not (unknown_replies or unknown_sessions or isolated or foreign),
+        "foreignMainFrames": main_frames,
+        "clean": not (unknown_replies or unknown_sessions or isolated or foreign or main_frames),
     }
 
 
@@ -196,6 +211,8 @@ async def main() -> None:
                 progress = {"navigations": n + 1}
                 answer = await asyncio.to_thread(checkpoint, progress)
                 checkpoints.append({"t": cdp.ms(), "progress": progress, "answer": answer})
+                if env.get("ANNOUNCE_CHECKPOINTS"):
+                    print("checkpointed", flush=True)  # the test may kill the browser now
             await asyncio.sleep(0.2)
 
         await asyncio.sleep(0.3)  # let late frames arrive before judging

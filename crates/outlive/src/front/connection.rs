@@ -27,6 +27,7 @@ use super::swap::{Link, Out, Reason};
 use super::waiting::ProgramCalls;
 use crate::ctx::Ctx;
 use crate::endpoint::CdpEndpoint;
+use crate::report::Milestone;
 
 /// The least a client is held while its browser is replaced (the front's wait limit if longer).
 const HOLD_LIMIT: Duration = Duration::from_secs(120);
@@ -131,11 +132,11 @@ where
     let (mut client_tx, mut client_rx) = client.split();
     let mut link = Link::default();
     let Some(mut current) = next_browser(&state).await else {
-        return finish(client_tx, client_rx, End::NoBrowser).await;
+        return finish(&state, client_tx, client_rx, End::NoBrowser).await;
     };
     loop {
         let Some(upstream) = connect_upstream(&current.endpoint).await else {
-            return finish(client_tx, client_rx, End::Unreachable).await;
+            return finish(&state, client_tx, client_rx, End::Unreachable).await;
         };
         tracing::debug!(
             generation = current.generation,
@@ -151,7 +152,7 @@ where
         )
         .await;
         if !matches!(end, End::BrowserGone | End::EntryOver) || !state.carry {
-            return finish(client_tx, client_rx, end).await;
+            return finish(&state, client_tx, client_rx, end).await;
         }
         let next = match link.died() {
             Ok(out) => match send_all(&mut client_tx, out.client).await {
@@ -169,7 +170,7 @@ where
             );
         match next {
             Ok(next) => current = next,
-            Err(end) => return finish(client_tx, client_rx, end).await,
+            Err(end) => return finish(&state, client_tx, client_rx, end).await,
         }
     }
 }
@@ -301,6 +302,15 @@ where
                 if let Some(end) = to.send(out).await {
                     break end;
                 }
+                if let Some(took) = link.take_carried() {
+                    state.usage.client_carried(took);
+                    let at = tokio::time::Instant::now().into_std();
+                    current.ctx.note(&Milestone::ClientCarried { took, at });
+                    tracing::debug!(
+                        ms = took.as_millis() as u64,
+                        "a client was carried to the new browser"
+                    );
+                }
             }
             Err(reason) => break End::Uncarried(reason),
         }
@@ -391,7 +401,7 @@ async fn next_browser(state: &State) -> Option<Serving> {
 }
 
 /// Tells the client why its connection ends, as the end requires.
-async fn finish<S>(tx: ClientTx<S>, rx: ClientRx<S>, end: End)
+async fn finish<S>(state: &State, tx: ClientTx<S>, rx: ClientRx<S>, end: End)
 where
     S: futures::AsyncRead + futures::AsyncWrite + Unpin,
 {
@@ -411,6 +421,7 @@ where
         ),
         End::Unreachable => (CloseCode::Error, "the browser is unreachable".to_owned()),
         End::Uncarried(reason) => {
+            state.usage.client_fell_back(reason.name());
             tracing::info!(
                 reason = reason.name(),
                 "a client's connection was closed at a death: {reason}"

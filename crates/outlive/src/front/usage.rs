@@ -47,6 +47,17 @@ pub(crate) struct Usage {
     /// Whether a restore opens the client's other tabs again (`serve`: its client reconnects
     /// to find them; under `run` the program starts over).
     reopens_tabs: bool,
+    /// Client connections carried through deaths, or closed instead.
+    carried: Mutex<Carried>,
+}
+
+/// The front's account of client connections at deaths, for the wide event.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Carried {
+    pub(crate) clients: u32,
+    pub(crate) longest: std::time::Duration,
+    /// Connections closed instead, by reason.
+    pub(crate) fallbacks: std::collections::BTreeMap<String, u32>,
 }
 
 /// What outlive keeps of one browser for the client.
@@ -87,6 +98,24 @@ impl Usage {
 
     fn seen(&self) -> MutexGuard<'_, Seen> {
         crate::sync::lock(&self.seen)
+    }
+
+    /// A client connection was carried to the next browser in `took`.
+    pub(crate) fn client_carried(&self, took: std::time::Duration) {
+        let mut carried = crate::sync::lock(&self.carried);
+        carried.clients += 1;
+        carried.longest = carried.longest.max(took);
+    }
+
+    /// A client connection was closed at a death for `reason` (its name).
+    pub(crate) fn client_fell_back(&self, reason: &str) {
+        let mut carried = crate::sync::lock(&self.carried);
+        *carried.fallbacks.entry(reason.to_owned()).or_default() += 1;
+    }
+
+    /// The account so far.
+    pub(crate) fn carried(&self) -> Carried {
+        crate::sync::lock(&self.carried).clone()
     }
 
     /// A new browser is served: what was seen of the last one means nothing in it.

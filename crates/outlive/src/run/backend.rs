@@ -28,6 +28,11 @@ pub(crate) trait Backend: Sync {
         None
     }
 
+    /// What the front saw of the foreign client using its browsers, if one does.
+    fn clients(&self) -> Option<Arc<crate::front::Usage>> {
+        None
+    }
+
     /// Whether a foreign client's use of a browser counts as progress (`serve`).
     fn client_use_is_progress(&self) -> bool {
         false

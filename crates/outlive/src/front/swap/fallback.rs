@@ -44,6 +44,8 @@ pub(crate) enum Reason {
     SwapTimedOut,
     /// The browser lives and a page of it died: phase 1 carries whole browsers only.
     PageDeath,
+    /// Sessions on `tab` targets (Puppeteer's): not carried yet.
+    TabTargets,
 }
 
 impl Reason {
@@ -62,6 +64,7 @@ impl Reason {
             Reason::HoldOverflow => "hold_overflow",
             Reason::SwapTimedOut => "swap_timed_out",
             Reason::PageDeath => "page_death",
+            Reason::TabTargets => "tab_targets",
         }
     }
 }
@@ -81,6 +84,7 @@ impl fmt::Display for Reason {
             Reason::HoldOverflow => f.write_str("it sent too much while the browser was replaced"),
             Reason::SwapTimedOut => f.write_str("the next browser did not take its state in time"),
             Reason::PageDeath => f.write_str("a page died in a live browser"),
+            Reason::TabTargets => f.write_str("sessions on tab targets (Puppeteer's)"),
         }
     }
 }

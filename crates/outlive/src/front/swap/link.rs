@@ -142,6 +142,10 @@ pub(crate) struct Link {
     urls: HashMap<String, String>,
     swap: Option<Swap>,
     next_own: u64,
+    /// When the swap under way began (the death seen), and how long the last one took once
+    /// it is over and not yet taken.
+    since: Option<Instant>,
+    took: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -221,6 +225,11 @@ impl Link {
     /// Whether a swap is under way: the client's commands are held.
     pub(crate) fn swapping(&self) -> bool {
         self.swap.is_some()
+    }
+
+    /// How long the swap just over took, once (from the death seen to the pages loaded).
+    pub(crate) fn take_carried(&mut self) -> Option<Duration> {
+        self.took.take()
     }
 
     /// When the swap step under way gives up (see [`Self::timed_out`]).
@@ -382,6 +391,7 @@ impl Link {
         let Some(swap) = self.swap.take() else {
             return;
         };
+        self.took = self.since.take().map(|t| t.elapsed());
         for id in swap.resend {
             if let Some(p) = self.pending.get(&id) {
                 let frame = p.frame.clone();
@@ -401,8 +411,12 @@ impl Link {
         if let Some(reason) = self.uncarried.reason() {
             return Err(reason);
         }
+        if self.sessions.values().any(|s| s.kind == "tab") {
+            return Err(Reason::TabTargets);
+        }
         let mut out = Out::default();
         let mut swap = Swap::new();
+        self.since.get_or_insert_with(Instant::now);
         if let Some(old) = self.swap.take() {
             swap.held = old.held;
             swap.held_bytes = old.held_bytes;

@@ -239,3 +239,38 @@ fn what_cannot_be_carried_is_named() {
     link.rebind(&[("T1".into(), "T2".into())]).unwrap();
     assert_eq!(link.timed_out().unwrap_err().name(), "swap_timed_out");
 }
+
+#[test]
+fn a_navigation_sent_during_the_swap_is_the_pages_load() {
+    let mut link = playwright_on_one_page();
+    link.died().unwrap();
+    // Sent while the browser is replaced: held, then used as the page's load.
+    let goto = json!({"id": 40, "method": "Page.navigate", "sessionId": "S1",
+                      "params": {"url": "http://a.test/held", "frameId": "T1"}});
+    client(&mut link, goto);
+    let later = json!({"id": 41, "method": "Runtime.evaluate", "sessionId": "S1",
+                       "params": {"expression": "3"}});
+    client(&mut link, later);
+    let out = link.rebind(&[("T1".into(), "T2".into())]).unwrap();
+    let auto = v(&out.own[0]);
+    browser(&mut link, json!({"id": auto["id"], "result": {}}));
+    let out = browser(&mut link, attached("S2", "T2", "C2"));
+    let mut sent = Vec::new();
+    for f in out.own.iter().map(|f| v(f)) {
+        let out = browser(
+            &mut link,
+            json!({"id": f["id"], "sessionId": "S2", "result": {}}),
+        );
+        assert!(
+            out.own.is_empty(),
+            "the front does not load the page itself"
+        );
+        sent.extend(out.browser);
+    }
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(v(&sent[0])["id"], 40);
+    // The evaluation waits for the load to commit.
+    let out = browser(&mut link, navigated("S2", "T2", "http://a.test/held"));
+    assert_eq!(out.browser.len(), 1);
+    assert_eq!(v(&out.browser[0])["id"], 41);
+}
