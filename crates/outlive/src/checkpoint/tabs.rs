@@ -159,7 +159,7 @@ async fn read_tab(at: &Browsing<'_>, page: &Page, options: CaptureOptions) -> Op
                 options,
                 Cookies::LeaveToOwnPage
             ),
-            tab.warm.arm(page, at.calls),
+            tab.warm.arm(page, at.calls, options.page_state),
         );
         checkpoint
     };
@@ -214,6 +214,7 @@ fn assemble(
     let frames_unread = tabs.iter().map(|r| r.checkpoint.frames_unread).sum();
     // The focused tab first: its read of a key wins, sessionStorage included.
     let focused = tabs.remove(focus);
+    let page = focused.checkpoint.page.clone();
     let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
     let mut storage = BTreeMap::new();
     let mut others = Vec::new();
@@ -247,6 +248,7 @@ fn assemble(
     };
     // The task's page read the default context's cookies (and the capture's times).
     checkpoint.url = url;
+    checkpoint.page = page;
     checkpoint.frames_unread = frames_unread;
     checkpoint.storage = storage;
     checkpoint.contexts = contexts;
@@ -254,7 +256,7 @@ fn assemble(
     checkpoint
 }
 
-/// A tab's URL and sessionStorage.
+/// A tab's URL, sessionStorage and page state.
 fn tab_state(read: &Checkpoint) -> TabState {
     let session = read
         .storage
@@ -271,6 +273,7 @@ fn tab_state(read: &Checkpoint) -> TabState {
     TabState {
         url: read.url.clone(),
         session,
+        page: read.page.clone(),
     }
 }
 
