@@ -160,15 +160,19 @@
     return at;
   };
 
-  // What moves when a frame's state may have: each frame's version ('x' where it has no
-  // watcher: always read) and window scroll (its event comes a frame late), and the URL.
-  const versions = (wins) => wins.map(({ win }) => {
-    try {
-      const w = win[SYM];
-      const v = w && Number.isFinite(w.memo.version) ? w.memo.version : 'x';
-      return v + ':' + win.scrollX + ':' + win.scrollY;
-    } catch (e) { return 'x'; }
-  }).join(',') + '|' + location.href;
+  // What moves when a frame's state may have: each frame's version and window scroll (its
+  // event comes a frame late), and the URL; null where a frame has no watcher (always read).
+  const versions = (wins) => {
+    const parts = [];
+    for (const { win } of wins) {
+      try {
+        const w = win[SYM];
+        if (!w || !Number.isFinite(w.memo.version)) return null;
+        parts.push(w.memo.version + ':' + win.scrollX + ':' + win.scrollY);
+      } catch (e) { return null; }
+    }
+    return parts.join(',') + '|' + location.href;
+  };
 
   const snapshot = (wins, { maxFields, maxBytes }) => {
     const fields = [];
@@ -200,9 +204,10 @@
 
   const read = (known, caps) => {
     const wins = windows();
-    const key = versions(wins);
+    const moved = versions(wins);
+    const key = moved === null ? null : moved + '|' + caps.maxFields + '|' + caps.maxBytes;
     let last = memo.last;
-    if (!last || last.key !== key || key.includes('x')) {
+    if (!last || key === null || last.key !== key) {
       const { text, leftOut } = snapshot(wins, caps);
       last = memo.last = { key, hash: digest(text), text, leftOut };
     }
