@@ -10,6 +10,7 @@ use axum::Router;
 use axum::response::Html;
 use axum::routing::get;
 use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use outlive::chromiumoxide::error::CdpError;
 use outlive::{Options, Outcome, WideEvent, outlive};
 use serde_json::{Value, json};
 use support::Kill;
@@ -75,7 +76,7 @@ async fn form_site() -> outlive_testkit::Served {
 
 /// Types into the form as a user would (keys for the text-like fields and the contenteditable,
 /// clicks and set values with their events for the rest), then scrolls.
-async fn fill(page: &outlive::Page) -> Result<(), outlive::chromiumoxide::error::CdpError> {
+async fn fill(page: &outlive::Page) -> Result<(), CdpError> {
     for (selector, text) in [
         ("input[name=text]", "typed text"),
         ("#model", "controlled"),
@@ -119,7 +120,8 @@ async fn through_a_death(options: Options) -> (Value, WideEvent) {
                     page.evaluate("1").await?;
                     unreachable!("a page call succeeded on a killed browser");
                 }
-                page.evaluate(READ).await?.into_value::<Value>().map_err(Into::into)
+                let state: Value = page.evaluate(READ).await?.into_value()?;
+                Ok::<_, CdpError>(state)
             }
         },
         options,
@@ -154,7 +156,10 @@ async fn typed_fields_and_scroll_positions_survive_a_death() {
     assert_eq!(event.state_left_out, 0, "everything found its place");
     let text = serde_json::to_string(&event).unwrap();
     for secret in ["typed text", "hunter2", "controlled", "edited"] {
-        assert!(!text.contains(secret), "a field value reached the wide event");
+        assert!(
+            !text.contains(secret),
+            "a field value reached the wide event"
+        );
     }
 }
 

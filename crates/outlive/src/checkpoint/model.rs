@@ -181,7 +181,9 @@ pub(crate) struct TabState {
 
 impl TabState {
     pub(super) fn bytes(&self) -> usize {
-        self.url.len() + storage_bytes(&self.session) + self.page.as_ref().map_or(0, |p| p.json.len())
+        self.url.len()
+            + storage_bytes(&self.session)
+            + self.page.as_ref().map_or(0, |p| p.json.len())
     }
 }
 
@@ -290,7 +292,10 @@ impl Checkpoint {
     pub(crate) fn left_out(&self) -> u64 {
         let storages =
             std::iter::once(&self.storage).chain(self.contexts.iter().map(|c| &c.storage));
-        let pages = self.page.iter().chain(self.tabs.iter().flat_map(|t| &t.page));
+        let pages = self
+            .page
+            .iter()
+            .chain(self.tabs.iter().flat_map(|t| &t.page));
         self.frames_unread
             + storages
                 .flat_map(BTreeMap::values)
@@ -313,7 +318,10 @@ impl Checkpoint {
 
     /// Every part this checkpoint holds, in every context and tab, page states included.
     pub(crate) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
-        let pages = self.page.iter().chain(self.tabs.iter().flat_map(|t| &t.page));
+        let pages = self
+            .page
+            .iter()
+            .chain(self.tabs.iter().flat_map(|t| &t.page));
         std::iter::once(&self.storage)
             .chain(self.contexts.iter().map(|c| &c.storage))
             .chain(self.tabs.iter().map(|t| &t.session))

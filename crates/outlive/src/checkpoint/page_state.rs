@@ -110,7 +110,9 @@ pub(super) async fn read(page: &Page, cache: &PartCache, caps: Caps) -> Option<A
         None => {
             let held = cache.get(&raw.hash);
             if held.is_none() {
-                tracing::debug!("the page reported its state unchanged; outlive no longer holds it");
+                tracing::debug!(
+                    "the page reported its state unchanged; outlive no longer holds it"
+                );
             }
             held
         }
@@ -263,7 +265,9 @@ mod tests {
     #[tokio::test]
     async fn fields_over_the_caps_are_counted_left_out() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
-        let inputs = (0..5).map(|i| format!("<input name=f{i}>")).collect::<String>();
+        let inputs = (0..5)
+            .map(|i| format!("<input name=f{i}>"))
+            .collect::<String>();
         page.goto(data_url(&format!("{inputs}<textarea name=big></textarea>")))
             .await
             .unwrap();
@@ -276,7 +280,10 @@ mod tests {
             bytes: MAX_BYTES,
         };
         let part = read(&page, &cache, caps).await.expect("read");
-        assert_eq!(part.left_out, 3, "two inputs and the textarea over 3 fields");
+        assert_eq!(
+            part.left_out, 3,
+            "two inputs and the textarea over 3 fields"
+        );
         assert!(part.json.contains("v2") && !part.json.contains("v3"));
         let caps = Caps {
             fields: MAX_FIELDS,
@@ -292,7 +299,8 @@ mod tests {
     #[tokio::test]
     async fn a_changed_form_restores_what_matches_and_counts_the_rest() {
         let (_chromium, _browser, _pump, page) = chromium_page().await;
-        let tall = "<div id=box style='height:50px;overflow:auto'><div style='height:900px'></div></div>";
+        let tall =
+            "<div id=box style='height:50px;overflow:auto'><div style='height:900px'></div></div>";
         page.goto(data_url(&format!("<input name=a><input name=b>{tall}")))
             .await
             .unwrap();
@@ -336,7 +344,9 @@ mod tests {
             } else {
                 ""
             };
-            format!("(() => {{ const e = document.querySelector('[name=a]'); e.value = '{value}'; {dispatch} return 1; }})()")
+            format!(
+                "(() => {{ const e = document.querySelector('[name=a]'); e.value = '{value}'; {dispatch} return 1; }})()"
+            )
         };
         let long = "y".repeat(600);
         let _: i64 = read_value(&page, set(&long, true)).await;
