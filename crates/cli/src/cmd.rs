@@ -219,7 +219,7 @@ pub struct RunOptionArgs {
     pub standby: bool,
     /// Do not keep typed form fields and scroll positions across a death.
     ///
-    /// Kept by default: never passwords, nor `autocomplete="off"` or file fields.
+    /// Kept by default, except passwords, `autocomplete="off"` and file fields.
     #[arg(long)]
     pub no_page_state: bool,
     /// JavaScript dialogs on the page: `leave`, `dismiss` or `accept` them.
