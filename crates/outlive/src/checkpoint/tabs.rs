@@ -308,6 +308,7 @@ mod tests {
             idb: None,
         };
         checkpoint.storage.insert(key(origin, origin), state);
+        checkpoint.page = part(&format!(r#"{{"fields":[["k",0,"{target}"]]}}"#));
         checkpoint.frames_unread = 1;
         Read {
             target: target.into(),
@@ -351,6 +352,10 @@ mod tests {
         assert_eq!(json(&own.session), Some(r#"[["s","own"]]"#));
         assert!(own.local.is_none());
         assert_eq!(cp.tabs[1].session.len(), 1);
+        // Each tab's typed fields go with it: the focused tab's with the URL it resumes at.
+        assert!(json(&cp.page).unwrap().contains("t3"));
+        let pages: Vec<_> = cp.tabs.iter().map(|t| json(&t.page).unwrap()).collect();
+        assert!(pages[0].contains("own") && pages[1].contains("t2"));
     }
 
     #[test]
