@@ -217,6 +217,11 @@ pub struct RunOptionArgs {
     /// Keep a warm standby browser for deaths nobody predicted.
     #[arg(long)]
     pub standby: bool,
+    /// Do not keep typed form fields and scroll positions across a death.
+    ///
+    /// Kept by default, except passwords, `autocomplete="off"` and file fields.
+    #[arg(long)]
+    pub no_page_state: bool,
     /// JavaScript dialogs on the page: `leave`, `dismiss` or `accept` them.
     ///
     /// `leave` leaves them to the script's client: the default for a command, since
@@ -289,6 +294,7 @@ impl RunOptionArgs {
             .max_sessions(self.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS))
             .navigation_timeout(self.navigation_timeout)
             .standby(self.standby)
+            .page_state(!self.no_page_state)
             .relaunch_backoff(self.relaunch_backoff)
             .viewport(self.viewport.0, self.viewport.1)
             .diagnostics(self.diagnostics);

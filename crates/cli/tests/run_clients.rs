@@ -763,6 +763,29 @@ async fn serve_carries_playwright_mcp_through_three_deaths() {
     bed.finish().await;
 }
 
+/// Puppeteer `connect`, holding `pages()[0]`: its tab targets are not carried yet, so its
+/// connection is closed at the death (the documented fallback, counted in the wide event),
+/// and it finds its page restored when it connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_closes_puppeteer_at_a_death_and_it_finds_its_page_again() {
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    let serve = Serving::start(&bed, &["--event-file", event.to_str().unwrap()]).await;
+    let result = serve
+        .through_deaths(&bed, "serve_puppeteer.mjs", 1, "puppeteer.json")
+        .await;
+    assert_eq!(result["checkpointed"], true, "{result}");
+    assert_eq!(result["disconnected"], true, "{result}");
+    let url = result["urlAfter"].as_str().unwrap();
+    assert!(url.starts_with(&bed.bank.url("/login")), "{result}");
+    assert_eq!(result["markAfter"], "kept", "{result}");
+    serve.stop().await;
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
+    assert_eq!(event["clientFallbacks"]["tab_targets"], 1, "{event}");
+    bed.finish().await;
+}
+
 /// The errors a kept client recorded: at most one per round, each of the kind a navigation
 /// gives a call in flight.
 fn assert_navigation_errors(result: &Value, deaths: u32) -> Vec<Value> {

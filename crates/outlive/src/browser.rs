@@ -172,7 +172,7 @@ async fn connect(
     };
     let pump = spawn_pump(handler, relay.death_sender());
     let exit_watch = spawn_exit_watch(exited, relay.death_sender());
-    let page = first_page(&mut relay, &browser, options.viewport).await?;
+    let page = first_page(&mut relay, &browser, options.viewport, options.page_state).await?;
     Ok(CdpBrowser {
         page,
         browser: Arc::new(browser),
@@ -233,8 +233,9 @@ async fn first_page(
     relay: &mut Relay,
     browser: &Browser,
     viewport: crate::options::Viewport,
+    page_state: bool,
 ) -> Result<Page, Error> {
-    let ready = open_page(browser, viewport);
+    let ready = open_page(browser, viewport, page_state);
     let generation = relay.opening();
     let (mut page_death, _) = relay.page_watch();
     let page = tokio::select! {
@@ -260,13 +261,26 @@ async fn first_page(
 }
 
 /// A blank page with the run's viewport, whose top-level documents get the capture script
-/// installed as they start.
+/// installed as they start; with `page_state`, every frame's documents the page state's
+/// watcher, in the utility world (so typing before the first checkpoint is seen).
 async fn open_page(
     browser: &Browser,
     viewport: crate::options::Viewport,
+    page_state: bool,
 ) -> Result<Page, CdpError> {
     let page = browser.new_page("about:blank").await?;
-    let (metrics, script) = futures::join!(
+    let watcher = async {
+        if !page_state {
+            return Ok(());
+        }
+        let script = AddScriptToEvaluateOnNewDocumentParams::builder()
+            .source(checkpoint::page_state_script())
+            .world_name(chromiumoxide::handler::frame::UTILITY_WORLD_NAME)
+            .build()
+            .expect("source is set");
+        page.execute(script).await.map(|_| ())
+    };
+    let (metrics, script, watcher) = futures::join!(
         page.execute(SetDeviceMetricsOverrideParams::new(
             i64::from(viewport.width),
             i64::from(viewport.height),
@@ -276,9 +290,11 @@ async fn open_page(
         page.execute(AddScriptToEvaluateOnNewDocumentParams::new(
             checkpoint::install_on_new_document()
         )),
+        watcher,
     );
     metrics?;
     script?;
+    watcher?;
     Ok(page)
 }
 
@@ -391,7 +407,7 @@ impl LiveBrowser for CdpBrowser {
         let generation = self.relay.opening();
         let (mut fresh_death, _) = self.relay.page_watch();
         let opened = tokio::select! {
-            r = tokio::time::timeout(PAGE_OPEN_TIMEOUT, open_page(&self.browser, self.viewport)) => r,
+            r = tokio::time::timeout(PAGE_OPEN_TIMEOUT, open_page(&self.browser, self.viewport, self.capture.page_state)) => r,
             d = crate::relay::wait_death(&mut browser_death) => {
                 return Err(Error::new(ErrorKind::Cdp, format!("the browser died while a fresh page was opened ({})", d.cause.as_str())));
             }
@@ -469,6 +485,20 @@ impl LiveBrowser for CdpBrowser {
             .map_err(|e| Error::new(ErrorKind::Cdp, "navigation failed").with_source(e))
     }
 
+    async fn restore_page(&self, checkpoint: &Checkpoint) -> u64 {
+        let Some(state) = &checkpoint.page else {
+            return 0;
+        };
+        let applied = checkpoint::apply_page_state(&self.page, state).await;
+        tracing::debug!(
+            restored = applied.restored,
+            left_alone = applied.left_alone,
+            unmatched = applied.unmatched,
+            "page state put back"
+        );
+        applied.unmatched
+    }
+
     async fn release(mut self) -> Result<(), Error> {
         if let (Some(usage), Some(endpoint)) = (&self.usage, self.endpoint()) {
             usage.browser_gone(endpoint.expose());
@@ -544,7 +574,7 @@ impl Capturing {
             };
             checkpoint::capture_tabs(at, options).await
         };
-        let (checkpoint, ()) = futures::join!(read, self.warm.arm(&self.page, &self.calls));
+        let (checkpoint, ()) = futures::join!(read, self.warm.arm(&self.page, &self.calls, false));
         checkpoint
     }
 }

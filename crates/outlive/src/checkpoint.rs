@@ -5,15 +5,16 @@
 //! `Debug` shows sizes, its strings are zeroed on drop (`docs/security.md`).
 //!
 //! The parts: `model` (the data model), `capture` (`frames`, `expressions`, `warm`), `cache`
-//! (parts held by hash), `idb` (IndexedDB change tracking), `restore` (`plan`, `serve`,
-//! `write`), `persist` (a checkpoint as bytes) and `script` (running the page scripts, and the
-//! value codec both of them embed).
+//! (parts held by hash), `idb` (IndexedDB change tracking), `page_state` (typed fields and
+//! scroll positions), `restore` (`plan`, `serve`, `write`), `persist` (a checkpoint as bytes)
+//! and `script` (running the page scripts, and the value codec both of them embed).
 
 mod cache;
 mod capture;
 mod contexts;
 mod idb;
 mod model;
+mod page_state;
 #[cfg(feature = "durable")]
 mod persist;
 mod reopen;
@@ -28,6 +29,7 @@ pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_documen
 pub(crate) use contexts::remake as remake_contexts;
 pub(crate) use idb::Tracking;
 pub(crate) use model::{Checkpoint, Progress};
+pub(crate) use page_state::{apply as apply_page_state, on_new_document as page_state_script};
 pub(crate) use reopen::reopen as reopen_tabs;
 pub(crate) use restore::restore;
 pub(crate) use tabs::{Browsing, Tabs, capture_tabs};

@@ -86,6 +86,7 @@ pub struct Options {
     pub(crate) release_timeout: Duration,
     pub(crate) indexed_db: bool,
     pub(crate) indexed_db_max_bytes: usize,
+    pub(crate) page_state: bool,
     /// `None`: the lifetime the session states, if any.
     pub(crate) rotation: Option<Rotation>,
     pub(crate) standby: bool,
@@ -125,6 +126,7 @@ impl fmt::Debug for Options {
             .field("release_timeout", &self.release_timeout)
             .field("indexed_db", &self.indexed_db)
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
+            .field("page_state", &self.page_state)
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
             .field("carry_clients", &self.carry_clients)
@@ -158,6 +160,7 @@ impl Options {
             release_timeout: Duration::from_secs(10),
             indexed_db: true,
             indexed_db_max_bytes: 16 << 20,
+            page_state: true,
             rotation: None,
             standby: false,
             carry_clients: true,
@@ -250,6 +253,21 @@ impl Options {
         ///
         /// 16 MiB.
         fn indexed_db_max_bytes(bytes: usize);
+
+        /// Whether checkpoints hold the page as the user left it: form fields typed but not
+        /// sent, and the scroll positions of the window and of scrolled elements, in the page
+        /// and its same-origin frames. They come back after the resume navigation, before the
+        /// task (or a client) gets the page: each field through its native setter, then
+        /// `input` and `change`, so a framework's controlled inputs follow. Never password,
+        /// hidden or file inputs, nor `autocomplete="off"` fields; a field the page filled by
+        /// itself is left alone. At most 2 000 fields and 256 KiB of values per page: the
+        /// excess, and fields the restored page no longer has, are counted in
+        /// [`WideEvent::state_left_out`]. An unchanged page costs no extra round trip.
+        ///
+        /// # Default
+        ///
+        /// `true`.
+        fn page_state(keep: bool);
 
         /// Interval of the automatic checkpoint. A target, not a guarantee: a capture that fails
         /// (the browser is already dying) is simply not written.

@@ -80,7 +80,7 @@ def one_round(mcp: Mcp, out: dict, n: int) -> dict:
     ref = re.search(r'textbox "Username" \[ref=(\w+)\]', snapshot)
     if not ref:
         raise SystemExit(f"no username field in the snapshot:\n{snapshot}")
-    step(mcp, out, n, "browser_type", {"element": "Username", "ref": ref.group(1), "text": f"round {n}"})
+    step(mcp, out, n, "browser_type", {"element": "Username", "target": ref.group(1), "text": f"round {n}"})
     value = step(mcp, out, n, "browser_evaluate",
                  {"function": "() => document.querySelector('#username').value"})
     return {"typed": f'"round {n}"' in value}

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::cache::PartCache;
 use super::idb::{IdbAnswers, Tracking};
 use super::model::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
+use super::page_state;
 use super::script::cdp_error;
 use crate::error::{Error, ErrorKind};
 use crate::relay::Calls;
@@ -107,11 +108,19 @@ pub(crate) async fn capture_page(
             Cookies::LeaveToOwnPage => None,
         }
     };
-    let (cookies, top, tree, remote) = futures::join!(
+    // The page state rides beside the storage read: the same round trip.
+    let read_page = async {
+        match options.page_state {
+            true => page_state::read(page, cache, page_state::Caps::default()).await,
+            false => None,
+        }
+    };
+    let (cookies, top, tree, remote, page_state) = futures::join!(
         read_cookies,
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
         read_remote_frames(page, calls, &arguments, options.frame_timeout),
+        read_page,
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = match cookies {
@@ -151,6 +160,7 @@ pub(crate) async fn capture_page(
         at,
         taken,
         progress: None,
+        page: page_state,
     };
     idb.settle(page, calls, answers).await;
     Ok(checkpoint)
@@ -212,6 +222,7 @@ mod tests {
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
+            page_state: false,
         };
         let capture = || capture(&page, &calls, &cache, &watch, options);
         let cases = [("", ""), ("csp/", ""), ("", "\\ud800")];

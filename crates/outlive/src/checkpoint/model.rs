@@ -175,11 +175,15 @@ impl ContextState {
 pub(crate) struct TabState {
     pub(crate) url: String,
     pub(crate) session: BTreeMap<StorageKey, FrameState>,
+    /// Its typed fields and scroll positions (see `page_state`).
+    pub(crate) page: Option<Arc<Part>>,
 }
 
 impl TabState {
     pub(super) fn bytes(&self) -> usize {
-        self.url.len() + storage_bytes(&self.session)
+        self.url.len()
+            + storage_bytes(&self.session)
+            + self.page.as_ref().map_or(0, |p| p.json.len())
     }
 }
 
@@ -232,6 +236,9 @@ pub(crate) struct Checkpoint {
     pub(crate) taken: Instant,
     /// The task's own progress (JSON) as of the capture's start: `Ctx::checkpoint_with`.
     pub(crate) progress: Option<Progress>,
+    /// The resumed tab's typed fields and scroll positions (see `page_state`); `None` where
+    /// not read (off, or the page did not answer).
+    pub(crate) page: Option<Arc<Part>>,
 }
 
 /// The task's progress, serialised (JSON); zeroed when the last holder drops it.
@@ -252,6 +259,7 @@ impl Checkpoint {
             at: SystemTime::now(),
             taken,
             progress: None,
+            page: None,
         }
     }
 
@@ -268,6 +276,7 @@ impl Checkpoint {
             at: SystemTime::now(),
             taken: Instant::now(),
             progress: None,
+            page: None,
         }
     }
 
@@ -279,19 +288,26 @@ impl Checkpoint {
             + storage_bytes(&self.storage)
             + self.contexts.iter().map(ContextState::bytes).sum::<usize>()
             + self.tabs.iter().map(TabState::bytes).sum::<usize>()
+            + self.page.as_ref().map_or(0, |p| p.json.len())
     }
 
     /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
-    /// that are over the size cap, and frames whose storage could not be read.
+    /// that are over the size cap, frames whose storage could not be read, and form fields
+    /// over the page state's caps.
     pub(crate) fn left_out(&self) -> u64 {
         let storages =
             std::iter::once(&self.storage).chain(self.contexts.iter().map(|c| &c.storage));
+        let pages = self
+            .page
+            .iter()
+            .chain(self.tabs.iter().flat_map(|t| &t.page));
         self.frames_unread
             + storages
                 .flat_map(BTreeMap::values)
                 .flat_map(FrameState::parts)
                 .map(|p| p.left_out)
                 .sum::<u64>()
+            + pages.map(|p| p.left_out).sum::<u64>()
     }
 
     /// Keeps storage captured earlier under keys this capture did not see, per context.
@@ -305,13 +321,18 @@ impl Checkpoint {
         }
     }
 
-    /// Every part this checkpoint holds, in every context and tab.
+    /// Every part this checkpoint holds, in every context and tab, page states included.
     pub(crate) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+        let pages = self
+            .page
+            .iter()
+            .chain(self.tabs.iter().flat_map(|t| &t.page));
         std::iter::once(&self.storage)
             .chain(self.contexts.iter().map(|c| &c.storage))
             .chain(self.tabs.iter().map(|t| &t.session))
             .flat_map(BTreeMap::values)
             .flat_map(FrameState::parts)
+            .chain(pages)
     }
 }
 

@@ -27,6 +27,9 @@ struct Persisted {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     contexts: Vec<PersistedContext>,
     frames_unread: u64,
+    /// The page's typed fields and scroll positions: absent where there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    page: Option<PersistedPart>,
     /// Wall-clock time of the capture, milliseconds since the Unix epoch.
     at_ms: u64,
     progress: Option<String>,
@@ -82,6 +85,7 @@ impl Checkpoint {
             storage: frames_of(&self.storage),
             contexts: self.contexts.iter().map(PersistedContext::from).collect(),
             frames_unread: self.frames_unread,
+            page: self.page.as_deref().map(PersistedPart::from),
             at_ms: self
                 .at
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -122,6 +126,7 @@ impl Checkpoint {
             tabs: Vec::new(),
             targets: Vec::new(),
             frames_unread: p.frames_unread,
+            page: p.page.as_ref().map(|p| Arc::new(Part::from(p))),
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
             taken,
             progress: p
@@ -150,14 +155,28 @@ impl From<&PersistedContext> for ContextState {
     }
 }
 
-fn frames_of(storage: &BTreeMap<StorageKey, FrameState>) -> Vec<PersistedFrame> {
-    let part = |p: &Option<Arc<Part>>| {
-        p.as_ref().map(|p| PersistedPart {
+impl From<&Part> for PersistedPart {
+    fn from(p: &Part) -> Self {
+        PersistedPart {
             hash: p.hash.clone(),
             json: p.json.clone(),
             left_out: p.left_out,
-        })
-    };
+        }
+    }
+}
+
+impl From<&PersistedPart> for Part {
+    fn from(p: &PersistedPart) -> Self {
+        Part {
+            hash: p.hash.clone(),
+            json: p.json.clone(),
+            left_out: p.left_out,
+        }
+    }
+}
+
+fn frames_of(storage: &BTreeMap<StorageKey, FrameState>) -> Vec<PersistedFrame> {
+    let part = |p: &Option<Arc<Part>>| p.as_deref().map(PersistedPart::from);
     storage
         .iter()
         .map(|(key, state)| PersistedFrame {
@@ -170,15 +189,7 @@ fn frames_of(storage: &BTreeMap<StorageKey, FrameState>) -> Vec<PersistedFrame> 
 }
 
 fn storage_of(frames: &[PersistedFrame]) -> BTreeMap<StorageKey, FrameState> {
-    let part = |p: &Option<PersistedPart>| {
-        p.as_ref().map(|p| {
-            Arc::new(Part {
-                hash: p.hash.clone(),
-                json: p.json.clone(),
-                left_out: p.left_out,
-            })
-        })
-    };
+    let part = |p: &Option<PersistedPart>| p.as_ref().map(|p| Arc::new(Part::from(p)));
     frames
         .iter()
         .map(|f| {
@@ -241,8 +252,11 @@ mod tests {
             },
         );
         cp.contexts.push(context);
+        cp.page = part(r#"{"fields":[["k",0,"typed"]],"scroll":[]}"#);
         let taken = Instant::now();
         let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
+        let page = back.page.as_ref().expect("the page state");
+        assert_eq!(page.json, cp.page.as_ref().unwrap().json);
         assert_eq!(back.contexts.len(), 1, "a context the client made");
         assert!(back.contexts[0].cookies == cp.cookies);
         let shop = key("https://shop.example", "https://shop.example");

@@ -1,6 +1,6 @@
 //! The client's other tabs, opened again after a death under `serve` before the client
 //! reconnects: each gets its sessionStorage written in (as the task's page gets its state),
-//! then goes to its URL. The front shows them to the client in the order they come.
+//! then goes to its URL, where its typed fields and scroll positions are put back. The front shows them to the client in the order they come.
 
 use std::time::Duration;
 
@@ -55,7 +55,11 @@ async fn reopen_one(page: &Page, calls: &Calls, tab: &TabState, navigation: Dura
     }
     let goto = page.goto(NavigateParams::new(tab.url.clone()));
     match tokio::time::timeout(navigation, goto).await {
-        Ok(Ok(_)) => {}
+        Ok(Ok(_)) => {
+            if let Some(state) = &tab.page {
+                failed += super::page_state::apply(page, state).await.unmatched;
+            }
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "a reopened tab's navigation failed");
             failed += 1;

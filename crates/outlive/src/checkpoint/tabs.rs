@@ -159,7 +159,7 @@ async fn read_tab(at: &Browsing<'_>, page: &Page, options: CaptureOptions) -> Op
                 options,
                 Cookies::LeaveToOwnPage
             ),
-            tab.warm.arm(page, at.calls),
+            tab.warm.arm(page, at.calls, options.page_state),
         );
         checkpoint
     };
@@ -214,6 +214,7 @@ fn assemble(
     let frames_unread = tabs.iter().map(|r| r.checkpoint.frames_unread).sum();
     // The focused tab first: its read of a key wins, sessionStorage included.
     let focused = tabs.remove(focus);
+    let page = focused.checkpoint.page.clone();
     let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
     let mut storage = BTreeMap::new();
     let mut others = Vec::new();
@@ -249,6 +250,7 @@ fn assemble(
     };
     // The task's page read the default context's cookies (and the capture's times).
     checkpoint.url = url;
+    checkpoint.page = page;
     checkpoint.frames_unread = frames_unread;
     checkpoint.storage = storage;
     checkpoint.contexts = contexts;
@@ -257,7 +259,7 @@ fn assemble(
     checkpoint
 }
 
-/// A tab's URL and sessionStorage.
+/// A tab's URL, sessionStorage and page state.
 fn tab_state(read: &Checkpoint) -> TabState {
     let session = read
         .storage
@@ -274,6 +276,7 @@ fn tab_state(read: &Checkpoint) -> TabState {
     TabState {
         url: read.url.clone(),
         session,
+        page: read.page.clone(),
     }
 }
 
@@ -308,6 +311,7 @@ mod tests {
             idb: None,
         };
         checkpoint.storage.insert(key(origin, origin), state);
+        checkpoint.page = part(&format!(r#"{{"fields":[["k",0,"{target}"]]}}"#));
         checkpoint.frames_unread = 1;
         Read {
             target: target.into(),
@@ -351,6 +355,10 @@ mod tests {
         assert_eq!(json(&own.session), Some(r#"[["s","own"]]"#));
         assert!(own.local.is_none());
         assert_eq!(cp.tabs[1].session.len(), 1);
+        // Each tab's typed fields go with it: the focused tab's with the URL it resumes at.
+        assert!(json(&cp.page).unwrap().contains("t3"));
+        let pages: Vec<_> = cp.tabs.iter().map(|t| json(&t.page).unwrap()).collect();
+        assert!(pages[0].contains("own") && pages[1].contains("t2"));
     }
 
     #[test]

@@ -87,5 +87,10 @@ pub(crate) trait LiveBrowser: Send {
         prior: Option<&Checkpoint>,
     ) -> impl Future<Output = Result<u64, Error>> + Send;
     fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// After the resume navigation: puts the page state `checkpoint` holds (typed fields,
+    /// scroll positions) back into the page; answers what found no place in it.
+    fn restore_page(&self, _checkpoint: &Checkpoint) -> impl Future<Output = u64> + Send {
+        async { 0 }
+    }
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 }

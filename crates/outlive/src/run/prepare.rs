@@ -37,9 +37,13 @@ where
                     let failed = browser.restore(cp, prior.as_deref()).await?;
                     let restore = restore_started.elapsed();
                     let navigate_started = Instant::now();
-                    if let Err(e) = navigate(browser, &cp.url, options).await {
-                        tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
-                    }
+                    let failed = match navigate(browser, &cp.url, options).await {
+                        Ok(()) => failed + browser.restore_page(cp).await,
+                        Err(e) => {
+                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
+                            failed
+                        }
+                    };
                     let navigate = navigate_started.elapsed();
                     options.note(Milestone::Restored { restore, navigate });
                     tracing::debug!(?restore, ?navigate, "checkpoint restored");

@@ -118,6 +118,7 @@ mod tests {
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
+            page_state: false,
         };
         for (i, (unit, count)) in [("a", 300_001), ("é", 150_001), ("€😀", 70_003), ("x", 7)]
             .into_iter()

@@ -414,6 +414,7 @@ mod tests {
             indexed_db_max_bytes: 1 << 20,
             frame_timeout,
             in_full: false,
+            page_state: false,
         };
         let (cache, watch) = (PartCache::default(), Tracking::default());
         let top = key(

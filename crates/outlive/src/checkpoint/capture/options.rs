@@ -18,6 +18,8 @@ pub(crate) struct CaptureOptions {
     /// Read every frame's IndexedDB in full, taking no last read as standing (see `Tracking`):
     /// for a checkpoint no later one could make up for, as at a rotation's safe point.
     pub(crate) in_full: bool,
+    /// Read the page's typed fields and scroll positions (`page_state`).
+    pub(crate) page_state: bool,
 }
 
 impl CaptureOptions {
@@ -29,6 +31,7 @@ impl CaptureOptions {
             // Half the capture's cap: a hung iframe is counted unread, the rest is captured.
             frame_timeout: options.capture_timeout / 2,
             in_full: false,
+            page_state: options.page_state,
         }
     }
 }

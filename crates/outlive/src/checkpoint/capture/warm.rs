@@ -61,15 +61,29 @@ pub(crate) struct WarmUp(std::sync::atomic::AtomicBool);
 impl WarmUp {
     /// As a capture on `page` starts (beside it, costing it nothing): registers
     /// [`warm_on_new_document`] on the page and has the relay register [`frame_scripts`] on
-    /// each cross-site frame that attaches from then on, the first time.
-    pub(crate) async fn arm(&self, page: &Page, calls: &Calls) {
+    /// each cross-site frame that attaches from then on, the first time. With `page_state`
+    /// (a page outlive did not open itself), the page state's watcher too.
+    pub(crate) async fn arm(&self, page: &Page, calls: &Calls, page_state: bool) {
         use std::sync::atomic::Ordering;
         if self.0.swap(true, Ordering::SeqCst) {
             return;
         }
         calls.arm_frames(frame_scripts());
         let script = AddScriptToEvaluateOnNewDocumentParams::new(warm_on_new_document());
-        if let Err(e) = page.execute(script).await {
+        let watcher = async {
+            if page_state {
+                let script = AddScriptToEvaluateOnNewDocumentParams::builder()
+                    .source(crate::checkpoint::page_state::on_new_document())
+                    .world_name(chromiumoxide::handler::frame::UTILITY_WORLD_NAME)
+                    .build()
+                    .expect("source is set");
+                if let Err(e) = page.execute(script).await {
+                    tracing::debug!(error = %e, "registering the page state watcher failed");
+                }
+            }
+        };
+        let (warm, ()) = futures::join!(page.execute(script), watcher);
+        if let Err(e) = warm {
             tracing::debug!(error = %e, "registering the capture warm-up failed; next capture tries again");
             self.0.store(false, Ordering::SeqCst);
         }
@@ -121,7 +135,7 @@ mod tests {
     ) -> Checkpoint {
         let (cp, ()) = futures::join!(
             capture(page, calls, cache, watch, options),
-            warm.arm(page, calls)
+            warm.arm(page, calls, false)
         );
         cp.unwrap()
     }
@@ -142,6 +156,7 @@ mod tests {
             indexed_db_max_bytes: 1 << 20,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
+            page_state: false,
         };
         let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
         install(&page).await;
@@ -191,6 +206,7 @@ mod tests {
             indexed_db_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
+            page_state: false,
         };
         let capture = || warm_capture(&page, &calls, &cache, &watch, &warm, options);
         let frame_key = key(

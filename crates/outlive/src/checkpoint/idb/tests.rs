@@ -22,6 +22,7 @@ const OPTIONS: CaptureOptions = CaptureOptions {
     indexed_db_max_bytes: 1 << 20,
     frame_timeout: Duration::from_secs(5),
     in_full: false,
+    page_state: false,
 };
 
 /// A page under test, the relay's calls, and what its captures keep between them: the

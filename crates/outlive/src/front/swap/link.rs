@@ -408,11 +408,13 @@ impl Link {
     /// The browser is gone. Evaluations in flight fail as at a navigation, calls on sessions
     /// not carried over are dropped (their detach comes at the rebind), the rest wait.
     pub(crate) fn died(&mut self) -> Result<Out, Reason> {
+        if self.sessions.values().any(|s| s.kind == "tab") {
+            let also = self.uncarried.reason().map(|r| r.to_string());
+            tracing::debug!(also, "a client on tab targets is not carried");
+            return Err(Reason::TabTargets);
+        }
         if let Some(reason) = self.uncarried.reason() {
             return Err(reason);
-        }
-        if self.sessions.values().any(|s| s.kind == "tab") {
-            return Err(Reason::TabTargets);
         }
         let mut out = Out::default();
         let mut swap = Swap::new();

@@ -15,7 +15,7 @@ use crate::relay::wire::{Head, mend_lone_surrogates};
 
 /// Domains whose `enable` is replayed (their `disable` forgets it): events to subscribe to,
 /// nothing the front cannot set again.
-const REPLAYED_DOMAINS: [&str; 17] = [
+const REPLAYED_DOMAINS: [&str; 18] = [
     "Accessibility",
     "Animation",
     "Audits",
@@ -33,6 +33,7 @@ const REPLAYED_DOMAINS: [&str; 17] = [
     "Runtime",
     "Security",
     "ServiceWorker",
+    "WebMCP",
 ];
 
 /// Setters whose latest call wins, by method (besides `Emulation.set*`).
