@@ -678,8 +678,8 @@ async fn serve_keeps_one_endpoint_across_a_death() {
 
 /// A Playwright script connects once, with no reconnect code, and works through 20 deaths
 /// of every kind. It keeps its Browser and Page, stays signed in (one TOTP in all), finds its
-/// localStorage as checkpointed after each death, and sees at most one error per death, of
-/// the kind a navigation gives a call in flight.
+/// localStorage as checkpointed and the field it typed after each death, and sees at most one
+/// error per death, of the kind a navigation gives a call in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_carries_a_playwright_client_through_twenty_deaths() {
     const DEATHS: u32 = 20;
@@ -702,6 +702,9 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
         assert_eq!(round["filled"], format!("round {n}"), "round {n}: {result}");
         let stored = (n > 0).then(|| (n - 1).to_string());
         assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
+        // The field typed last round and never sent is back on the page as it was left.
+        let left = (n > 0).then(|| format!("round {}", n - 1));
+        assert_eq!(round["left"], json!(left), "round {n}: {result}");
     }
     let errors = assert_navigation_errors(&result, DEATHS);
     assert_eq!(bed.bank.counters().totps_accepted, 1);

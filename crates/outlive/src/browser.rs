@@ -529,6 +529,15 @@ impl CdpBrowser {
         let tabs: Vec<String> = std::iter::once(own).chain(ids).collect();
         let pairs = checkpoint.targets.iter().cloned().zip(tabs.iter().cloned());
         usage.restored(endpoint, pairs.collect());
+        // The task's page holds the checkpoint's own page state; each reopened tab its own.
+        let states = std::iter::once(&checkpoint.page)
+            .chain(checkpoint.tabs.iter().map(|t| &t.page))
+            .zip(&tabs)
+            .filter_map(|(state, tab)| {
+                let script = checkpoint::page_state_expression(state.as_deref()?);
+                Some((tab.clone(), Arc::new(script)))
+            });
+        usage.page_states(endpoint, states.collect());
         usage.tabs_ready(endpoint, tabs);
         failed
     }

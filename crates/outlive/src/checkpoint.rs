@@ -29,7 +29,10 @@ pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_documen
 pub(crate) use contexts::remake as remake_contexts;
 pub(crate) use idb::Tracking;
 pub(crate) use model::{Checkpoint, Progress};
-pub(crate) use page_state::{apply as apply_page_state, on_new_document as page_state_script};
+pub(crate) use page_state::{
+    apply as apply_page_state, apply_expression as page_state_expression,
+    on_new_document as page_state_script,
+};
 pub(crate) use reopen::reopen as reopen_tabs;
 pub(crate) use restore::restore;
 pub(crate) use tabs::{Browsing, Tabs, capture_tabs};

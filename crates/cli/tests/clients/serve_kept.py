@@ -1,6 +1,7 @@
 """A client of `outlive serve` that connects once, with no reconnect code, and works through
 the browser's deaths. It signs in to Aurora Bank, then works in rounds: go to the account
-page, click the transfer link, fill a field, evaluate. After each round it stores the round in
+page, click the transfer link, fill a field, evaluate. Each round first reads the field the
+last one typed and did not send: after a death it is back. After each round it stores the round in
 localStorage, asks for a checkpoint and prints `checkpointed N`; the test then kills the
 browser and answers `killed` on stdin, and the next round runs into the death.
 
@@ -45,6 +46,8 @@ def checkpoint() -> None:
 
 
 def one_round(page, n: int) -> dict:
+    # The field typed but not sent in the last round, on the page as it was left.
+    left = page.evaluate("document.querySelector('#to')?.value ?? null")
     page.goto(f"{BANK}/account")
     user = page.text_content("#user")
     stored = page.evaluate("localStorage.getItem('round')")
@@ -52,7 +55,7 @@ def one_round(page, n: int) -> dict:
     page.wait_for_url(f"{BANK}/transfer")
     page.locator("#to").fill(f"round {n}")
     filled = page.evaluate("document.querySelector('#to').value")
-    return {"user": user, "stored": stored, "filled": filled}
+    return {"user": user, "stored": stored, "filled": filled, "left": left}
 
 
 def main() -> None:

@@ -140,6 +140,14 @@ pub(crate) async fn apply(page: &Page, state: &Part) -> Applied {
     }
 }
 
+/// The whole script applying `state`, as one expression that answers a promise: for a
+/// caller with a connection of its own (the front, after a swap's load). User data: zeroed.
+pub(crate) fn apply_expression(state: &Part) -> Zeroizing<String> {
+    let data = Zeroizing::new(serde_json::to_string(&state.json).expect("a string serialises"));
+    let opts = serde_json::json!({ "withinMs": APPLY_WITHIN.as_millis() as u64 });
+    Zeroizing::new(format!("({PAGE_JS}).apply({}, {opts})", data.as_str()))
+}
+
 /// Calls `call` (`read(…)`, `apply(…)`) on the installed script in the top frame's utility
 /// world: where it is installed already (one round trip), else with the whole script.
 async fn call_installed<T: serde::de::DeserializeOwned>(

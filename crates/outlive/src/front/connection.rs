@@ -239,7 +239,8 @@ where
     };
     if link.swapping() {
         let pairs = state.usage.restored_pairs(current.endpoint.expose());
-        let out = match link.rebind(&pairs) {
+        let states = state.usage.page_states_of(current.endpoint.expose());
+        let out = match link.rebind(&pairs, &states) {
             Ok(out) => out,
             Err(reason) => return End::Uncarried(reason),
         };

@@ -71,7 +71,12 @@ struct Browser {
     tabs: Vec<String>,
     /// The tabs a restore opened, each with the dead browser's target it stands for.
     restored: Vec<(String, String)>,
+    /// Per tab, the script putting its page state back: run again after a swap's load.
+    page_states: HashMap<String, PageStateScript>,
 }
+
+/// A script that puts a page's typed fields and scroll positions back (user data: zeroed).
+pub(crate) type PageStateScript = Arc<zeroize::Zeroizing<String>>;
 
 #[derive(Debug, Default)]
 struct Seen {
@@ -147,6 +152,23 @@ impl Usage {
             .entry(endpoint.to_owned())
             .or_default()
             .restored = pairs;
+    }
+
+    /// The scripts putting the page state of the tabs of the browser at `endpoint` back, by
+    /// target: a client carried there loads its pages again, so they run again after.
+    pub(crate) fn page_states(&self, endpoint: &str, states: HashMap<String, PageStateScript>) {
+        self.browsers()
+            .entry(endpoint.to_owned())
+            .or_default()
+            .page_states = states;
+    }
+
+    /// The page state scripts of the browser at `endpoint` (see [`Self::page_states`]).
+    pub(crate) fn page_states_of(&self, endpoint: &str) -> HashMap<String, PageStateScript> {
+        self.browsers()
+            .get(endpoint)
+            .map(|b| b.page_states.clone())
+            .unwrap_or_default()
     }
 
     /// The (old, new) target pairs of the browser at `endpoint` (see [`Self::restored`]).

@@ -1,10 +1,11 @@
 //! One client's connection across browsers (issue 51): what it was shown, and the swap from a
 //! dead browser to the next, as a state machine fed frame by frame.
 //!
-//! At a death ([`Link::died`]) evaluations in flight fail as at a navigation, the rest wait,
-//! and the client's new commands are held. On the next browser ([`Link::rebind`]) the front
-//! replays the client's state (root first; each kept page once it attaches), then loads each
-//! kept page once: the client sees a reload, in Chrome's own events. Then what waited is sent.
+//! At a death ([`Link::died`]) the pages' contexts are cleared and evaluations in flight fail,
+//! as at a navigation; the rest wait, and the client's new commands are held. On the next
+//! browser ([`Link::rebind`]) the front replays the client's state (root first; each kept page
+//! once it attaches), then loads each kept page once and puts its page state back: the client
+//! sees a reload, in Chrome's own events. Then what waited is sent.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -18,6 +19,7 @@ use super::ids::{IdMaps, Way};
 use super::rewrite::{member, to_browser, to_client};
 use super::shape::Kind;
 use super::sticky::Sticky;
+use crate::front::usage::PageStateScript;
 use crate::relay::wire::{Head, mend_lone_surrogates};
 
 /// Ids of the front's own commands on a client's upstream: above any a client uses.
@@ -59,14 +61,22 @@ struct Session {
     context: Option<String>,
 }
 
-/// A front's own command waiting for its answer.
-#[derive(Debug)]
+/// A front's own command waiting for its answer (no `Debug`: a script holds user data).
 enum Own {
     Replay {
         session: Option<String>,
         script: Option<String>,
     },
     Navigate {
+        session: String,
+    },
+    /// A world made to put the page state back in.
+    World {
+        session: String,
+        script: PageStateScript,
+    },
+    /// The page state put back.
+    Apply {
         session: String,
     },
 }
@@ -83,7 +93,6 @@ enum Step {
 }
 
 /// One swap in progress.
-#[derive(Debug)]
 struct Swap {
     step: Step,
     /// The client's page sessions to carry over, by the client's target id.
@@ -99,6 +108,9 @@ struct Swap {
     loading: HashSet<String>,
     /// The client's navigations re-sent as a page's load, by id: their session.
     reloading: HashMap<u64, String>,
+    /// Per kept session, the new browser's target and the script putting its page state
+    /// back once loaded.
+    states: HashMap<String, (String, PageStateScript)>,
     own: HashMap<u64, Own>,
     /// The client's commands in flight at the death, re-sent once the pages are loaded.
     resend: Vec<u64>,
@@ -118,6 +130,7 @@ impl Swap {
             navigations: HashMap::new(),
             loading: HashSet::new(),
             reloading: HashMap::new(),
+            states: HashMap::new(),
             own: HashMap::new(),
             resend: Vec::new(),
             held: Vec::new(),
@@ -128,7 +141,7 @@ impl Swap {
 }
 
 /// One client connection's view, across browsers (see the module doc).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Link {
     ids: IdMaps,
     sticky: Sticky,
@@ -188,6 +201,7 @@ struct Navigated {
 #[serde(default, rename_all = "camelCase")]
 struct Answer {
     identifier: Option<String>,
+    execution_context_id: Option<i64>,
     error_text: Option<String>,
     /// Absent for a same-document navigation: no `frameNavigated` follows.
     loader_id: Option<String>,
@@ -373,12 +387,35 @@ impl Link {
         self.loaded(session, out);
     }
 
-    /// A kept page's load committed (or failed): once all have, what waited is sent.
+    /// A kept page's load committed (or failed): its page state is put back, then once all
+    /// are, what waited is sent.
     fn loaded(&mut self, session: &str, out: &mut Out) {
         let Some(swap) = &mut self.swap else {
             return;
         };
-        if swap.step != Step::Loading || !swap.loading.remove(session) {
+        if swap.step != Step::Loading || !swap.loading.contains(session) {
+            return;
+        }
+        if let Some((target, script)) = swap.states.remove(session) {
+            let world = serde_json::json!({"frameId": target,
+                "worldName": "__chromiumoxide_utility_world__", "grantUniveralAccess": false});
+            let session = session.to_owned();
+            let own = Own::World {
+                session: session.clone(),
+                script,
+            };
+            self.own_browser_command("Page.createIsolatedWorld", world, &session, own, out);
+            return;
+        }
+        self.state_back(session, out);
+    }
+
+    /// A kept page is loaded with its state: once all are, what waited is sent.
+    fn state_back(&mut self, session: &str, out: &mut Out) {
+        let Some(swap) = &mut self.swap else {
+            return;
+        };
+        if !swap.loading.remove(session) {
             return;
         }
         if swap.loading.is_empty() {
@@ -422,6 +459,19 @@ impl Link {
         if let Some(old) = self.swap.take() {
             swap.held = old.held;
             swap.held_bytes = old.held_bytes;
+        }
+        // The dead documents' contexts are gone: a client then waits for the next ones instead
+        // of evaluating in a context the next browser will not know.
+        let mut pages: Vec<&String> = self
+            .sessions
+            .keys()
+            .filter(|s| self.is_kept_page(s))
+            .collect();
+        pages.sort();
+        for session in pages {
+            let cleared = serde_json::json!({"method": "Runtime.executionContextsCleared",
+                "params": {}, "sessionId": session});
+            out.client.push(cleared.to_string());
         }
         let mut ids: Vec<u64> = self.pending.keys().copied().collect();
         ids.sort_unstable();
@@ -467,7 +517,12 @@ impl Link {
 
     /// The next browser is up. `pairs` names its tabs by the dead browser's: (old, new)
     /// target ids, as the restore reopened them. Starts the replay.
-    pub(crate) fn rebind(&mut self, pairs: &[(String, String)]) -> Result<Out, Reason> {
+    /// `states`: by new target, the script putting its page state back after its load.
+    pub(crate) fn rebind(
+        &mut self,
+        pairs: &[(String, String)],
+        states: &HashMap<String, PageStateScript>,
+    ) -> Result<Out, Reason> {
         tracing::debug!(
             protocol = super::schema::CDP_CRATE,
             revision = super::schema::REVISION,
@@ -481,6 +536,7 @@ impl Link {
             .map(|(s, info)| (s.clone(), info.target.clone()))
             .collect();
         let mut kept = HashMap::new();
+        let mut scripts = HashMap::new();
         for (session, target) in pages {
             let new = pairs
                 .iter()
@@ -488,6 +544,9 @@ impl Link {
                 .map(|(_, new)| new.clone())
                 .ok_or(Reason::TabNotReopened)?;
             self.ids.bind(Kind::Target, &target, &new);
+            if let Some(script) = states.get(&new) {
+                scripts.insert(session.clone(), (new.clone(), script.clone()));
+            }
             self.targets.insert(new, target.clone());
             kept.insert(target, session);
         }
@@ -513,12 +572,35 @@ impl Link {
         let swap = self.swap.get_or_insert_with(Swap::new);
         swap.step = Step::Replaying;
         swap.kept = kept;
+        swap.states = scripts;
         swap.deadline = Some(Instant::now() + REPLAY_LIMIT);
         for (id, frame, script) in root {
             self.own_command(id, frame, None, script, &mut out);
         }
         self.advance(&mut out);
         Ok(out)
+    }
+
+    /// Sends a command of the front's own, written in the browser's ids, on the browser's
+    /// session for the client's `session`.
+    fn own_browser_command(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+        session: &str,
+        own: Own,
+        out: &mut Out,
+    ) {
+        let id = OWN_BASE + self.next_own;
+        self.next_own += 1;
+        let mut t = self.ids.toward(Way::ToBrowser);
+        let browser = super::rewrite::Translate::text(&mut t, Kind::Session, session, None);
+        let frame = serde_json::json!({"id": id, "method": method,
+            "sessionId": browser.as_deref().unwrap_or(session), "params": params});
+        out.own.push(frame.to_string());
+        if let Some(swap) = &mut self.swap {
+            swap.own.insert(id, own);
+        }
     }
 
     /// The replay of `session`'s state: each command under an id of the front's, in the
@@ -611,6 +693,23 @@ impl Link {
                 if !commits(frame, &answer) {
                     self.loaded(&session, out);
                 }
+            }
+            Own::World { session, script } => match answer.execution_context_id {
+                Some(context) => {
+                    let apply = serde_json::json!({"expression": script.as_str(),
+                        "contextId": context, "awaitPromise": true, "returnByValue": true});
+                    let own = Own::Apply {
+                        session: session.clone(),
+                    };
+                    self.own_browser_command("Runtime.evaluate", apply, &session, own, out);
+                }
+                None => self.state_back(&session, out),
+            },
+            Own::Apply { session } => {
+                if member(frame, "exceptionDetails").is_some() || member(frame, "error").is_some() {
+                    tracing::debug!("the page state could not be put back after the swap's load");
+                }
+                self.state_back(&session, out);
             }
         }
     }

@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::front::usage::PageStateScript;
 
 fn v(frame: &str) -> Value {
     serde_json::from_str(frame).unwrap()
@@ -86,8 +87,11 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
     client(&mut link, shot);
 
     let died = link.died().unwrap();
-    assert_eq!(died.client.len(), 1, "{:?}", died.client);
-    let answer = v(&died.client[0]);
+    assert_eq!(died.client.len(), 2, "{:?}", died.client);
+    let cleared = v(&died.client[0]);
+    assert_eq!(cleared["method"], "Runtime.executionContextsCleared");
+    assert_eq!(cleared["sessionId"], "S1");
+    let answer = v(&died.client[1]);
     assert_eq!(answer["id"], 9);
     assert_eq!(answer["sessionId"], "S1");
     assert_eq!(answer["error"]["message"], NAVIGATED);
@@ -100,7 +104,9 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
     );
     assert!(held.browser.is_empty());
 
-    let out = link.rebind(&[("T1".into(), "T2".into())]).unwrap();
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .unwrap();
     assert_eq!(out.own.len(), 1, "{:?}", out.own);
     let auto = v(&out.own[0]);
     assert_eq!(auto["method"], "Target.setAutoAttach");
@@ -192,7 +198,9 @@ fn a_navigation_in_flight_is_the_pages_load_on_the_next_browser() {
                       "params": {"url": "http://a.test/next", "frameId": "T1"}});
     client(&mut link, goto);
     link.died().unwrap();
-    let out = link.rebind(&[("T1".into(), "T2".into())]).unwrap();
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .unwrap();
     let auto = v(&out.own[0]);
     browser(&mut link, json!({"id": auto["id"], "result": {}}));
     let out = browser(&mut link, attached("S2", "T2", "C2"));
@@ -231,12 +239,15 @@ fn what_cannot_be_carried_is_named() {
 
     let mut link = playwright_on_one_page();
     link.died().unwrap();
-    let err = link.rebind(&[("T9".into(), "T2".into())]).unwrap_err();
+    let err = link
+        .rebind(&[("T9".into(), "T2".into())], &HashMap::new())
+        .unwrap_err();
     assert_eq!(err.name(), "tab_not_reopened");
 
     let mut link = playwright_on_one_page();
     link.died().unwrap();
-    link.rebind(&[("T1".into(), "T2".into())]).unwrap();
+    link.rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .unwrap();
     assert_eq!(link.timed_out().unwrap_err().name(), "swap_timed_out");
 }
 
@@ -251,7 +262,9 @@ fn a_navigation_sent_during_the_swap_is_the_pages_load() {
     let later = json!({"id": 41, "method": "Runtime.evaluate", "sessionId": "S1",
                        "params": {"expression": "3"}});
     client(&mut link, later);
-    let out = link.rebind(&[("T1".into(), "T2".into())]).unwrap();
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .unwrap();
     let auto = v(&out.own[0]);
     browser(&mut link, json!({"id": auto["id"], "result": {}}));
     let out = browser(&mut link, attached("S2", "T2", "C2"));
@@ -273,4 +286,58 @@ fn a_navigation_sent_during_the_swap_is_the_pages_load() {
     let out = browser(&mut link, navigated("S2", "T2", "http://a.test/held"));
     assert_eq!(out.browser.len(), 1);
     assert_eq!(v(&out.browser[0])["id"], 41);
+}
+
+#[test]
+fn a_pages_state_is_put_back_after_its_load_before_what_waited_goes() {
+    let mut link = playwright_on_one_page();
+    link.died().unwrap();
+    let held = json!({"id": 50, "method": "Runtime.evaluate", "sessionId": "S1",
+                      "params": {"expression": "document.querySelector('#to').value"}});
+    client(&mut link, held);
+    let script: PageStateScript =
+        std::sync::Arc::new("apply({\"to\":\"typed\"})".to_owned().into());
+    let states = HashMap::from([("T2".to_owned(), script)]);
+    let out = link.rebind(&[("T1".into(), "T2".into())], &states).unwrap();
+    browser(&mut link, json!({"id": v(&out.own[0])["id"], "result": {}}));
+    let out = browser(&mut link, attached("S2", "T2", "C2"));
+    let mut load = Vec::new();
+    for f in out.own.iter().map(|f| v(f)) {
+        load.extend(
+            browser(
+                &mut link,
+                json!({"id": f["id"], "sessionId": "S2", "result": {}}),
+            )
+            .own,
+        );
+    }
+    let load = v(&load[0]);
+    assert_eq!(load["method"], "Page.navigate");
+    browser(
+        &mut link,
+        json!({"id": load["id"], "sessionId": "S2", "result": {"frameId": "T2", "loaderId": "L2"}}),
+    );
+    // Committed: a world in the new document, not yet what waited.
+    let out = browser(&mut link, navigated("S2", "T2", "http://a.test/page"));
+    assert!(out.browser.is_empty());
+    let world = v(&out.own[0]);
+    assert_eq!(world["method"], "Page.createIsolatedWorld");
+    assert_eq!(world["sessionId"], "S2");
+    assert_eq!(world["params"]["frameId"], "T2");
+    // The world's answer is the browser's own context id: the script runs there, untranslated.
+    let out = browser(
+        &mut link,
+        json!({"id": world["id"], "sessionId": "S2", "result": {"executionContextId": 3}}),
+    );
+    let apply = v(&out.own[0]);
+    assert_eq!(apply["method"], "Runtime.evaluate");
+    assert_eq!(apply["params"]["contextId"], 3);
+    assert_eq!(apply["params"]["expression"], "apply({\"to\":\"typed\"})");
+    assert!(link.swapping());
+    let out = browser(
+        &mut link,
+        json!({"id": apply["id"], "sessionId": "S2", "result": {"result": {"type": "object"}}}),
+    );
+    assert!(!link.swapping());
+    assert_eq!(v(&out.browser[0])["id"], 50);
 }
