@@ -19,6 +19,7 @@ use crate::ctx::{Capturer, DeepReads};
 use crate::dialogs::Dialogs;
 use crate::error::{Error, ErrorKind};
 use crate::front::{Client, Usage};
+use crate::metrics::{LiveSession, Operation};
 use crate::options::Options;
 use crate::provider::{Provider, Session};
 use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, LinkWatch, Relay, Stalls};
@@ -83,6 +84,8 @@ pub(crate) struct CdpBrowser {
     relay: Relay,
     /// Last: dropping it ends the browser (a local process is killed synchronously).
     session: Option<Box<dyn Session>>,
+    /// Counts the session as live (`outlive_sessions_live`) until it is released or dropped.
+    live: Option<LiveSession>,
 }
 
 impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
@@ -98,7 +101,18 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
     }
 
     async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
-        let session = self.provider.launch().await?;
+        let metrics = options.metrics.as_ref();
+        let provider = self.provider.name();
+        let session = match self.provider.launch().await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(m) = metrics {
+                    m.provider_failed(provider, Operation::Launch);
+                }
+                return Err(e);
+            }
+        };
+        let live = metrics.map(|m| m.session_started(provider));
         let heartbeat = Heartbeat {
             interval: options.heartbeat_interval,
             timeout: options.heartbeat_timeout,
@@ -117,6 +131,9 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         let relay = match Relay::start(endpoint, heartbeat, dialogs, CONNECT_TIMEOUT, link).await {
             Ok(r) => r,
             Err(e) => {
+                if let Some(l) = &live {
+                    l.failed(Operation::Connect);
+                }
                 release_quietly(session).await;
                 return Err(e);
             }
@@ -126,6 +143,7 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         match connect(relay, exited, options, usage).await {
             Ok(mut b) => {
                 b.session = Some(session);
+                b.live = live;
                 if let (Some(usage), Some(endpoint)) = (&b.usage, b.endpoint()) {
                     let own = b.page.target_id().as_ref().to_owned();
                     usage.tabs_ready(endpoint.expose(), vec![own]);
@@ -133,6 +151,9 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
                 Ok(b)
             }
             Err(e) => {
+                if let Some(l) = &live {
+                    l.failed(Operation::Connect);
+                }
                 release_quietly(session).await;
                 Err(e)
             }
@@ -184,6 +205,7 @@ async fn connect(
         _exit_watch: exit_watch,
         relay,
         session: None,
+        live: None,
     })
 }
 
@@ -471,11 +493,16 @@ impl LiveBrowser for CdpBrowser {
         }
         self.cut();
         let session = self.session.take();
+        let live = self.live.take();
         drop(self);
-        match session {
+        let released = match session {
             Some(s) => s.release().await,
             None => Ok(()),
+        };
+        if let (Err(_), Some(live)) = (&released, &live) {
+            live.failed(Operation::Release);
         }
+        released
     }
 }
 

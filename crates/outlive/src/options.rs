@@ -90,6 +90,7 @@ pub struct Options {
     pub(crate) rotation: Option<Rotation>,
     pub(crate) standby: bool,
     pub(crate) dialogs: Option<Dialogs>,
+    pub(crate) metrics: Option<crate::Metrics>,
     #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
 }
@@ -127,6 +128,7 @@ impl fmt::Debug for Options {
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
             .field("dialogs", &self.dialogs)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -159,6 +161,7 @@ impl Options {
             rotation: None,
             standby: false,
             dialogs: None,
+            metrics: None,
             #[cfg(feature = "durable")]
             durable: None,
         }
@@ -174,6 +177,18 @@ impl Options {
     /// a handler the script set.
     pub fn dialogs(mut self, dialogs: Dialogs) -> Self {
         self.dialogs = Some(dialogs);
+        self
+    }
+
+    /// Where the run records its deaths, sessions, relaunches and checkpoints as they happen:
+    /// a [`Metrics`](crate::Metrics) registered in a Prometheus registry of yours. Many runs
+    /// may share one.
+    ///
+    /// # Default
+    ///
+    /// None: nothing is recorded.
+    pub fn metrics(mut self, metrics: crate::Metrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 

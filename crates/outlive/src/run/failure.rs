@@ -199,6 +199,10 @@ where
             self.lifetime
                 .died_at(death.at.saturating_duration_since(self.born));
             self.reporter.count_death(death);
+            self.relaunching = Some(death.at);
+            if let Some(m) = &self.options.metrics {
+                m.died(death.cause);
+            }
             self.options.note(Milestone::Died {
                 attempt: loss.attempt,
                 cause: death.cause,
