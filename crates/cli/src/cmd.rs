@@ -325,13 +325,10 @@ impl RunOptionArgs {
 pub async fn serve_metrics(
     flags: &crate::metrics::MetricsArgs,
 ) -> Result<Option<(crate::metrics::MetricsServer, outlive::Metrics)>, i32> {
-    flags
-        .serve(outlive::Metrics::register)
-        .await
-        .map_err(|e| {
-            eprintln!("outlive: {}", chain(&e));
-            outlive::EXIT_USAGE
-        })
+    flags.serve(outlive::Metrics::register).await.map_err(|e| {
+        eprintln!("outlive: {}", chain(&e));
+        outlive::EXIT_USAGE
+    })
 }
 
 /// An error and its causes, as one line: `what failed: why: …`.

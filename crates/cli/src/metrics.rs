@@ -156,7 +156,10 @@ async fn connection(stream: tokio::net::TcpStream, registry: Arc<Registry>) {
 /// Prometheus text format (0.0.4).
 fn answer(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
     if request.uri().path() != "/metrics" {
-        return plain(StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n");
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n",
+        );
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
@@ -169,7 +172,10 @@ fn answer(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Byt
         .any(|v| v.contains("application/openmetrics-text"));
     let mut body = String::new();
     let (encoded, content_type) = if open_metrics {
-        (text::encode(&mut body, registry), outlive::METRICS_CONTENT_TYPE)
+        (
+            text::encode(&mut body, registry),
+            outlive::METRICS_CONTENT_TYPE,
+        )
     } else {
         (
             prometheus_text::encode(&mut body, registry),
@@ -177,7 +183,10 @@ fn answer(request: &Request<Incoming>, registry: &Registry) -> Response<Full<Byt
         )
     };
     if encoded.is_err() {
-        return plain(StatusCode::INTERNAL_SERVER_ERROR, "the metrics could not be encoded\n");
+        return plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the metrics could not be encoded\n",
+        );
     }
     let mut response = Response::new(Full::new(Bytes::from(body)));
     response
@@ -206,7 +215,13 @@ mod tests {
     #[test]
     fn an_address_off_loopback_needs_metrics_public() {
         let e = flags("0.0.0.0:9464", false).address().unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::Flag { flag: "--metrics", .. }));
+        assert!(matches!(
+            e.kind(),
+            ErrorKind::Flag {
+                flag: "--metrics",
+                ..
+            }
+        ));
         assert!(e.to_string().contains("--metrics-public"), "{e}");
         assert!(flags("0.0.0.0:9464", true).address().is_ok());
         assert!(flags("127.0.0.1:9464", false).address().is_ok());
@@ -232,7 +247,10 @@ mod tests {
                 server: "--metrics"
             }
         );
-        assert_eq!(e.to_string(), format!("could not listen on {addr} for --metrics"));
+        assert_eq!(
+            e.to_string(),
+            format!("could not listen on {addr} for --metrics")
+        );
         let source = std::error::Error::source(&e).expect("the bind error");
         assert_eq!(
             source

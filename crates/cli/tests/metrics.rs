@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use gateway::DeathMode;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// How long a death, or a scrape, may take to show.
@@ -23,7 +23,6 @@ const BOUND: Duration = Duration::from_secs(90);
 struct Serving {
     child: Child,
     metrics: String,
-    stderr: tokio::task::JoinHandle<String>,
     dir: tempfile::TempDir,
 }
 
@@ -38,35 +37,36 @@ impl Serving {
             .arg(dir.path().join("event.json"))
             .env("SOLARI_API_KEY", gw.api_key())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).await.unwrap();
-        let metrics = line
-            .trim()
-            .strip_prefix("outlive: metrics at ")
-            .unwrap_or_else(|| panic!("serve says where its metrics are first, said {line:?}"))
-            .to_owned();
-        let stderr = tokio::spawn(async move {
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest).await;
-            rest
-        });
-        // Ready once it printed its three URLs.
+        // Ready once it printed its three URLs; it said where its metrics are before.
         let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
         for _ in 0..3 {
-            stdout.next_line().await.unwrap().expect("serve prints its URLs");
+            stdout
+                .next_line()
+                .await
+                .unwrap()
+                .expect("serve prints its URLs");
         }
         tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+        let metrics = log
+            .lines()
+            .find_map(|l| l.strip_prefix("outlive: metrics at "))
+            .unwrap_or_else(|| panic!("serve says where its metrics are; it said {log:?}"))
+            .to_owned();
         Serving {
             child,
             metrics,
-            stderr,
             dir,
         }
+    }
+
+    /// What serve said on stderr so far (its log, with `RUST_LOG`).
+    fn log(&self) -> String {
+        log(&self.dir.path().join("serve.log"))
     }
 
     /// `/metrics` as a scraper that asks for nothing in particular gets it (Prometheus text).
@@ -86,7 +86,8 @@ impl Serving {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "waited {BOUND:?} for {what}; the metrics:\n{text}"
+                "waited {BOUND:?} for {what}; the metrics:\n{text}\nserve said:\n{}",
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -100,8 +101,7 @@ impl Serving {
             .await
             .expect("serve stops on SIGTERM")
             .unwrap();
-        let stderr = self.stderr.await.unwrap();
-        assert_eq!(status.code(), Some(0), "{stderr}");
+        assert_eq!(status.code(), Some(0), "{}", self.log());
         let event = std::fs::read_to_string(self.dir.path().join("event.json")).unwrap();
         serde_json::from_str(&event).unwrap()
     }
@@ -145,15 +145,19 @@ async fn serve_metrics_count_what_the_gateway_saw() {
         (DeathMode::Reset, "reset"),
         (DeathMode::Silence, "silence"),
     ];
+    let mut checkpoints = 0.0;
     for (done, (mode, cause)) in kills.into_iter().enumerate() {
-        // The task is back on a browser (entered) before the next kill.
+        // The task is back on a browser, and has checkpointed there, before the next kill: a
+        // kill during a launch would be a failed launch, not a death.
         let relaunched = done as f64;
-        serve
+        let text = serve
             .wait_for("the browser to serve", |t| {
                 sample(t, "outlive_sessions_live") == Some(1.0)
                     && sample(t, "outlive_relaunch_duration_seconds_count") == Some(relaunched)
+                    && sample(t, "outlive_checkpoint_bytes_count") > Some(checkpoints)
             })
             .await;
+        checkpoints = sample(&text, "outlive_checkpoint_bytes_count").unwrap();
         let live = gw.live_sessions();
         assert_eq!(live.len(), 1, "one session serves, no spare");
         assert_eq!(gw.kill(&live[0], mode).await.unwrap(), mode);
@@ -178,7 +182,10 @@ async fn serve_metrics_count_what_the_gateway_saw() {
     let started = sample(&text, "outlive_sessions_started_total{provider=\"solari\"}");
     assert_eq!(started, Some(sessions_created(&gw).await as f64), "{text}");
     assert_eq!(started, Some(4.0), "{text}");
-    assert!(sample(&text, "outlive_checkpoint_bytes_count").unwrap() >= 1.0, "{text}");
+    assert!(
+        sample(&text, "outlive_checkpoint_bytes_count").unwrap() >= 1.0,
+        "{text}"
+    );
 
     let prometheus = Prometheus::start(&serve.metrics).await;
     let scraped = prometheus.wait_for("sum(outlive_deaths_total)", 3.0).await;
@@ -244,7 +251,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(Stdio::null())
             .stderr(log)
@@ -287,7 +297,10 @@ impl Prometheus {
             .ok()?;
         *last = answer.text().await.ok()?;
         let answer: serde_json::Value = serde_json::from_str(last).ok()?;
-        answer["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+        answer["data"]["result"][0]["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
     }
 }
 
@@ -302,7 +315,7 @@ impl Drop for Prometheus {
 fn log(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// A port free on loopback now.

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outlive::prometheus_client::encoding::EncodeLabelSet;
-use outlive::prometheus_client::metrics::counter::Counter;
-use outlive::prometheus_client::metrics::family::Family;
-use outlive::prometheus_client::metrics::gauge::Gauge;
-use outlive::prometheus_client::metrics::histogram::Histogram;
-use outlive::prometheus_client::registry::{Registry, Unit};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Where a run is in this worker: the `state` label of `outlive_runs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ impl WorkerMetrics {
             finished: Family::default(),
             // 10 ms to about 3 days, ×4 a step.
             queue_wait: Histogram::new(
-                outlive::prometheus_client::metrics::histogram::exponential_buckets(0.01, 4.0, 14),
+                prometheus_client::metrics::histogram::exponential_buckets(0.01, 4.0, 14),
             ),
         };
         for state in RunState::ALL {
@@ -143,7 +143,10 @@ impl WorkerMetrics {
     /// A run left this worker with `outcome` (one of [`OUTCOMES`]).
     pub(crate) fn finished(&self, outcome: &'static str) {
         debug_assert!(OUTCOMES.contains(&outcome), "{outcome}");
-        self.inner.finished.get_or_create(&Outcome { outcome }).inc();
+        self.inner
+            .finished
+            .get_or_create(&Outcome { outcome })
+            .inc();
     }
 
     /// A run waited `waited` in the queue before its first pickup.
@@ -183,7 +186,7 @@ impl Drop for InState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outlive::prometheus_client::encoding::text::encode;
+    use prometheus_client::encoding::text::encode;
 
     fn text(registry: &Registry) -> String {
         let mut out = String::new();
@@ -200,7 +203,10 @@ mod tests {
             run.go(RunState::Running);
             let text = text(&registry);
             assert!(text.contains("outlive_runs{state=\"running\"} 1"), "{text}");
-            assert!(text.contains("outlive_runs{state=\"claiming\"} 0"), "{text}");
+            assert!(
+                text.contains("outlive_runs{state=\"claiming\"} 0"),
+                "{text}"
+            );
             run.go(RunState::Stopping);
             drop(run);
             metrics.finished("taken_over");
@@ -210,9 +216,15 @@ mod tests {
         for state in ["claiming", "running", "stopping"] {
             assert!(text.contains(&format!("outlive_runs{{state=\"{state}\"}} 0")));
         }
-        let series = text.lines().filter(|l| l.starts_with("outlive_runs")).count();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("outlive_runs"))
+            .count();
         assert_eq!(series, 3 + OUTCOMES.len(), "{text}");
         assert!(text.contains("outlive_runs_finished_total{outcome=\"taken_over\"} 100"));
-        assert!(text.contains("outlive_queue_wait_seconds_count 100"), "{text}");
+        assert!(
+            text.contains("outlive_queue_wait_seconds_count 100"),
+            "{text}"
+        );
     }
 }

@@ -196,8 +196,6 @@ use std::future::Future;
 
 pub use chromiumoxide;
 pub use chromiumoxide::Page;
-pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
-pub use prometheus_client;
 pub use command::{
     Command, CommandFailed, EXIT_GAVE_UP, EXIT_NOT_FOUND, EXIT_USAGE, Endpoints, EntryStart,
     run_command, serve, serve_task,
@@ -209,7 +207,9 @@ pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
 pub use front::MAX_PROGRESS_BYTES;
+pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
 pub use options::{Options, Rotation};
+pub use prometheus_client;
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, ProviderCommand, Session,
 };

@@ -129,9 +129,9 @@ impl Metrics {
             deaths: Family::default(),
             sessions_started: Family::default(),
             sessions_live: Gauge::default(),
-            relaunch_duration: Histogram::new(
-                [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0],
-            ),
+            relaunch_duration: Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+            ]),
             checkpoint_duration: Histogram::new(exponential_buckets(0.005, 2.5, 10)),
             checkpoint_bytes: Histogram::new(exponential_buckets(1024.0, 4.0, 10)),
             redone: Counter::default(),
@@ -253,11 +253,7 @@ impl Families {
             "Moves to a new browser ahead of a predicted death",
             self.rotations.clone(),
         );
-        r.register(
-            "outlive_gave_up",
-            "Runs that gave up",
-            self.gave_up.clone(),
-        );
+        r.register("outlive_gave_up", "Runs that gave up", self.gave_up.clone());
         r.register(
             "outlive_provider_errors",
             "Provider failures, by provider and operation (launch, connect, release)",

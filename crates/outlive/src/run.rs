@@ -323,7 +323,8 @@ struct Run<'r, B: Backend, F> {
     reporter: Reporter<'r>,
     /// When the last failure was detected: what the next entry's `replaced_in` counts from.
     last_failure: Option<Instant>,
-    /// When the last browser death was detected, until the next entry: the relaunch metric.
+    /// When the failure that needs a new browser was detected, until the next entry: the
+    /// relaunch metric.
     relaunching: Option<Instant>,
     /// The browsers kept beside the task's: for the next entry, for a rotation, on standby.
     spares: Spares<'r, B::Browser>,

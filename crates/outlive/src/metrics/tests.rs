@@ -99,10 +99,16 @@ fn labels_stay_bounded_however_many_runs_record() {
     assert_eq!(labels_of(&text, "outlive_deaths_total").len(), 5, "{text}");
     assert_eq!(labels_of(&text, "outlive_sessions_started_total").len(), 2);
     assert_eq!(labels_of(&text, "outlive_provider_errors_total").len(), 6);
-    assert!(text.contains("outlive_deaths_total{cause=\"silence\"} 500"), "{text}");
+    assert!(
+        text.contains("outlive_deaths_total{cause=\"silence\"} 500"),
+        "{text}"
+    );
     assert!(text.contains("outlive_sessions_live 0"), "{text}");
     assert!(text.contains("outlive_redone_seconds_total 750"), "{text}");
-    assert!(text.contains("outlive_relaunch_duration_seconds_count 500"), "{text}");
+    assert!(
+        text.contains("outlive_relaunch_duration_seconds_count 500"),
+        "{text}"
+    );
 }
 
 #[test]
