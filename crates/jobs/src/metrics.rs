@@ -97,9 +97,9 @@ impl WorkerMetrics {
             runs: Family::default(),
             finished: Family::default(),
             // 10 ms to about 3 days, ×4 a step.
-            queue_wait: Histogram::new(
-                prometheus_client::metrics::histogram::exponential_buckets(0.01, 4.0, 14),
-            ),
+            queue_wait: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.01, 4.0, 14,
+            )),
         };
         for state in RunState::ALL {
             let _ = families.runs.get_or_create(&State {
