@@ -326,6 +326,29 @@ impl RunOptionArgs {
     }
 }
 
+/// `--metrics`, served, and the handle runs record into; or, when it cannot be served, the
+/// exit status (the error said on stderr).
+pub async fn serve_metrics(
+    flags: &crate::metrics::MetricsArgs,
+) -> Result<Option<(crate::metrics::MetricsServer, outlive::Metrics)>, i32> {
+    flags.serve(outlive::Metrics::register).await.map_err(|e| {
+        eprintln!("outlive: {}", chain(&e));
+        outlive::EXIT_USAGE
+    })
+}
+
+/// An error and its causes, as one line: `what failed: why: …`.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}
+
 /// The wide event in one line.
 pub fn summary(e: &WideEvent) -> String {
     let mut line = format!(

@@ -9,6 +9,7 @@
 //!   the command line and the bank task, on a provider or an embedded gateway. Durable runs
 //!   themselves (the queue, the store, the lease, the session limit) are the `outlive-jobs`
 //!   crate.
+//! * [`metrics`] — `--metrics ADDR`: `/metrics` for `run`, `serve` and `worker`.
 //! * [`error`] — the one [`Error`] type.
 //!
 //! The demo's and the worker's test bed (Aurora Bank, a gateway, the bank task) is the
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod cmd;
 pub mod demo;
 pub mod error;
+pub mod metrics;
 mod sync;
 pub mod worker;
 

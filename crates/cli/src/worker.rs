@@ -37,6 +37,8 @@ pub struct WorkerSettings {
     pub lifetime: Duration,
     /// Command tasks, each `NAME=CMD ARGS…` (see [`jobs::parse_task`]).
     pub tasks: Vec<String>,
+    /// Where the runs and the worker record their metrics, if anywhere.
+    pub metrics: Option<(outlive::Metrics, jobs::WorkerMetrics)>,
 }
 
 /// A worker ready to run, and the embedded test bed it uses, if any.
@@ -81,15 +83,22 @@ pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
         Some(max) => Arc::new(SessionLimit::new(provider, args.database_url, max)?),
         None => Arc::new(provider),
     };
-    let options = Options::new()
+    let mut options = Options::new()
         .checkpoint_every(args.checkpoint_every)
         .max_relaunches(100)
         .max_sessions(args.max_sessions_per_run);
+    let (runs_metrics, worker_metrics) = args.metrics.unzip();
+    if let Some(m) = runs_metrics {
+        options = options.metrics(m);
+    }
     tasks = bank::tasks(bank);
     for declaration in &args.tasks {
         tasks = tasks.declare(declaration)?;
     }
-    let worker =
+    let mut worker =
         Worker::new(store, Sealer::new(args.key), tasks, provider, options).config(args.config);
+    if let Some(m) = worker_metrics {
+        worker = worker.metrics(m);
+    }
     Ok(Prepared { worker, bed })
 }

@@ -560,6 +560,19 @@ impl Serving {
     /// at each of the first `deaths` `checkpointed` lines it prints, the session serving it is
     /// killed (close, reset and silence in turn) and it is told so on stdin (`killed`).
     async fn through_deaths(&self, bed: &Bed, name: &str, deaths: u32, result: &str) -> Value {
+        self.shaped_through_deaths(bed, name, "first", deaths, result)
+            .await
+    }
+
+    /// [`Self::through_deaths`] with the client's `PAGE_SHAPE`.
+    async fn shaped_through_deaths(
+        &self,
+        bed: &Bed,
+        name: &str,
+        shape: &str,
+        deaths: u32,
+        result: &str,
+    ) -> Value {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
         let mut client = if name.ends_with(".mjs") {
@@ -590,6 +603,7 @@ impl Serving {
                 clients().join("node/node_modules/@playwright/mcp/cli.js"),
             )
             .env("DEATHS", deaths.to_string())
+            .env("PAGE_SHAPE", shape)
             .env(
                 "NAV_URLS",
                 format!("{} {}/login", bed.twosite.app_url(), bed.bank.base_url()),
@@ -709,6 +723,35 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
     let errors = assert_navigation_errors(&result, DEATHS);
     assert_eq!(bed.bank.counters().totps_accepted, 1);
     eprintln!("errors in {DEATHS} deaths: {}", errors.len());
+    serve.stop().await;
+    bed.finish().await;
+}
+
+/// The same in a context the script makes (`browser.new_context()`): its page is reopened in
+/// that context, made again with its cookies, and the script keeps both objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_a_playwright_client_in_a_context_it_made() {
+    const DEATHS: u32 = 6;
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let result = serve
+        .shaped_through_deaths(&bed, "serve_kept.py", "new_context", DEATHS, "kept.json")
+        .await;
+    assert_eq!(result["samePage"], true, "{result}");
+    assert_eq!(result["pageClosed"], false, "{result}");
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
+    for (n, round) in rounds.iter().enumerate() {
+        assert_eq!(
+            round["user"],
+            bed.bank_config.username(),
+            "round {n}: {result}"
+        );
+        let stored = (n > 0).then(|| (n - 1).to_string());
+        assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
+    }
+    assert_navigation_errors(&result, DEATHS);
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
     serve.stop().await;
     bed.finish().await;
 }

@@ -74,6 +74,8 @@ pub(crate) struct Lease {
     renewed: Instant,
     /// What this pickup released of its predecessors' sessions.
     pub(crate) takeover: crate::held::Takeover,
+    /// At the run's first pickup: how long it waited in the queue.
+    pub(crate) queued_for: Option<Duration>,
 }
 
 impl Lease {
@@ -89,24 +91,30 @@ impl Lease {
         let mut seen: Option<f64> = None;
         loop {
             let sent = Instant::now();
-            let claimed: Option<i32> = sqlx::query_scalar(
+            // With the pickup, the time since the run's submission (its queue wait, at the
+            // first pickup).
+            let claimed: Option<(i32, f64)> = sqlx::query_as(
                 "WITH claimed AS (
                     UPDATE outlive_runs SET status = 'running', worker = $2,
                     pickups = pickups + 1, lease_until = now() + $3, updated_at = now()
                     WHERE run_id = $1 AND (status = 'queued'
                        OR (status = 'running' AND (lease_until IS NULL OR lease_until < now())))
-                    RETURNING run_id, pickups
+                    RETURNING run_id, pickups, submitted_at
+                 ), picked AS (
+                    INSERT INTO outlive_pickups (run_id, pickup, worker)
+                    SELECT run_id, pickups, $2 FROM claimed
+                    RETURNING pickup
                  )
-                 INSERT INTO outlive_pickups (run_id, pickup, worker)
-                 SELECT run_id, pickups, $2 FROM claimed
-                 RETURNING pickup",
+                 SELECT picked.pickup,
+                        GREATEST(EXTRACT(EPOCH FROM now() - claimed.submitted_at), 0)::float8
+                 FROM picked, claimed",
             )
             .bind(run_id)
             .bind(worker)
             .bind(timing.takeover)
             .fetch_optional(pool)
             .await?;
-            if let Some(pickup) = claimed {
+            if let Some((pickup, since_submitted)) = claimed {
                 return Ok(Claim::Held(Lease {
                     pool: pool.clone(),
                     run_id: run_id.to_owned(),
@@ -114,6 +122,9 @@ impl Lease {
                     timing,
                     renewed: sent,
                     takeover: Default::default(),
+                    queued_for: (pickup == 1)
+                        .then_some(since_submitted)
+                        .and_then(|s| Duration::try_from_secs_f64(s).ok()),
                 }));
             }
             let (status, until, left): (String, Option<f64>, Option<f64>) = sqlx::query_as(

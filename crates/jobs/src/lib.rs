@@ -9,7 +9,8 @@
 //!   ([`Tasks::register`]) or commands ([`Tasks::command`], parsed by [`parse_task`]) run
 //!   as `outlive run -- CMD` runs them (`command`); `finish` — how a run of one ends.
 //! * `queue` — [`submit`] enqueues a run, [`cancel`] stops it; `runs` — [`runs()`] lists them.
-//! * `worker` — [`Worker`]: takes runs from the queue, runs them through outlive, durable.
+//! * `worker` — [`Worker`]: takes runs from the queue, runs them through outlive, durable;
+//!   `metrics` — [`WorkerMetrics`]: its runs by state and outcome, its queue wait.
 //! * `lease` — exactly one worker per run: the lease, the self-stop before a takeover, and
 //!   [`FencedStore`]; `held` — the sessions a pickup launched, released by its successor.
 //! * `slots` — [`SessionLimit`]: at most N browser sessions across every worker, through
@@ -26,6 +27,7 @@ mod error;
 mod finish;
 mod held;
 mod lease;
+mod metrics;
 mod queue;
 mod runs;
 mod schema;
@@ -38,6 +40,7 @@ mod worker;
 pub use command::{MAX_INPUT_BYTES, parse_task};
 pub use error::{Error, ErrorKind};
 pub use lease::FencedStore;
+pub use metrics::WorkerMetrics;
 pub use queue::{Cancelled, QUEUE, RunJob, cancel, submit};
 pub use runs::{Pickup, RunRow, RunStatus, runs};
 pub use schema::setup;

@@ -18,6 +18,7 @@ use tokio_util::task::AbortOnDrop;
 use crate::error::{Error, ErrorKind, db};
 use crate::finish::Finished;
 use crate::lease::{self, Claim, Lease, Lost};
+use crate::metrics::{InState, RunState, WorkerMetrics};
 use crate::queue::{QUEUE, RunJob};
 use crate::task::Task;
 use crate::{PgStore, Tasks, command, held};
@@ -104,6 +105,7 @@ pub struct Worker {
     options: Options,
     config: WorkerConfig,
     name: String,
+    metrics: Option<WorkerMetrics>,
 }
 
 impl Worker {
@@ -131,7 +133,20 @@ impl Worker {
                 std::process::id(),
                 uuid::Uuid::new_v4().simple()
             ),
+            metrics: None,
         }
+    }
+
+    /// Where the worker records its runs' states, outcomes and queue waits; see
+    /// [`WorkerMetrics`]. The runs' own deaths and sessions go where their [`Options`] say.
+    ///
+    /// # Default
+    ///
+    /// None: nothing is recorded.
+    #[must_use]
+    pub fn metrics(mut self, metrics: WorkerMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// How it shares the queue; see [`WorkerConfig`].
@@ -166,6 +181,7 @@ impl Worker {
             options,
             config,
             name,
+            metrics,
         } = self;
         let shared = Arc::new(Shared {
             store: store.clone(),
@@ -175,6 +191,7 @@ impl Worker {
             options,
             max_pickups: config.max_pickups,
             timing: lease::Timing::new(config.heartbeat, config.missed_heartbeats as u32),
+            metrics,
         });
         declare(&store, &shared.tasks).await?;
         tracing::info!(worker = %name, heartbeat = ?config.heartbeat, missed = config.missed_heartbeats, "worker started");
@@ -213,6 +230,7 @@ struct Shared {
     options: Options,
     max_pickups: u32,
     timing: lease::Timing,
+    metrics: Option<WorkerMetrics>,
 }
 
 /// Every heartbeat, gives back to the queue the job of every run `running` under a lease that
@@ -273,6 +291,8 @@ async fn take(
     worker: WorkerContext,
 ) -> Result<serde_json::Value, BoxDynError> {
     let run_id = id.to_string();
+    let metrics = shared.metrics.as_ref();
+    let mut state = metrics.map(|m| m.enter(RunState::Claiming));
     loop {
         let claimed = persist("claiming the run", || {
             Lease::claim(shared.store.pool(), &run_id, worker.name(), shared.timing)
@@ -285,7 +305,14 @@ async fn take(
                 return Ok(serde_json::json!({ "notRun": status }));
             }
         };
-        match hold(&job, lease, &shared).await? {
+        if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
+            m.waited(waited);
+        }
+        let held = hold(&job, lease, &shared, &mut state).await?;
+        if let (Some(m), Some(outcome)) = (metrics, held.outcome()) {
+            m.finished(outcome);
+        }
+        match held {
             Held::Finished(held) => {
                 let (finished, lease) = *held;
                 let event = finished.event.as_ref().map(WideEvent::to_json);
@@ -309,6 +336,9 @@ async fn take(
             }
             Held::Lost(Lost::Unrenewed) => {
                 tracing::warn!(run_id, "claiming the run again once the database answers");
+                if let Some(s) = &mut state {
+                    s.go(RunState::Claiming);
+                }
             }
         }
     }
@@ -340,7 +370,12 @@ where
 
 /// Runs the task of `job` under `lease`: refused when taken too often or unknown here, else
 /// durable from the run's newest checkpoint, until it finishes or the hold is lost.
-async fn hold(job: &RunJob, mut lease: Lease, shared: &Shared) -> Result<Held, BoxDynError> {
+async fn hold(
+    job: &RunJob,
+    mut lease: Lease,
+    shared: &Shared,
+    state: &mut Option<InState>,
+) -> Result<Held, BoxDynError> {
     let run_id = lease.run_id().to_owned();
     let pool = shared.store.pool();
     let pickups = lease.pickup();
@@ -357,11 +392,13 @@ async fn hold(job: &RunJob, mut lease: Lease, shared: &Shared) -> Result<Held, B
         );
         tracing::warn!(run_id, pickups, "a run taken too often is failed, not run");
         finish(&lease, pool, &Err(error.clone()), None).await?;
+        shared.refused();
         return Err(AbortError::new(error).into());
     }
     let Some(task) = shared.tasks.by_name.get(&job.task) else {
         let error = format!("this worker has no task named {:?}", job.task);
         finish(&lease, pool, &Err(error.clone()), None).await?;
+        shared.refused();
         return Err(AbortError::new(error).into());
     };
     let mut durable = Durable::new(
@@ -403,7 +440,19 @@ async fn hold(job: &RunJob, mut lease: Lease, shared: &Shared) -> Result<Held, B
         stop,
         grace: shared.timing.stop_grace,
     };
-    Ok(holding.run().await)
+    if let Some(s) = state {
+        s.go(RunState::Running);
+    }
+    Ok(holding.run(state).await)
+}
+
+impl Shared {
+    /// A run this worker refused (taken too often, or a task it does not have).
+    fn refused(&self) {
+        if let Some(m) = &self.metrics {
+            m.finished("refused");
+        }
+    }
 }
 
 /// A run's task while this worker holds the run: it runs until it finishes or the hold is
@@ -423,9 +472,27 @@ enum Held {
     Lost(Lost),
 }
 
+impl Held {
+    /// How the run left this worker, for `outlive_runs_finished_total`; `None` when this
+    /// worker claims it again.
+    fn outcome(&self) -> Option<&'static str> {
+        match self {
+            Held::Finished(held) => Some(match (&held.0.result, &held.0.event) {
+                (Ok(_), _) => "completed",
+                (Err(_), Some(e)) if e.outcome == outlive::Outcome::GaveUp => "gave_up",
+                (Err(_), _) => "failed",
+            }),
+            Held::Lost(Lost::Cancelled) => Some("cancelled"),
+            Held::Lost(Lost::TakenOver) => Some("taken_over"),
+            Held::Lost(Lost::Unrenewed) => None,
+        }
+    }
+}
+
 impl Holding {
-    /// Runs the task, renewing the lease; stops it when the lease is lost.
-    async fn run(mut self) -> Held {
+    /// Runs the task, renewing the lease; stops it when the lease is lost (the run counted
+    /// in `state` as stopping meanwhile).
+    async fn run(mut self, state: &mut Option<InState>) -> Held {
         // Renewed on a task of its own: a run that keeps its task busy (sealing a large
         // checkpoint, a slow drop) must not make the lease look unrenewable.
         let mut renewing = self.lease.clone();
@@ -435,6 +502,9 @@ impl Holding {
             finished = &mut self.run => return Held::Finished(Box::new((finished, self.lease))),
             lost = &mut renewal => lost.unwrap_or(Lost::Unrenewed),
         };
+        if let Some(s) = state {
+            s.go(RunState::Stopping);
+        }
         self.stop_task(lost).await;
         Held::Lost(lost)
     }

@@ -19,6 +19,7 @@ use crate::ctx::{Capturer, DeepReads};
 use crate::dialogs::Dialogs;
 use crate::error::{Error, ErrorKind};
 use crate::front::{Client, Usage};
+use crate::metrics::{LiveSession, Operation};
 use crate::options::Options;
 use crate::provider::{Provider, Session};
 use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, LinkWatch, Relay, Stalls};
@@ -83,6 +84,8 @@ pub(crate) struct CdpBrowser {
     relay: Relay,
     /// Last: dropping it ends the browser (a local process is killed synchronously).
     session: Option<Box<dyn Session>>,
+    /// Counts the session as live (`outlive_sessions_live`) until it is released or dropped.
+    live: Option<LiveSession>,
 }
 
 impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
@@ -102,7 +105,18 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
     }
 
     async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
-        let session = self.provider.launch().await?;
+        let metrics = options.metrics.as_ref();
+        let provider = self.provider.name();
+        let session = match self.provider.launch().await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(m) = metrics {
+                    m.provider_failed(provider, Operation::Launch);
+                }
+                return Err(e);
+            }
+        };
+        let live = metrics.map(|m| m.session_started(provider));
         let heartbeat = Heartbeat {
             interval: options.heartbeat_interval,
             timeout: options.heartbeat_timeout,
@@ -121,6 +135,9 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         let relay = match Relay::start(endpoint, heartbeat, dialogs, CONNECT_TIMEOUT, link).await {
             Ok(r) => r,
             Err(e) => {
+                if let Some(l) = &live {
+                    l.failed(Operation::Connect);
+                }
                 release_quietly(session).await;
                 return Err(e);
             }
@@ -130,6 +147,7 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         match connect(relay, exited, options, usage).await {
             Ok(mut b) => {
                 b.session = Some(session);
+                b.live = live;
                 if let (Some(usage), Some(endpoint)) = (&b.usage, b.endpoint()) {
                     let own = b.page.target_id().as_ref().to_owned();
                     usage.tabs_ready(endpoint.expose(), vec![own]);
@@ -137,6 +155,9 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
                 Ok(b)
             }
             Err(e) => {
+                if let Some(l) = &live {
+                    l.failed(Operation::Connect);
+                }
                 release_quietly(session).await;
                 Err(e)
             }
@@ -188,6 +209,7 @@ async fn connect(
         _exit_watch: exit_watch,
         relay,
         session: None,
+        live: None,
     })
 }
 
@@ -463,12 +485,16 @@ impl LiveBrowser for CdpBrowser {
             // The contexts the client made, ready for it to make again.
             let (ids, f) = checkpoint::remake_contexts(&self.browser, &calls, checkpoint).await;
             failed += f;
+            let contexts = ids.clone();
             for unused in usage.contexts_ready(endpoint.expose(), ids) {
                 let dispose = DisposeBrowserContextParams::new(BrowserContextId::new(unused));
                 let _ = self.browser.execute(dispose).await;
             }
             if usage.reopens_tabs() {
-                failed += self.reopen_tabs(usage, endpoint.expose(), checkpoint).await;
+                let endpoint = endpoint.expose();
+                failed += self
+                    .reopen_tabs(usage, endpoint, checkpoint, &contexts)
+                    .await;
             }
         }
         // The page now holds what the checkpoint holds: the next capture need not send it.
@@ -505,23 +531,35 @@ impl LiveBrowser for CdpBrowser {
         }
         self.cut();
         let session = self.session.take();
+        let live = self.live.take();
         drop(self);
-        match session {
+        let released = match session {
             Some(s) => s.release().await,
             None => Ok(()),
+        };
+        if let (Err(_), Some(live)) = (&released, &live) {
+            live.failed(Operation::Release);
         }
+        released
     }
 }
 
 impl CdpBrowser {
     /// Opens the client's other tabs again (under `serve`), after the task's page: the front
     /// shows them in this order. Answers the writes that failed.
-    async fn reopen_tabs(&self, usage: &Usage, endpoint: &str, checkpoint: &Checkpoint) -> u64 {
+    async fn reopen_tabs(
+        &self,
+        usage: &Usage,
+        endpoint: &str,
+        checkpoint: &Checkpoint,
+        contexts: &[String],
+    ) -> u64 {
         let calls = self.relay.calls();
         let (ids, failed) = checkpoint::reopen_tabs(
             &self.browser,
             &calls,
             &checkpoint.tabs,
+            contexts,
             self.navigation_timeout,
         )
         .await;

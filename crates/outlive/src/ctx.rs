@@ -89,6 +89,8 @@ pub(crate) struct Rules {
     /// How much of an error a log line may show (`Options::diagnostics`).
     diagnostics: Diagnostics,
     on_milestone: Option<OnMilestone>,
+    /// Where checkpoints' time and size are recorded.
+    metrics: Option<crate::Metrics>,
     /// Where checkpoints are saved, sealed, for a durable run.
     #[cfg(feature = "durable")]
     durable: Option<crate::Durable>,
@@ -104,6 +106,7 @@ impl Rules {
             capture_timeout: options.capture_timeout,
             diagnostics: options.diagnostics,
             on_milestone: options.on_milestone.clone(),
+            metrics: options.metrics.clone(),
             #[cfg(feature = "durable")]
             durable: options.durable.clone(),
             client_use_counts,
@@ -450,6 +453,9 @@ impl Ctx {
                 };
                 if kept && advances {
                     self.inner.advanced.store(true, Ordering::SeqCst);
+                }
+                if let (true, Some(m)) = (kept, &self.inner.rules.metrics) {
+                    m.checkpointed(started.elapsed(), bytes);
                 }
                 if let (true, Some(f)) = (kept, &self.inner.rules.on_milestone) {
                     f(&crate::report::Milestone::Checkpointed {

@@ -58,7 +58,7 @@
 //! * [Rotation and standby][rotation].
 //! * [Durable runs and jobs][durable].
 //! * [How deaths are noticed][deaths], and re-entry as cancellation.
-//! * [The wide event][event] and [security].
+//! * [The wide event][event], [metrics] and [security].
 //! * [Measurements][measurements].
 //!
 //! [rust]: https://github.com/outlive-rs/outlive/blob/main/docs/rust.md
@@ -67,6 +67,7 @@
 //! [durable]: https://github.com/outlive-rs/outlive/blob/main/docs/durable.md
 //! [deaths]: https://github.com/outlive-rs/outlive/blob/main/docs/deaths.md
 //! [event]: https://github.com/outlive-rs/outlive/blob/main/docs/wide-event.md
+//! [metrics]: https://github.com/outlive-rs/outlive/blob/main/docs/metrics.md
 //! [security]: https://github.com/outlive-rs/outlive/blob/main/docs/security.md
 //! [measurements]: https://github.com/outlive-rs/outlive/blob/main/docs/measurements/README.md
 //!
@@ -89,6 +90,8 @@
 //! * `front` — the loopback endpoint programs and agents connect to, at one address for the
 //!   whole run: CDP forwarded to the browser served now, and the control requests.
 //! * `lifetime` — the declared and learned session lifetime, and when to launch a successor.
+//! * `metrics` — [`Metrics`]: deaths, sessions, relaunches and checkpoints as Prometheus
+//!   metrics, recorded as they happen into a registry of the caller's.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
 //! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
 //! * [`redact`] — what may reach a log line.
@@ -127,6 +130,7 @@ mod endpoint;
 mod error;
 mod front;
 mod lifetime;
+mod metrics;
 mod options;
 mod provider;
 mod quiet;
@@ -183,6 +187,8 @@ mod book {
     struct GettingStarted;
     #[doc = include_str!("../../../docs/run-and-serve.md")]
     struct RunAndServe;
+    #[doc = include_str!("../../../docs/metrics.md")]
+    struct Metrics;
 }
 
 use std::fmt::Display;
@@ -201,7 +207,9 @@ pub use durable::{CheckpointStore, Durable};
 pub use endpoint::CdpEndpoint;
 pub use error::{Error, ErrorKind, ProviderFailure, RunError};
 pub use front::MAX_PROGRESS_BYTES;
+pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
 pub use options::{Options, Rotation};
+pub use prometheus_client;
 pub use provider::{
     BoxFuture, Endpoint, LocalBrowser, LocalChromium, Provider, ProviderCommand, Session,
 };

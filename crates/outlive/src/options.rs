@@ -92,6 +92,7 @@ pub struct Options {
     pub(crate) standby: bool,
     pub(crate) carry_clients: bool,
     pub(crate) dialogs: Option<Dialogs>,
+    pub(crate) metrics: Option<crate::Metrics>,
     #[cfg(feature = "durable")]
     pub(crate) durable: Option<crate::durable::Durable>,
 }
@@ -131,6 +132,7 @@ impl fmt::Debug for Options {
             .field("standby", &self.standby)
             .field("carry_clients", &self.carry_clients)
             .field("dialogs", &self.dialogs)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -165,6 +167,7 @@ impl Options {
             standby: false,
             carry_clients: true,
             dialogs: None,
+            metrics: None,
             #[cfg(feature = "durable")]
             durable: None,
         }
@@ -180,6 +183,18 @@ impl Options {
     /// a handler the script set.
     pub fn dialogs(mut self, dialogs: Dialogs) -> Self {
         self.dialogs = Some(dialogs);
+        self
+    }
+
+    /// Where the run records its deaths, sessions, relaunches and checkpoints as they happen:
+    /// a [`Metrics`](crate::Metrics) registered in a Prometheus registry of yours. Many runs
+    /// may share one.
+    ///
+    /// # Default
+    ///
+    /// None: nothing is recorded.
+    pub fn metrics(mut self, metrics: crate::Metrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 

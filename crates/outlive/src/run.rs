@@ -142,6 +142,9 @@ impl Reporter<'_> {
         } else {
             Outcome::Failed
         };
+        if let (Outcome::GaveUp, Some(m)) = (outcome, &self.options.metrics) {
+            m.gave_up();
+        }
         let name = match e.kind() {
             ErrorKind::GaveUp => "GaveUp",
             ErrorKind::InvalidOption => "InvalidOption",
@@ -183,6 +186,9 @@ impl Reporter<'_> {
         let redone = at.saturating_duration_since(entry.redo_from);
         self.tally.redone += redone;
         self.tally.max_redone = self.tally.max_redone.max(redone);
+        if let Some(m) = &self.options.metrics {
+            m.redone(redone);
+        }
         redone
     }
 
@@ -279,6 +285,7 @@ where
         store,
         reporter,
         last_failure: None,
+        relaunching: None,
         spares: Spares::default(),
         launches: 0,
         lifetime: Lifetime::new(options.rotation),
@@ -327,6 +334,9 @@ struct Run<'r, B: Backend, F> {
     reporter: Reporter<'r>,
     /// When the last failure was detected: what the next entry's `replaced_in` counts from.
     last_failure: Option<Instant>,
+    /// When the failure that needs a new browser was detected, until the next entry: the
+    /// relaunch metric.
+    relaunching: Option<Instant>,
     /// The browsers kept beside the task's: for the next entry, for a rotation, on standby.
     spares: Spares<'r, B::Browser>,
     /// Launches so far (the spare counts when it is used).

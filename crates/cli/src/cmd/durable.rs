@@ -58,6 +58,9 @@ pub struct WorkerArgs {
     /// CMD runs as under `outlive run`, with the run's input in $OUTLIVE_INPUT.
     #[arg(long = "task", value_name = "NAME=CMD")]
     pub tasks: Vec<String>,
+    /// Where its metrics are served (its runs' and its own).
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// The flags of `outlive submit`: enqueue a durable run.
@@ -111,6 +114,15 @@ impl WorkerArgs {
             None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
         }
         .map_err(|e| Error::with(ErrorKind::SealKey, e))?;
+        // Served until the worker stops.
+        let served = self
+            .metrics
+            .serve(|r| {
+                let runs = outlive::Metrics::register(r);
+                (runs, outlive_jobs::WorkerMetrics::register(r))
+            })
+            .await?;
+        let (_server, metrics) = served.map(|(s, m)| (Some(s), Some(m))).unwrap_or_default();
         let provider = if self.provider.given() {
             Some(self.provider.provider()?)
         } else {
@@ -132,6 +144,7 @@ impl WorkerArgs {
             checkpoint_every: self.checkpoint_every,
             lifetime: self.lifetime,
             tasks: self.tasks,
+            metrics,
         };
         let stop = super::interrupted(); // handlers in place before any run is taken
         let prepared = worker::prepare(settings).await?;

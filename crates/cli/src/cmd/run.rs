@@ -22,6 +22,9 @@ pub struct RunArgs {
     /// How the run goes.
     #[command(flatten)]
     pub options: RunOptionArgs,
+    /// Where its metrics are served.
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
     /// After SIGTERM, how long the command has before its process group is killed.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub kill_after: Duration,
@@ -49,11 +52,20 @@ impl RunArgs {
                 return EXIT_USAGE;
             }
         };
-        let options = self.options.options();
+        let mut options = self.options.options();
         if let Err(e) = options.validate() {
             eprintln!("outlive: {e}");
             return EXIT_USAGE;
         }
+        // Served until the run returns.
+        let _metrics = match super::serve_metrics(&self.metrics).await {
+            Ok(Some((server, metrics))) => {
+                options = options.metrics(metrics);
+                Some(server)
+            }
+            Ok(None) => None,
+            Err(code) => return code,
+        };
         match outlive::run_command(&provider, &command, options, interrupted()).await {
             Ok(()) => 0,
             Err(RunError::Task(failed)) => {

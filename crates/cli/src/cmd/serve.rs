@@ -29,6 +29,9 @@ pub struct ServeArgs {
     /// For clients that reconnect by themselves and want to see each death.
     #[arg(long)]
     pub reconnect_clients: bool,
+    /// Where its metrics are served.
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 impl ServeArgs {
@@ -41,13 +44,22 @@ impl ServeArgs {
                 return outlive::EXIT_USAGE;
             }
         };
+        // Served until the run returns.
+        let (_server, metrics) = match super::serve_metrics(&self.metrics).await {
+            Ok(Some((server, metrics))) => (Some(server), Some(metrics)),
+            Ok(None) => (None, None),
+            Err(code) => return code,
+        };
         if self.stdio {
-            return super::stdio::serve(provider.as_ref(), &self.options).await;
+            return super::stdio::serve(provider.as_ref(), &self.options, metrics).await;
         }
         let mut options = self
             .options
             .options()
             .carry_clients(!self.reconnect_clients);
+        if let Some(metrics) = metrics {
+            options = options.metrics(metrics);
+        }
         if self.options.max_sessions.is_none() {
             // An endpoint an agent keeps working is no task that may never finish: no cap.
             options = options.max_sessions(u32::MAX);

@@ -59,10 +59,17 @@ impl std::fmt::Display for TaskEnded {
 
 /// Serves until the run ends; prints its end line and answers the exit status.
 /// Options are validated by the run, so that the end line reports a bad one.
-pub async fn serve(provider: &dyn Provider, args: &RunOptionArgs) -> i32 {
+pub async fn serve(
+    provider: &dyn Provider,
+    args: &RunOptionArgs,
+    metrics: Option<outlive::Metrics>,
+) -> i32 {
     let event = Arc::new(Mutex::new(None::<WideEvent>));
     let slot = event.clone();
-    let options = args.options_with(move |e| *lock(&slot) = Some(e.clone()));
+    let mut options = args.options_with(move |e| *lock(&slot) = Some(e.clone()));
+    if let Some(metrics) = metrics {
+        options = options.metrics(metrics);
+    }
     let (said_tx, said_rx) = watch::channel(Heard::default());
     let said_tx = Arc::new(said_tx);
     // A thread, not a task: blocking reads of stdin end with the process.

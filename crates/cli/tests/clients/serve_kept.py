@@ -9,7 +9,9 @@ An error is recorded with its round and the round is tried again. It keeps the s
 and Page objects to the end.
 
 Env: OUTLIVE_CDP_URL, OUTLIVE_CONTROL_URL, BANK_URL, BANK_USER, BANK_PASSWORD,
-BANK_TOTP_SECRET, DEATHS, RESULT_DIR. Writes RESULT_DIR/kept.json.
+BANK_TOTP_SECRET, DEATHS, RESULT_DIR, PAGE_SHAPE (optional): `first` (the default context's
+first page, the default) or `new_context` (a page of a context it makes). Writes
+RESULT_DIR/kept.json.
 """
 
 import json
@@ -62,8 +64,12 @@ def main() -> None:
     out = {"rounds": [], "errors": []}
     with sync_playwright() as pw:
         browser = pw.chromium.connect_over_cdp(env["OUTLIVE_CDP_URL"])
-        context = browser.contexts[0]
-        page = context.pages[0]
+        if env.get("PAGE_SHAPE") == "new_context":
+            context = browser.new_context()
+            page = context.new_page()
+        else:
+            context = browser.contexts[0]
+            page = context.pages[0]
         sign_in(page)
         for n in range(DEATHS + 1):
             for _ in range(5):
@@ -81,7 +87,7 @@ def main() -> None:
             print(f"checkpointed {n}", flush=True)
             if sys.stdin.readline().strip() != "killed":
                 raise SystemExit("the test did not kill the browser")
-        out["samePage"] = context.pages == [page] and browser.contexts == [context]
+        out["samePage"] = context.pages == [page] and browser.contexts[-1] is context
         out["connected"] = browser.is_connected()
         out["pageClosed"] = page.is_closed()
     RESULT.write_text(json.dumps(out))

@@ -177,6 +177,9 @@ pub(crate) struct TabState {
     pub(crate) session: BTreeMap<StorageKey, FrameState>,
     /// Its typed fields and scroll positions (see `page_state`).
     pub(crate) page: Option<Arc<Part>>,
+    /// The context the client made it in (its place in `Checkpoint::contexts`); `None`: the
+    /// default context.
+    pub(crate) context: Option<usize>,
 }
 
 impl TabState {

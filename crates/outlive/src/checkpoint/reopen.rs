@@ -1,27 +1,40 @@
-//! The client's other tabs, opened again after a death under `serve` before the client
-//! reconnects: each gets its sessionStorage written in (as the task's page gets its state),
-//! then goes to its URL, where its typed fields and scroll positions are put back. The front shows them to the client in the order they come.
+//! The client's other tabs, opened again after a death under `serve`, each in its context:
+//! each gets its sessionStorage written in (as the task's page gets its state), then goes to
+//! its URL, where its typed fields and scroll positions are put back. The front shows them to
+//! the client in the order they come.
 
 use std::time::Duration;
 
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use chromiumoxide::cdp::browser_protocol::target::CreateTargetParams;
 use chromiumoxide::{Browser, Page};
 
 use super::model::{Checkpoint, TabState};
 use crate::relay::Calls;
 
-/// Opens `tabs` again, in order; answers their targets and how many writes or navigations
-/// failed. A tab that cannot be opened ends the list; one that will not load within
-/// `navigation` stays where it got to.
+/// Opens `tabs` again, in order, those of made contexts in `contexts` (made again, in the
+/// client's order); answers their targets and how many writes or navigations failed. A tab
+/// that cannot be opened ends the list; one that will not load within `navigation` stays where
+/// it got to.
 pub(crate) async fn reopen(
     browser: &Browser,
     calls: &Calls,
     tabs: &[TabState],
+    contexts: &[String],
     navigation: Duration,
 ) -> (Vec<String>, u64) {
     let mut pages = Vec::new();
-    for _ in tabs {
-        match browser.new_page("about:blank").await {
+    for tab in tabs {
+        let mut blank = CreateTargetParams::new("about:blank");
+        if let Some(i) = tab.context {
+            let Some(context) = contexts.get(i) else {
+                tracing::debug!("a tab's context was not made again; its tab is not reopened");
+                break;
+            };
+            blank.browser_context_id = Some(BrowserContextId::new(context.clone()));
+        }
+        match browser.new_page(blank).await {
             Ok(page) => pages.push(page),
             Err(e) => {
                 tracing::debug!(error = %e, "a client's tab could not be opened again");

@@ -140,10 +140,23 @@ pub(crate) async fn capture_tabs(
     // The client's order; tabs outlive does not know of (opened by a page) last.
     let rank = |t: &str| order.iter().position(|o| o == t).unwrap_or(usize::MAX);
     tabs[1..].sort_by_key(|r| rank(&r.target));
-    let mut checkpoint = assemble(tabs, at.usage.last_tab(), &made, cookies);
+    // A restore that reopens tabs resumes in the default context: the task's page is there.
+    let last = at.usage.last_tab();
+    let last = match at.usage.reopens_tabs() {
+        true => last.filter(|t| default_context(&tabs, t)),
+        false => last,
+    };
+    let mut checkpoint = assemble(tabs, last, &made, cookies);
     checkpoint.frames_unread += unread;
     at.cache.remember(&checkpoint);
     Ok(checkpoint)
+}
+
+/// Whether `target` is among `tabs` in the task page's (the default) context.
+fn default_context(tabs: &[Read], target: &str) -> bool {
+    let default = &tabs[0].context;
+    tabs.iter()
+        .any(|r| r.target == target && r.context == *default)
 }
 
 /// One of the client's tabs, within the frame timeout; `None` if it could not be read.
@@ -199,7 +212,7 @@ async fn context_cookies(browser: &Browser, id: &str) -> Vec<StoredCookie> {
 /// Merges the tabs' reads (the task's page first, the rest in the client's order) into one
 /// checkpoint. The default context's storage comes from every tab in it, each made context's
 /// from its own. sessionStorage and the URL come from the tab the client used last (else the
-/// task's page). The default context's other tabs are kept with their URL and sessionStorage.
+/// task's page). The other tabs are kept with their URL, sessionStorage and context.
 fn assemble(
     mut tabs: Vec<Read>,
     last_tab: Option<String>,
@@ -230,13 +243,19 @@ fn assemble(
         let into = match &read.context {
             c if *c == default => {
                 if !is_focus {
-                    others.push(tab_state(&read.checkpoint));
+                    others.push(tab_state(&read.checkpoint, None));
                     targets.push(read.target.clone());
                 }
                 &mut storage
             }
             Some(c) => match made.iter().position(|m| m == c) {
-                Some(i) => &mut contexts[i].storage,
+                Some(i) => {
+                    if !is_focus {
+                        others.push(tab_state(&read.checkpoint, Some(i)));
+                        targets.push(read.target.clone());
+                    }
+                    &mut contexts[i].storage
+                }
                 None => continue, // a context the client did not make (another client's)
             },
             None => continue,
@@ -260,7 +279,7 @@ fn assemble(
 }
 
 /// A tab's URL, sessionStorage and page state.
-fn tab_state(read: &Checkpoint) -> TabState {
+fn tab_state(read: &Checkpoint, context: Option<usize>) -> TabState {
     let session = read
         .storage
         .iter()
@@ -277,6 +296,7 @@ fn tab_state(read: &Checkpoint) -> TabState {
         url: read.url.clone(),
         session,
         page: read.page.clone(),
+        context,
     }
 }
 
@@ -382,11 +402,11 @@ mod tests {
         assert!(c1.contains_key(&key("https://b.example", "https://b.example")));
         let c2 = &cp.contexts[1].storage[&key("https://c.example", "https://c.example")];
         assert_eq!(json(&c2.session), Some(r#"[["s","t2"]]"#));
-        assert_eq!(
-            cp.tabs.len(),
-            1,
-            "the task's page: the default context's other tab"
-        );
+        // The task's page (the default context's other tab), then t3 in the first context
+        // made; never another client's.
+        let contexts: Vec<_> = cp.tabs.iter().map(|t| t.context).collect();
+        assert_eq!(contexts, [None, Some(0)]);
+        assert_eq!(cp.targets, ["t2", "own", "t3"]);
         let all: Vec<_> = cp.contexts.iter().flat_map(|c| c.storage.keys()).collect();
         assert!(
             !all.contains(&&key("https://x.example", "https://x.example")),

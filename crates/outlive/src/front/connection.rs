@@ -238,12 +238,18 @@ where
         ctx: &current.ctx,
     };
     if link.swapping() {
-        let pairs = state.usage.restored_pairs(current.endpoint.expose());
-        let states = state.usage.page_states_of(current.endpoint.expose());
-        let out = match link.rebind(&pairs, &states) {
+        let endpoint = current.endpoint.expose();
+        let pairs = state.usage.restored_pairs(endpoint);
+        let states = state.usage.page_states_of(endpoint);
+        let remade = state.usage.waiting(endpoint);
+        let out = match link.rebind(&pairs, &states, &remade) {
             Ok(out) => out,
             Err(reason) => return End::Uncarried(reason),
         };
+        // The client has its contexts: those made again are its, not a reconnecting client's.
+        for _ in 0..link.made_contexts().min(remade.len()) {
+            state.usage.take_ready(endpoint);
+        }
         if let Some(end) = to.send(out).await {
             return end;
         }

@@ -164,6 +164,9 @@ where
         );
         let started = Instant::now();
         self.start_deferred();
+        if let (Some(died), Some(m)) = (self.relaunching.take(), &options.metrics) {
+            m.relaunched(started.saturating_duration_since(died));
+        }
         options.note(Milestone::Entered {
             attempt,
             resumed: ctx.resumed_from().is_some(),
@@ -449,6 +452,9 @@ where
             self.discard_successor(old);
         }
         self.reporter.tally.rotations += 1;
+        if let Some(m) = &self.options.metrics {
+            m.rotated();
+        }
         self.reporter.tally.standby += ended_at.saturating_duration_since(s.born);
         let lost_work = self
             .store

@@ -299,6 +299,18 @@ where
         mut browser: B::Browser,
         death: Death,
     ) -> Result<Option<B::Browser>, RunError<E>> {
+        self.relaunching = Some(death.at);
+        if let Some(m) = &self.options.metrics {
+            // A page failure whose fresh page would not open may have been the browser's death.
+            let died = if death.cause.is_page() {
+                browser.browser_death()
+            } else {
+                Some(death)
+            };
+            if let Some(died) = died {
+                m.died(died.cause);
+            }
+        }
         // When a standby takes over, the release goes on in the background: the standby need
         // not wait for a provider's DELETE. Before a launch it is awaited, so the launch does
         // not meet the provider's concurrency limit with the dead session still counted.

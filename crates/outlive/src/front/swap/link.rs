@@ -153,6 +153,8 @@ pub(crate) struct Link {
     targets: HashMap<String, String>,
     /// The last main-frame URL of each client target.
     urls: HashMap<String, String>,
+    /// The browser contexts the client made, in order (its ids).
+    made: Vec<String>,
     swap: Option<Swap>,
     next_own: u64,
     /// When the swap under way began (the death seen), and how long the last one took once
@@ -331,6 +333,7 @@ impl Link {
             .unwrap_or_else(|| frame.to_owned());
         if let Some(p) = &pending {
             self.sticky.answered(&p.frame, &reply);
+            self.contexts_answered(p, &reply);
         }
         let reloading = self.swap.as_mut().and_then(|s| s.reloading.remove(&id));
         if let Some(session) = reloading {
@@ -339,6 +342,35 @@ impl Link {
             }
         }
         out.client.push(reply);
+    }
+
+    /// Notes the contexts the client made or disposed of, at their answer.
+    fn contexts_answered(&mut self, command: &Pending, reply: &str) {
+        #[derive(Default, Deserialize)]
+        #[serde(default, rename_all = "camelCase")]
+        struct Context {
+            browser_context_id: Option<String>,
+        }
+        if member(reply, "error").is_some() {
+            return;
+        }
+        match command.method.as_str() {
+            "Target.createBrowserContext" => {
+                let made: Context = read(member(reply, "result"));
+                self.made.extend(made.browser_context_id);
+            }
+            "Target.disposeBrowserContext" => {
+                let gone: Context = read(member(&command.frame, "params"));
+                self.made
+                    .retain(|c| Some(c) != gone.browser_context_id.as_ref());
+            }
+            _ => {}
+        }
+    }
+
+    /// How many contexts the client made (and has not disposed of).
+    pub(crate) fn made_contexts(&self) -> usize {
+        self.made.len()
     }
 
     /// A target the client was shown attached (`frame` in its ids, `browser` as sent): its
@@ -518,10 +550,12 @@ impl Link {
     /// The next browser is up. `pairs` names its tabs by the dead browser's: (old, new)
     /// target ids, as the restore reopened them. Starts the replay.
     /// `states`: by new target, the script putting its page state back after its load.
+    /// `remade`: the contexts the client made, made again there, in its order.
     pub(crate) fn rebind(
         &mut self,
         pairs: &[(String, String)],
         states: &HashMap<String, PageStateScript>,
+        remade: &[String],
     ) -> Result<Out, Reason> {
         tracing::debug!(
             protocol = super::schema::CDP_CRATE,
@@ -535,6 +569,9 @@ impl Link {
             .filter(|(s, _)| self.is_kept_page(s))
             .map(|(s, info)| (s.clone(), info.target.clone()))
             .collect();
+        for (old, new) in self.made.iter().zip(remade) {
+            self.ids.bind(Kind::BrowserContext, old, new);
+        }
         let mut kept = HashMap::new();
         let mut scripts = HashMap::new();
         for (session, target) in pages {

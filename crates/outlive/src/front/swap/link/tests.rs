@@ -105,7 +105,7 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
     assert!(held.browser.is_empty());
 
     let out = link
-        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap();
     assert_eq!(out.own.len(), 1, "{:?}", out.own);
     let auto = v(&out.own[0]);
@@ -199,7 +199,7 @@ fn a_navigation_in_flight_is_the_pages_load_on_the_next_browser() {
     client(&mut link, goto);
     link.died().unwrap();
     let out = link
-        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap();
     let auto = v(&out.own[0]);
     browser(&mut link, json!({"id": auto["id"], "result": {}}));
@@ -240,13 +240,13 @@ fn what_cannot_be_carried_is_named() {
     let mut link = playwright_on_one_page();
     link.died().unwrap();
     let err = link
-        .rebind(&[("T9".into(), "T2".into())], &HashMap::new())
+        .rebind(&[("T9".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap_err();
     assert_eq!(err.name(), "tab_not_reopened");
 
     let mut link = playwright_on_one_page();
     link.died().unwrap();
-    link.rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+    link.rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap();
     assert_eq!(link.timed_out().unwrap_err().name(), "swap_timed_out");
 }
@@ -263,7 +263,7 @@ fn a_navigation_sent_during_the_swap_is_the_pages_load() {
                        "params": {"expression": "3"}});
     client(&mut link, later);
     let out = link
-        .rebind(&[("T1".into(), "T2".into())], &HashMap::new())
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap();
     let auto = v(&out.own[0]);
     browser(&mut link, json!({"id": auto["id"], "result": {}}));
@@ -298,7 +298,9 @@ fn a_pages_state_is_put_back_after_its_load_before_what_waited_goes() {
     let script: PageStateScript =
         std::sync::Arc::new("apply({\"to\":\"typed\"})".to_owned().into());
     let states = HashMap::from([("T2".to_owned(), script)]);
-    let out = link.rebind(&[("T1".into(), "T2".into())], &states).unwrap();
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], &states, &[])
+        .unwrap();
     browser(&mut link, json!({"id": v(&out.own[0])["id"], "result": {}}));
     let out = browser(&mut link, attached("S2", "T2", "C2"));
     let mut load = Vec::new();
