@@ -201,7 +201,7 @@ where
             }
             m = client_rx.next() => match m {
                 Some(Ok(Message::Text(t))) => {
-                    if let Err(reason) = link.from_client(t.as_str().to_owned()) {
+                    if let Err(reason) = link.client_sent(t.as_str().to_owned()) {
                         return Err(End::Uncarried(reason));
                     }
                 }
@@ -279,30 +279,10 @@ where
             () = &mut over => Event::Over,
             _ = closed.wait_for(|c| *c) => Event::Closed,
         };
-        let out = match event {
-            Event::Client(Some(Ok(Message::Text(t)))) => link.from_client(t.as_str().to_owned()),
-            Event::Client(Some(Ok(m @ Message::Binary(_)))) => {
-                if to.browser.send(m).await.is_err() {
-                    break End::BrowserGone;
-                }
-                continue;
-            }
-            Event::Client(Some(Ok(Message::Close(_)) | Err(_)) | None) => break End::ClientGone,
-            Event::Browser(Some(Ok(Message::Text(t)))) => {
-                Ok(from_browser(link, &seen, &mut filter, t.as_str()))
-            }
-            Event::Browser(Some(Ok(m @ Message::Binary(_)))) => {
-                if to.client.send(m).await.is_err() {
-                    break End::ClientGone;
-                }
-                continue;
-            }
-            Event::Browser(Some(Ok(Message::Close(_)) | Err(_)) | None) => break End::BrowserGone,
-            Event::Client(Some(Ok(_))) | Event::Browser(Some(Ok(_))) => continue,
-            Event::Answer(answer) => Ok(link.from_browser(&answer)),
-            Event::Deadline => link.timed_out(),
-            Event::Over => break End::EntryOver,
-            Event::Closed => break End::FrontClosed,
+        let out = match on_event(event, link, &mut to, &mut filter).await {
+            Then::Send(out) => out,
+            Then::Next => continue,
+            Then::End(end) => break end,
         };
         match out {
             Ok(out) => {
@@ -310,13 +290,7 @@ where
                     break end;
                 }
                 if let Some(took) = link.take_carried() {
-                    state.usage.client_carried(took);
-                    let at = tokio::time::Instant::now().into_std();
-                    current.ctx.note(&Milestone::ClientCarried { took, at });
-                    tracing::debug!(
-                        ms = took.as_millis() as u64,
-                        "a client was carried to the new browser"
-                    );
+                    carried(state, &current.ctx, took);
                 }
             }
             Err(reason) => break End::Uncarried(reason),
@@ -326,16 +300,75 @@ where
     end
 }
 
+/// What an event asks of a generation's loop.
+enum Then {
+    Send(Result<Out, Reason>),
+    Next,
+    End(End),
+}
+
+/// An event through the link; binary messages pass as they are.
+async fn on_event<S>(
+    event: Event,
+    link: &mut Link,
+    to: &mut Sides<'_, '_, S>,
+    filter: &mut WorldFilter,
+) -> Then
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    Then::Send(match event {
+        Event::Client(Some(Ok(Message::Text(t)))) => link.client_sent(t.as_str().to_owned()),
+        Event::Client(Some(Ok(m @ Message::Binary(_)))) => {
+            return match to.browser.send(m).await {
+                Ok(()) => Then::Next,
+                Err(_) => Then::End(End::BrowserGone),
+            };
+        }
+        Event::Browser(Some(Ok(Message::Text(t)))) => {
+            Ok(from_browser(link, to.seen, filter, t.as_str()))
+        }
+        Event::Browser(Some(Ok(m @ Message::Binary(_)))) => {
+            return match to.client.send(m).await {
+                Ok(()) => Then::Next,
+                Err(_) => Then::End(End::ClientGone),
+            };
+        }
+        Event::Client(Some(Ok(Message::Close(_)) | Err(_)) | None) => {
+            return Then::End(End::ClientGone);
+        }
+        Event::Browser(Some(Ok(Message::Close(_)) | Err(_)) | None) => {
+            return Then::End(End::BrowserGone);
+        }
+        Event::Client(Some(Ok(_))) | Event::Browser(Some(Ok(_))) => return Then::Next,
+        Event::Answer(answer) => Ok(link.browser_sent(&answer)),
+        Event::Deadline => link.timed_out(),
+        Event::Over => return Then::End(End::EntryOver),
+        Event::Closed => return Then::End(End::FrontClosed),
+    })
+}
+
+/// A client's swap is over, in `took`: counted, told as a milestone, logged.
+fn carried(state: &State, ctx: &Ctx, took: Duration) {
+    state.usage.client_carried(took);
+    let at = tokio::time::Instant::now().into_std();
+    ctx.note(&Milestone::ClientCarried { took, at });
+    tracing::debug!(
+        ms = took.as_millis() as u64,
+        "a client was carried to the new browser"
+    );
+}
+
 /// A browser's frame through the connection's bookkeeping and filter, then the link.
 fn from_browser(link: &mut Link, seen: &Seen<'_>, filter: &mut WorldFilter, frame: &str) -> Out {
     let frames = match seen.on_browser(frame) {
         Some(frames) => frames,
-        None if filter.passes(frame) => return link.from_browser(frame),
+        None if filter.passes(frame) => return link.browser_sent(frame),
         None => return Out::default(),
     };
     let mut out = Out::default();
     for f in frames {
-        let o = link.from_browser(&f);
+        let o = link.browser_sent(&f);
         out.client.extend(o.client);
         out.own.extend(o.own);
         out.browser.extend(o.browser);

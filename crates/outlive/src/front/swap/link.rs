@@ -254,7 +254,7 @@ impl Link {
     }
 
     /// A command from the client: held during a swap, else in the browser's ids.
-    pub(crate) fn from_client(&mut self, frame: String) -> Result<Out, Reason> {
+    pub(crate) fn client_sent(&mut self, frame: String) -> Result<Out, Reason> {
         let mut out = Out::default();
         if let Some(swap) = &mut self.swap {
             swap.held_bytes += frame.len();
@@ -283,7 +283,7 @@ impl Link {
     }
 
     /// A frame from the browser: what to send the client and the browser.
-    pub(crate) fn from_browser(&mut self, frame: &str) -> Out {
+    pub(crate) fn browser_sent(&mut self, frame: &str) -> Out {
         let mut out = Out::default();
         let head = Head::of(frame.as_bytes());
         if let Some(id) = head.id {

@@ -9,11 +9,11 @@ fn v(frame: &str) -> Value {
 
 /// Feeds the browser's frame; answers what the client gets.
 fn browser(link: &mut Link, frame: Value) -> Out {
-    link.from_browser(&frame.to_string())
+    link.browser_sent(&frame.to_string())
 }
 
 fn client(link: &mut Link, frame: Value) -> Out {
-    link.from_client(frame.to_string()).unwrap()
+    link.client_sent(frame.to_string()).unwrap()
 }
 
 fn attached(session: &str, target: &str, context: &str) -> Value {
@@ -75,17 +75,39 @@ fn playwright_on_one_page() -> Link {
     link
 }
 
+/// Rebinds to browser two (T1 → T2, S1 → S2) and answers the replay, as Chrome would:
+/// the front's and the client's commands sent after the answers.
+fn rebound(link: &mut Link, states: &HashMap<String, PageStateScript>) -> (Vec<Value>, Vec<Value>) {
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], states, &[])
+        .unwrap();
+    browser(link, json!({"id": v(&out.own[0])["id"], "result": {}}));
+    let out = browser(link, attached("S2", "T2", "C2"));
+    let (mut own, mut sent) = (Vec::new(), Vec::new());
+    for f in out.own.iter().map(|f| v(f)) {
+        let result = match f["method"].as_str() {
+            Some("Page.addScriptToEvaluateOnNewDocument") => json!({"identifier": "1"}),
+            _ => json!({}),
+        };
+        let out = browser(
+            link,
+            json!({"id": f["id"], "sessionId": "S2", "result": result}),
+        );
+        own.extend(out.own.iter().map(|f| v(f)));
+        sent.extend(out.browser.iter().map(|f| v(f)));
+    }
+    (own, sent)
+}
+
 #[test]
-fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
+fn at_a_death_contexts_are_cleared_evaluations_fail_and_the_rest_waits() {
     let mut link = playwright_on_one_page();
-    // In flight at the death: an evaluation and a screenshot.
     let eval = json!({"id": 9, "method": "Runtime.evaluate", "sessionId": "S1",
                       "params": {"expression": "1", "contextId": 7}});
     client(&mut link, eval);
     let shot =
         json!({"id": 10, "method": "Page.captureScreenshot", "sessionId": "S1", "params": {}});
     client(&mut link, shot);
-
     let died = link.died().unwrap();
     assert_eq!(died.client.len(), 2, "{:?}", died.client);
     let cleared = v(&died.client[0]);
@@ -103,7 +125,12 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
                                         "params": {"expression": "2"}}),
     );
     assert!(held.browser.is_empty());
+}
 
+#[test]
+fn the_client_state_is_replayed_on_the_new_session_unseen() {
+    let mut link = playwright_on_one_page();
+    link.died().unwrap();
     let out = link
         .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
         .unwrap();
@@ -111,7 +138,6 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
     let auto = v(&out.own[0]);
     assert_eq!(auto["method"], "Target.setAutoAttach");
     assert!(auto["id"].as_u64().unwrap() >= OWN_BASE);
-
     // The kept page attaches on browser two: not shown, its state replayed in its ids.
     let out = browser(&mut link, attached("S2", "T2", "C2"));
     assert!(out.client.is_empty(), "{:?}", out.client);
@@ -135,28 +161,25 @@ fn a_client_is_carried_to_the_next_browser_as_through_a_reload() {
         "params": {"context": {"id": 1, "origin": "", "name": "", "uniqueId": "x",
                                "auxData": {"frameId": "T2", "isDefault": true}}}});
     assert!(browser(&mut link, echo).client.is_empty());
-    // The root's answer, then the page's: the page loads its last URL.
-    let root = json!({"id": auto["id"], "result": {}});
-    assert!(browser(&mut link, root).own.is_empty());
-    let mut load = Vec::new();
-    for f in &replay {
-        let result = match f["method"].as_str() {
-            Some("Page.addScriptToEvaluateOnNewDocument") => json!({"identifier": "1"}),
-            _ => json!({}),
-        };
-        let out = browser(
-            &mut link,
-            json!({"id": f["id"], "sessionId": "S2", "result": result}),
-        );
-        assert!(out.client.is_empty());
-        load.extend(out.own);
-    }
-    assert_eq!(load.len(), 1, "{load:?}");
-    let load = v(&load[0]);
-    assert_eq!(load["method"], "Page.navigate");
-    assert_eq!(load["sessionId"], "S2");
-    assert_eq!(load["params"]["url"], "http://a.test/page");
+}
 
+#[test]
+fn the_load_reaches_the_client_in_its_ids_then_what_waited_goes() {
+    let mut link = playwright_on_one_page();
+    let shot =
+        json!({"id": 10, "method": "Page.captureScreenshot", "sessionId": "S1", "params": {}});
+    client(&mut link, shot);
+    link.died().unwrap();
+    client(
+        &mut link,
+        json!({"id": 11, "method": "Runtime.evaluate", "sessionId": "S1",
+                             "params": {"expression": "2"}}),
+    );
+    let (load, _) = rebound(&mut link, &HashMap::new());
+    assert_eq!(load.len(), 1, "{load:?}");
+    assert_eq!(load[0]["method"], "Page.navigate");
+    assert_eq!(load[0]["sessionId"], "S2");
+    assert_eq!(load[0]["params"]["url"], "http://a.test/page");
     // Chrome's own navigation events reach the client in its ids.
     let cleared =
         json!({"method": "Runtime.executionContextsCleared", "sessionId": "S2", "params": {}});
@@ -198,29 +221,15 @@ fn a_navigation_in_flight_is_the_pages_load_on_the_next_browser() {
                       "params": {"url": "http://a.test/next", "frameId": "T1"}});
     client(&mut link, goto);
     link.died().unwrap();
-    let out = link
-        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
-        .unwrap();
-    let auto = v(&out.own[0]);
-    browser(&mut link, json!({"id": auto["id"], "result": {}}));
-    let out = browser(&mut link, attached("S2", "T2", "C2"));
-    let mut sent = Vec::new();
-    for f in out.own.iter().map(|f| v(f)) {
-        let out = browser(
-            &mut link,
-            json!({"id": f["id"], "sessionId": "S2", "result": {"identifier": "3"}}),
-        );
-        sent.extend(out.browser);
-        assert!(
-            out.own.is_empty(),
-            "the front does not load a page the client is loading"
-        );
-    }
+    let (own, sent) = rebound(&mut link, &HashMap::new());
+    assert!(
+        own.is_empty(),
+        "the front does not load a page the client is loading"
+    );
     assert_eq!(sent.len(), 1);
-    let goto = v(&sent[0]);
-    assert_eq!(goto["id"], 20);
-    assert_eq!(goto["sessionId"], "S2");
-    assert_eq!(goto["params"]["frameId"], "T2");
+    assert_eq!(sent[0]["id"], 20);
+    assert_eq!(sent[0]["sessionId"], "S2");
+    assert_eq!(sent[0]["params"]["frameId"], "T2");
     // Its answer is the client's, in its ids.
     let answer =
         json!({"id": 20, "sessionId": "S2", "result": {"frameId": "T2", "loaderId": "L9"}});
@@ -262,26 +271,10 @@ fn a_navigation_sent_during_the_swap_is_the_pages_load() {
     let later = json!({"id": 41, "method": "Runtime.evaluate", "sessionId": "S1",
                        "params": {"expression": "3"}});
     client(&mut link, later);
-    let out = link
-        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
-        .unwrap();
-    let auto = v(&out.own[0]);
-    browser(&mut link, json!({"id": auto["id"], "result": {}}));
-    let out = browser(&mut link, attached("S2", "T2", "C2"));
-    let mut sent = Vec::new();
-    for f in out.own.iter().map(|f| v(f)) {
-        let out = browser(
-            &mut link,
-            json!({"id": f["id"], "sessionId": "S2", "result": {}}),
-        );
-        assert!(
-            out.own.is_empty(),
-            "the front does not load the page itself"
-        );
-        sent.extend(out.browser);
-    }
+    let (own, sent) = rebound(&mut link, &HashMap::new());
+    assert!(own.is_empty(), "the front does not load the page itself");
     assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!(v(&sent[0])["id"], 40);
+    assert_eq!(sent[0]["id"], 40);
     // The evaluation waits for the load to commit.
     let out = browser(&mut link, navigated("S2", "T2", "http://a.test/held"));
     assert_eq!(out.browser.len(), 1);
@@ -298,22 +291,8 @@ fn a_pages_state_is_put_back_after_its_load_before_what_waited_goes() {
     let script: PageStateScript =
         std::sync::Arc::new("apply({\"to\":\"typed\"})".to_owned().into());
     let states = HashMap::from([("T2".to_owned(), script)]);
-    let out = link
-        .rebind(&[("T1".into(), "T2".into())], &states, &[])
-        .unwrap();
-    browser(&mut link, json!({"id": v(&out.own[0])["id"], "result": {}}));
-    let out = browser(&mut link, attached("S2", "T2", "C2"));
-    let mut load = Vec::new();
-    for f in out.own.iter().map(|f| v(f)) {
-        load.extend(
-            browser(
-                &mut link,
-                json!({"id": f["id"], "sessionId": "S2", "result": {}}),
-            )
-            .own,
-        );
-    }
-    let load = v(&load[0]);
+    let (load, _) = rebound(&mut link, &states);
+    let load = &load[0];
     assert_eq!(load["method"], "Page.navigate");
     browser(
         &mut link,
