@@ -11,6 +11,8 @@
 //!   and a long-step one (`wizard`);
 //! * `micro` — checkpoint cost, detection latency and page recovery: [`micro()`];
 //! * [`silence`] — a silent death under a waiting call: library mode, `serve` and `run`;
+//! * [`carry`] — a death under a working client: library mode, `serve` carrying the client,
+//!   and `serve` closing its connection;
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
 
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use std::path::PathBuf;
 use super::{create_out, timeline, write_json, write_text};
 use crate::error::Error;
 
+pub mod carry;
 pub mod durable;
 mod micro;
 pub mod records;

@@ -62,7 +62,8 @@ pub struct BenchArgs {
     /// The Python with Playwright the foreign-client figures run.
     #[arg(long, default_value = "target/clients/venv/bin/python")]
     pub python: std::path::PathBuf,
-    /// Rounds of the foreign-client, relay and silence figures (each phase once per arm).
+    /// Rounds of the foreign-client, relay, silence and carry figures (each phase once per
+    /// arm).
     #[arg(long, default_value_t = 3)]
     pub foreign_rounds: u32,
     /// Only the relay figures: chromiumoxide's full-page screenshots straight to a session
@@ -77,6 +78,11 @@ pub struct BenchArgs {
     /// `serve` and under `run` (--kills deaths per arm, --foreign-rounds rounds).
     #[arg(long)]
     pub silence_only: bool,
+    /// Only the carry figures (issue 51): a death under a Playwright client, in library mode,
+    /// under `serve` carrying the client and under `serve` closing its connection (--kills
+    /// deaths per arm, --foreign-rounds rounds; needs `scripts/clients`).
+    #[arg(long)]
+    pub carry_only: bool,
 }
 
 impl BenchArgs {
@@ -89,6 +95,12 @@ impl BenchArgs {
         if self.silence_only {
             let report = bench::silence::run(self.foreign_rounds, self.kills, &self.out).await?;
             print!("{}", bench::silence::summary(&report));
+            return Ok(());
+        }
+        if self.carry_only {
+            let (rounds, kills) = (self.foreign_rounds, self.kills);
+            let report = bench::carry::run(&self.python, rounds, kills, &self.out).await?;
+            print!("{}", bench::carry::summary(&report));
             return Ok(());
         }
         if self.relay_only {

@@ -234,7 +234,10 @@ async fn run_arm(kills: u32) -> Result<Detection, Error> {
 }
 
 /// `arm`'s run ended before the bench's last kill.
-fn early<E: std::fmt::Display>(arm: &str, ended: Result<(), outlive::RunError<E>>) -> Error {
+pub(super) fn early<E: std::fmt::Display>(
+    arm: &str,
+    ended: Result<(), outlive::RunError<E>>,
+) -> Error {
     match ended {
         Ok(()) => bench_error(format!("{arm} ended before the last kill")),
         Err(e) => bench_error(format!("{arm} failed: {e}")),
