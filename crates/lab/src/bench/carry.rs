@@ -97,7 +97,7 @@ pub struct CarryReport {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Bench`](crate::ErrorKind::Bench) when an arm fails or the bed does not start.
+/// [`ErrorKind::Bench`] when an arm fails or the bed does not start.
 pub async fn run(python: &Path, rounds: u32, kills: u32, out: &Path) -> Result<CarryReport, Error> {
     create_out(out)?;
     let mut runs = Vec::new();
