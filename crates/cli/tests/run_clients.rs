@@ -556,9 +556,9 @@ impl Serving {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(result)).unwrap()).unwrap()
     }
 
-    /// Runs the client `name` through `deaths` deaths and answers its result file `result`:
-    /// at each of the first `deaths` `checkpointed` lines it prints, the session serving it is
-    /// killed (close, reset and silence in turn) and it is told so on stdin (`killed`).
+    /// Runs the client `name` through `deaths` deaths and answers its result file `result`.
+    /// At each of the first `deaths` `checkpointed` lines it prints, the session serving it is
+    /// killed (close, reset and silence in turn). The client is told so on stdin (`killed`).
     async fn through_deaths(&self, bed: &Bed, name: &str, deaths: u32, result: &str) -> Value {
         self.shaped_through_deaths(bed, name, "first", deaths, result)
             .await
@@ -691,9 +691,9 @@ async fn serve_keeps_one_endpoint_across_a_death() {
 }
 
 /// A Playwright script connects once, with no reconnect code, and works through 20 deaths
-/// of every kind. It keeps its Browser and Page, stays signed in (one TOTP in all), finds its
-/// localStorage as checkpointed and the field it typed after each death, and sees at most one
-/// error per death, of the kind a navigation gives a call in flight.
+/// of every kind. It keeps its Browser and Page and stays signed in (one TOTP in all). After
+/// each death it finds its localStorage as checkpointed and the field it typed. It sees at
+/// most one error per death, of the kind a navigation gives a call in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_carries_a_playwright_client_through_twenty_deaths() {
     const DEATHS: u32 = 20;
@@ -702,26 +702,8 @@ async fn serve_carries_a_playwright_client_through_twenty_deaths() {
     let result = serve
         .through_deaths(&bed, "serve_kept.py", DEATHS, "kept.json")
         .await;
-    assert_eq!(result["samePage"], true, "{result}");
     assert_eq!(result["connected"], true, "{result}");
-    assert_eq!(result["pageClosed"], false, "{result}");
-    let rounds = result["rounds"].as_array().unwrap();
-    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
-    for (n, round) in rounds.iter().enumerate() {
-        assert_eq!(
-            round["user"],
-            bed.bank_config.username(),
-            "round {n}: {result}"
-        );
-        assert_eq!(round["filled"], format!("round {n}"), "round {n}: {result}");
-        let stored = (n > 0).then(|| (n - 1).to_string());
-        assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
-        // The field typed last round and never sent is back on the page as it was left.
-        let left = (n > 0).then(|| format!("round {}", n - 1));
-        assert_eq!(round["left"], json!(left), "round {n}: {result}");
-    }
-    let errors = assert_navigation_errors(&result, DEATHS);
-    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    let errors = assert_kept(&bed, &result, DEATHS);
     eprintln!("errors in {DEATHS} deaths: {}", errors.len());
     serve.stop().await;
     bed.finish().await;
@@ -737,21 +719,7 @@ async fn serve_carries_a_playwright_client_in_a_context_it_made() {
     let result = serve
         .shaped_through_deaths(&bed, "serve_kept.py", "new_context", DEATHS, "kept.json")
         .await;
-    assert_eq!(result["samePage"], true, "{result}");
-    assert_eq!(result["pageClosed"], false, "{result}");
-    let rounds = result["rounds"].as_array().unwrap();
-    assert_eq!(rounds.len(), DEATHS as usize + 1, "{result}");
-    for (n, round) in rounds.iter().enumerate() {
-        assert_eq!(
-            round["user"],
-            bed.bank_config.username(),
-            "round {n}: {result}"
-        );
-        let stored = (n > 0).then(|| (n - 1).to_string());
-        assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
-    }
-    assert_navigation_errors(&result, DEATHS);
-    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    assert_kept(&bed, &result, DEATHS);
     serve.stop().await;
     bed.finish().await;
 }
@@ -830,6 +798,29 @@ async fn serve_closes_puppeteer_at_a_death_and_it_finds_its_page_again() {
     let event: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
     assert_eq!(event["clientFallbacks"]["tab_targets"], 1, "{event}");
     bed.finish().await;
+}
+
+/// What `serve_kept.py` recorded through `deaths` deaths: the same page to the end, signed in
+/// throughout (one TOTP), and each round's fill done. After each death its localStorage is as
+/// checkpointed and the field it typed is back. Answers the errors (see
+/// [`assert_navigation_errors`]).
+fn assert_kept(bed: &Bed, result: &Value, deaths: u32) -> Vec<Value> {
+    assert_eq!(result["samePage"], true, "{result}");
+    assert_eq!(result["pageClosed"], false, "{result}");
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), deaths as usize + 1, "{result}");
+    for (n, round) in rounds.iter().enumerate() {
+        let user = bed.bank_config.username();
+        assert_eq!(round["user"], user, "round {n}: {result}");
+        assert_eq!(round["filled"], format!("round {n}"), "round {n}: {result}");
+        let stored = (n > 0).then(|| (n - 1).to_string());
+        assert_eq!(round["stored"], json!(stored), "round {n}: {result}");
+        // The field typed last round and never sent is back on the page as it was left.
+        let left = (n > 0).then(|| format!("round {}", n - 1));
+        assert_eq!(round["left"], json!(left), "round {n}: {result}");
+    }
+    assert_eq!(bed.bank.counters().totps_accepted, 1);
+    assert_navigation_errors(result, deaths)
 }
 
 /// The errors a kept client recorded: at most one per round, each of the kind a navigation

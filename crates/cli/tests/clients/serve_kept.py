@@ -47,6 +47,15 @@ def checkpoint() -> None:
         time.sleep(0.2)
 
 
+def checkpoint_and_die(n: int) -> None:
+    """Round `n` is done: a checkpoint, then `checkpointed N` for the test, which kills the
+    browser and answers `killed`."""
+    checkpoint()
+    print(f"checkpointed {n}", flush=True)
+    if sys.stdin.readline().strip() != "killed":
+        raise SystemExit("the test did not kill the browser")
+
+
 def one_round(page, n: int) -> dict:
     # The field typed but not sent in the last round, on the page as it was left.
     left = page.evaluate("document.querySelector('#to')?.value ?? null")
@@ -83,10 +92,7 @@ def main() -> None:
                     page.wait_for_load_state()
             if n == DEATHS:
                 break
-            checkpoint()
-            print(f"checkpointed {n}", flush=True)
-            if sys.stdin.readline().strip() != "killed":
-                raise SystemExit("the test did not kill the browser")
+            checkpoint_and_die(n)
         out["samePage"] = context.pages == [page] and browser.contexts[-1] is context
         out["connected"] = browser.is_connected()
         out["pageClosed"] = page.is_closed()

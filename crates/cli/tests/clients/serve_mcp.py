@@ -12,11 +12,9 @@ import json
 import os
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-from serve_kept import checkpoint
+from serve_kept import checkpoint_and_die
 
 env = os.environ
 RESULT = Path(env["RESULT_DIR"]) / "mcp.json"
@@ -93,10 +91,7 @@ def main() -> None:
         out["rounds"].append(one_round(mcp, out, n))
         if n == DEATHS:
             break
-        checkpoint()
-        print(f"checkpointed {n}", flush=True)
-        if sys.stdin.readline().strip() != "killed":
-            raise SystemExit("the test did not kill the browser")
+        checkpoint_and_die(n)
     ok, tabs = mcp.tool("browser_tabs", {"action": "list"})
     out["tabs"] = tabs if ok else None
     mcp.close()

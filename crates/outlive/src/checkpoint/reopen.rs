@@ -1,7 +1,7 @@
-//! The client's other tabs, opened again after a death under `serve`, each in its context:
-//! each gets its sessionStorage written in (as the task's page gets its state), then goes to
-//! its URL, where its typed fields and scroll positions are put back. The front shows them to
-//! the client in the order they come.
+//! The client's other tabs, opened again after a death under `serve`, each in its context.
+//! Each gets its sessionStorage written in, as the task's page gets its state. Then it goes to
+//! its URL, where its typed fields and scroll positions are put back. The front shows the tabs
+//! to the client in the order they come.
 
 use std::time::Duration;
 

@@ -237,22 +237,8 @@ where
         seen: &seen,
         ctx: &current.ctx,
     };
-    if link.swapping() {
-        let endpoint = current.endpoint.expose();
-        let pairs = state.usage.restored_pairs(endpoint);
-        let states = state.usage.page_states_of(endpoint);
-        let remade = state.usage.waiting(endpoint);
-        let out = match link.rebind(&pairs, &states, &remade) {
-            Ok(out) => out,
-            Err(reason) => return End::Uncarried(reason),
-        };
-        // The client has its contexts: those made again are its, not a reconnecting client's.
-        for _ in 0..link.made_contexts().min(remade.len()) {
-            state.usage.take_ready(endpoint);
-        }
-        if let Some(end) = to.send(out).await {
-            return end;
-        }
+    if let Some(end) = rebind(state, current, link, &mut to).await {
+        return end;
     }
     let mut serving = state.serving.subscribe();
     let mut closed = state.closed.subscribe();
@@ -298,6 +284,34 @@ where
     };
     let _ = up_tx.close(None).await;
     end
+}
+
+/// Carries the link to this browser if a swap is under way; the end, if it cannot be.
+async fn rebind<S>(
+    state: &State,
+    current: &Serving,
+    link: &mut Link,
+    to: &mut Sides<'_, '_, S>,
+) -> Option<End>
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    if !link.swapping() {
+        return None;
+    }
+    let endpoint = current.endpoint.expose();
+    let pairs = state.usage.restored_pairs(endpoint);
+    let states = state.usage.page_states_of(endpoint);
+    let remade = state.usage.waiting(endpoint);
+    let out = match link.rebind(&pairs, &states, &remade) {
+        Ok(out) => out,
+        Err(reason) => return Some(End::Uncarried(reason)),
+    };
+    // The client has its contexts: those made again are its, not a reconnecting client's.
+    for _ in 0..link.made_contexts().min(remade.len()) {
+        state.usage.take_ready(endpoint);
+    }
+    to.send(out).await
 }
 
 /// What an event asks of a generation's loop.

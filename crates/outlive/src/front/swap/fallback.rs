@@ -12,7 +12,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::sticky;
-use crate::relay::wire::{Head, mend_lone_surrogates};
+use crate::relay::wire::Head;
 
 /// Why a connection cannot be carried over.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,15 +113,7 @@ struct Args {
 
 impl Args {
     fn of(json: Option<&str>) -> Args {
-        let Some(json) = json else {
-            return Args::default();
-        };
-        serde_json::from_str(json)
-            .or_else(|e| match mend_lone_surrogates(json.as_bytes()) {
-                Some(mended) => serde_json::from_slice(&mended),
-                None => Err(e),
-            })
-            .unwrap_or_default()
+        super::rewrite::read(json)
     }
 }
 

@@ -11,16 +11,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::fallback::{Reason, Uncarried};
 use super::ids::{IdMaps, Way};
-use super::rewrite::{member, to_browser, to_client};
+use super::rewrite::{member, read, to_browser, to_client};
 use super::shape::Kind;
 use super::sticky::Sticky;
 use crate::front::usage::PageStateScript;
-use crate::relay::wire::{Head, mend_lone_surrogates};
+use crate::relay::wire::Head;
 
 /// Ids of the front's own commands on a client's upstream: above any a client uses.
 const OWN_BASE: u64 = 1_950_000_000;
@@ -207,19 +206,6 @@ struct Answer {
     error_text: Option<String>,
     /// Absent for a same-document navigation: no `frameNavigated` follows.
     loader_id: Option<String>,
-}
-
-/// The fields of `json` serde reads (a lone surrogate mended first); defaults if none.
-fn read<T: DeserializeOwned + Default>(json: Option<&str>) -> T {
-    let Some(json) = json else {
-        return T::default();
-    };
-    serde_json::from_str(json)
-        .or_else(|e| match mend_lone_surrogates(json.as_bytes()) {
-            Some(mended) => serde_json::from_slice(&mended),
-            None => Err(e),
-        })
-        .unwrap_or_default()
 }
 
 /// Whether a `Page.navigate` answered so commits a new document (else it failed, or stayed in

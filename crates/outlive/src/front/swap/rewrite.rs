@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use super::schema;
 use super::shape::{Field, Kind, Shape};
-use crate::relay::wire::{Head, Scan};
+use crate::relay::wire::{Head, Scan, mend_lone_surrogates};
 
 /// Ids in the other side's terms, one at a time.
 pub(super) trait Translate {
@@ -235,6 +235,20 @@ pub(super) fn member<'f>(frame: &'f str, key: &str) -> Option<&'f str> {
             _ => return None,
         }
     }
+}
+
+/// The fields of `json` serde reads into `T` (a lone surrogate mended first); `T`'s defaults
+/// if it is absent or unreadable.
+pub(super) fn read<T: serde::de::DeserializeOwned + Default>(json: Option<&str>) -> T {
+    let Some(json) = json else {
+        return T::default();
+    };
+    serde_json::from_str(json)
+        .or_else(|e| match mend_lone_surrogates(json.as_bytes()) {
+            Some(mended) => serde_json::from_slice(&mended),
+            None => Err(e),
+        })
+        .unwrap_or_default()
 }
 
 /// `id` as a JSON string.

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use super::rewrite::member;
-use crate::relay::wire::{Head, mend_lone_surrogates};
+use crate::relay::wire::Head;
 
 /// Domains whose `enable` is replayed (their `disable` forgets it): events to subscribe to,
 /// nothing the front cannot set again.
@@ -134,12 +134,7 @@ struct Named {
 impl Args {
     /// The fields of `json`, as far as serde reads them (a lone surrogate mended first).
     fn of(json: &str) -> Args {
-        serde_json::from_str(json)
-            .or_else(|e| match mend_lone_surrogates(json.as_bytes()) {
-                Some(mended) => serde_json::from_slice(&mended),
-                None => Err(e),
-            })
-            .unwrap_or_default()
+        super::rewrite::read(Some(json))
     }
 }
 
