@@ -476,10 +476,14 @@ async fn next_browser(state: &State) -> Option<Serving> {
     // An entry already retired (its browser failed) is not handed out: a client connecting
     // during its grace would be cut at once, and Playwright then hangs in its connect for 30 s.
     let live = |s: &Option<Serving>| s.as_ref().is_some_and(|s| !s.ctx.is_retired());
-    match tokio::time::timeout(state.wait_limit, serving.wait_for(live)).await {
-        Ok(Ok(s)) => s.clone(),
-        _ => None,
-    }
+    let serving = match tokio::time::timeout(state.wait_limit, serving.wait_for(live)).await {
+        Ok(Ok(s)) => s.clone()?,
+        _ => return None,
+    };
+    // Pages whose load was left to clients carried through the death are not shown half
+    // done: a new client waits for those loads (bounded).
+    let _ = tokio::time::timeout(state.wait_limit, state.usage.loads().settled()).await;
+    Some(serving)
 }
 
 /// Tells the client why its connection ends, as the end requires.
