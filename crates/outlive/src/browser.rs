@@ -589,19 +589,28 @@ impl CdpBrowser {
     ) -> u64 {
         let calls = self.relay.calls();
         let navigation = (!defer).then_some(self.navigation_timeout);
-        let (pages, failed) =
-            checkpoint::reopen_tabs(&self.browser, &calls, &checkpoint.tabs, contexts, navigation)
-                .await;
+        let (pages, failed) = checkpoint::reopen_tabs(
+            &self.browser,
+            &calls,
+            &checkpoint.tabs,
+            contexts,
+            navigation,
+        )
+        .await;
         let ids: Vec<String> = pages
             .iter()
             .map(|p| p.target_id().as_ref().to_owned())
             .collect();
         if defer {
-            let later = pages.into_iter().zip(&checkpoint.tabs).map(|(page, tab)| later::LaterLoad {
-                page,
-                url: tab.url.clone(),
-                state: tab.page.clone(),
-            });
+            let later =
+                pages
+                    .into_iter()
+                    .zip(&checkpoint.tabs)
+                    .map(|(page, tab)| later::LaterLoad {
+                        page,
+                        url: tab.url.clone(),
+                        state: tab.page.clone(),
+                    });
             self.leave_loads(usage, later.collect());
         }
         let own = self.page.target_id().as_ref().to_owned();

@@ -36,11 +36,16 @@ pub(super) fn leave(
 async fn load_unclaimed(deferral: Deferral, pages: Vec<LaterLoad>, navigation: Duration) {
     let loads = deferral.loads();
     loads.swaps_over().await;
-    let unclaimed = pages.iter().filter(|p| loads.claim(p.page.target_id().as_ref()));
+    let unclaimed = pages
+        .iter()
+        .filter(|p| loads.claim(p.page.target_id().as_ref()));
     let loaded = unclaimed.map(|p| async move {
         let state = p.state.as_deref();
         let failed = checkpoint::load_restored(&p.page, &p.url, state, navigation).await;
-        tracing::debug!(failed, "no carried client loaded a restored page: outlive did");
+        tracing::debug!(
+            failed,
+            "no carried client loaded a restored page: outlive did"
+        );
     });
     futures::future::join_all(loaded).await;
     // Dropping the deferral ends each load.

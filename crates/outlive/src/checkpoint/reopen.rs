@@ -50,7 +50,12 @@ pub(crate) async fn reopen(
     (pages, failed)
 }
 
-async fn reopen_one(page: &Page, calls: &Calls, tab: &TabState, navigation: Option<Duration>) -> u64 {
+async fn reopen_one(
+    page: &Page,
+    calls: &Calls,
+    tab: &TabState,
+    navigation: Option<Duration>,
+) -> u64 {
     let session = Checkpoint::holding(tab.session.clone());
     let failed = match super::restore(page, calls, &session, None).await {
         Ok(failed) => failed,
@@ -67,7 +72,12 @@ async fn reopen_one(page: &Page, calls: &Calls, tab: &TabState, navigation: Opti
 
 /// Loads `url` in a restored tab (web URLs only) and puts its page state back; answers what
 /// failed. One that will not load within `navigation` stays where it got to.
-pub(crate) async fn load(page: &Page, url: &str, state: Option<&Part>, navigation: Duration) -> u64 {
+pub(crate) async fn load(
+    page: &Page,
+    url: &str,
+    state: Option<&Part>,
+    navigation: Duration,
+) -> u64 {
     if !super::model::is_storable_origin(url) {
         return 0;
     }
