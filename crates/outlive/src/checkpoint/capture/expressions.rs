@@ -36,6 +36,8 @@ pub(super) fn capture_arguments(
         "idb": options.indexed_db,
         "idbMax": options.indexed_db_max_bytes,
         "idbSame": idb_same,
+        "files": options.files,
+        "filesMax": options.files_max_bytes,
     });
     format!("({known}, {opts})")
 }
@@ -116,6 +118,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
             page_state: false,
