@@ -17,10 +17,11 @@ use outlive::{Options, Outcome, WideEvent, outlive};
 use serde_json::{Value, json};
 use support::Kill;
 
-/// What both pages share: `seed(tag)` keeps two cache entries and files in a subdirectory,
+/// What both pages share: `seed()` keeps two cache entries and files in a subdirectory,
 /// `big()` an entry and a file of 8 KiB each, `read()` answers every entry and file.
 const STORE: &str = r#"<script>
-const seed = async (tag) => {
+window.seed = async () => {
+  const tag = location.hostname === 'localhost' ? 'widget' : 'app';
   const cache = await caches.open(tag + '-v1');
   await cache.put('/' + tag + '/one', new Response(tag + ' body', {
     status: 200, statusText: 'Fine', headers: { 'content-type': 'text/plain', 'x-mark': tag + '1' } }));
@@ -36,14 +37,14 @@ const seed = async (tag) => {
   }
   await root.getDirectoryHandle('empty', { create: true });
 };
-const big = async () => {
+window.big = async () => {
   await (await caches.open('big')).put('/big', new Response('b'.repeat(8192)));
   const root = await navigator.storage.getDirectory();
   const w = await (await root.getFileHandle('big.bin', { create: true })).createWritable();
   await w.write('f'.repeat(8192));
   await w.close();
 };
-const read = async () => {
+window.read = async () => {
   const caches_ = {};
   for (const name of await caches.keys()) {
     const cache = await caches.open(name);
@@ -76,14 +77,13 @@ const ask = async (what) => {
   document.getElementById('w').contentWindow.postMessage(what, '*');
   return answer;
 };
-window.both = async (what, arg) => [await window[what](arg), await ask([what, arg])];
+window.both = async (what) => [await window[what](), await ask(what)];
 </script>"#;
 
 /// The widget: does what the app asks and answers.
 const WIDGET: &str = r#"<!doctype html><title>widget</title><script>
 window.addEventListener('message', async (e) => {
-  const [what, arg] = e.data;
-  e.source.postMessage(await window[what](arg), '*');
+  e.source.postMessage(await window[e.data](), '*');
 });
 </script>"#;
 
@@ -124,7 +124,7 @@ async fn through_a_death(options: Options, big: bool) -> (Value, WideEvent) {
             async move {
                 if ctx.attempt() == 1 {
                     page.goto(NavigateParams::new(url.clone())).await?;
-                    page.evaluate("both('seed', 'app')").await?;
+                    page.evaluate("both('seed')").await?;
                     let opaque = "(async () => { const c = await caches.open('app-v1');
                       const r = await fetch(location.href.replace('127.0.0.1', 'localhost')
                         .replace('/app', '/asset'), { mode: 'no-cors' });
@@ -207,4 +207,14 @@ async fn entries_and_files_over_the_cap_are_left_out_and_counted() {
         event.state_left_out, 3,
         "the opaque response, the big entry and the big file"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switched_off_none_of_it_comes_back() {
+    let options = Options::new().cache_storage_and_opfs(false);
+    let (state, event) = through_a_death(options, false).await;
+    let (app, widget) = origins(&state);
+    let empty = |origin: &str| json!({ "origin": origin, "caches": {}, "files": {} });
+    assert_eq!(state, json!([empty(&app), empty(&widget)]), "a fresh browser's");
+    assert_eq!(event.state_left_out, 0);
 }
