@@ -280,6 +280,10 @@ mod tests {
         let frame = &back.storage[&key("https://bank.example", "https://widget.example")];
         assert!(frame.same_as(&cp.storage[&key("https://bank.example", "https://widget.example")]));
         assert_eq!(frame.session.as_ref().unwrap().json, r#"[["s","1"]]"#);
+        assert_eq!(
+            frame.files.as_ref().unwrap().json,
+            r#"[["d/",null],["d/f","eA=="]]"#
+        );
         assert_eq!(back.frames_unread, 1);
         assert_eq!(
             back.progress.as_deref().map(|p| p.as_str()),
