@@ -99,7 +99,10 @@ async fn two_sites() -> (outlive_testkit::Served, String) {
                 Html(format!("{}{STORE}", APP.replace("WIDGET", &widget)))
             }),
         )
-        .route("/widget", get(|| async { Html(format!("{WIDGET}{STORE}")) }))
+        .route(
+            "/widget",
+            get(|| async { Html(format!("{WIDGET}{STORE}")) }),
+        )
         .route("/asset", get(|| async { "opaque to the app" }));
     let served = outlive_testkit::serve(app).await;
     let url = format!("{}/app", served.base);
@@ -157,7 +160,10 @@ async fn through_a_death(options: Options, big: bool) -> (Value, WideEvent) {
 
 /// What `read()` answers on an origin seeded as `tag`, at `origin`.
 fn seeded(origin: &str, tag: &str) -> Value {
-    let body: Vec<String> = format!("{tag} body").bytes().map(|b| b.to_string()).collect();
+    let body: Vec<String> = format!("{tag} body")
+        .bytes()
+        .map(|b| b.to_string())
+        .collect();
     json!({
         "origin": origin,
         "caches": {
@@ -189,7 +195,10 @@ async fn cache_entries_and_files_come_back_each_on_its_origin() {
     assert_eq!(event.state_left_out, 1, "the opaque response");
     let text = serde_json::to_string(&event).unwrap();
     for secret in ["app body", "app note", "widget body", "widget note"] {
-        assert!(!text.contains(secret), "a stored value reached the wide event");
+        assert!(
+            !text.contains(secret),
+            "a stored value reached the wide event"
+        );
     }
 }
 
@@ -215,6 +224,10 @@ async fn switched_off_none_of_it_comes_back() {
     let (state, event) = through_a_death(options, false).await;
     let (app, widget) = origins(&state);
     let empty = |origin: &str| json!({ "origin": origin, "caches": {}, "files": {} });
-    assert_eq!(state, json!([empty(&app), empty(&widget)]), "a fresh browser's");
+    assert_eq!(
+        state,
+        json!([empty(&app), empty(&widget)]),
+        "a fresh browser's"
+    );
     assert_eq!(event.state_left_out, 0);
 }

@@ -42,10 +42,12 @@ fn entries(json: &str) -> u64 {
     let items: Vec<(&RawValue, &RawValue)> = serde_json::from_str(json).unwrap_or_default();
     items
         .iter()
-        .map(|(_, v)| match serde_json::from_str::<Vec<&RawValue>>(v.get()) {
-            Ok(list) => list.len() as u64,
-            Err(_) => u64::from(v.get() != "null"),
-        })
+        .map(
+            |(_, v)| match serde_json::from_str::<Vec<&RawValue>>(v.get()) {
+                Ok(list) => list.len() as u64,
+                Err(_) => u64::from(v.get() != "null"),
+            },
+        )
         .sum()
 }
 
@@ -64,7 +66,8 @@ mod tests {
 
     #[test]
     fn parts_over_the_total_are_left_out_and_counted() {
-        let caches = r#"[["v1",[["https://a/x",200,"OK",[],"eHg="],["https://a/y",200,"OK",[],""]]]]"#;
+        let caches =
+            r#"[["v1",[["https://a/x",200,"OK",[],"eHg="],["https://a/y",200,"OK",[],""]]]]"#;
         let files = r#"[["d/",null],["d/f.txt","aGk="],["g.bin",""]]"#;
         let mut storage = BTreeMap::new();
         storage.insert(key("https://a", "https://a"), state(caches, files));
@@ -72,11 +75,22 @@ mod tests {
         // Room for the first key's two parts and nothing more.
         let origin_max = (caches.len() + files.len()).div_ceil(TOTAL_TIMES_ORIGIN);
         keep_within_total(&mut storage, origin_max);
-        let [a, b] = [&storage[&key("https://a", "https://a")], &storage[&key("https://a", "https://b")]];
+        let [a, b] = [
+            &storage[&key("https://a", "https://a")],
+            &storage[&key("https://a", "https://b")],
+        ];
         assert_eq!(a.caches.as_ref().unwrap().json, caches);
         assert_eq!(a.files.as_ref().unwrap().json, files);
         let (c, f) = (b.caches.as_ref().unwrap(), b.files.as_ref().unwrap());
-        assert_eq!((c.json.as_str(), c.left_out), ("[]", 2), "two cache entries");
-        assert_eq!((f.json.as_str(), f.left_out), ("[]", 2), "two files, not the directory");
+        assert_eq!(
+            (c.json.as_str(), c.left_out),
+            ("[]", 2),
+            "two cache entries"
+        );
+        assert_eq!(
+            (f.json.as_str(), f.left_out),
+            ("[]", 2),
+            "two files, not the directory"
+        );
     }
 }
