@@ -282,9 +282,17 @@ impl Options {
         /// of every origin the page and its frames use, each restored on its own origin.
         /// Cache Storage comes back entry by entry: URL, status, status text, headers and
         /// body. Opaque (`no-cors`) responses cannot be read: they are left out and counted in
-        /// [`WideEvent::state_left_out`], as files a worker holds locked. Origins without
-        /// these APIs (not secure contexts) are skipped quietly. Unchanged files cost no
-        /// extra round trip and are not read again.
+        /// [`WideEvent::state_left_out`], as files a worker holds locked, and entries past
+        /// the first 1 000 of an origin. Origins without these APIs (not secure contexts) are
+        /// skipped quietly. A restore writes what the checkpoint holds and deletes nothing:
+        /// what was left out stays as the browser has it.
+        ///
+        /// The cost: each checkpoint walks every origin's OPFS tree (names, sizes, times) and
+        /// reads its files only when that changed; it reads every Cache Storage entry and body
+        /// each time (there is no cheap sign of a change). Unchanged data crosses the wire as
+        /// a hash. The read has half the frame's time: if it takes longer, that checkpoint
+        /// holds no Cache Storage or files for the frame (its Web Storage and IndexedDB are
+        /// kept), and a restore leaves the browser's as they are.
         ///
         /// # Default
         ///
@@ -293,7 +301,8 @@ impl Options {
 
         /// The most Cache Storage, and the most OPFS files, one origin's frame holds in a
         /// checkpoint (serialised, bodies in base64: 4/3 of their bytes). Four times as much
-        /// is the cap of both kinds across all origins of a checkpoint. Entries and files
+        /// is the cap of both kinds across all origins of one tab (the top origin counted
+        /// first; a checkpoint of several tabs may hold that much per tab). Entries and files
         /// over a cap are left out and counted in [`WideEvent::state_left_out`]. At most
         /// 1 GiB.
         ///

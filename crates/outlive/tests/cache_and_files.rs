@@ -1,6 +1,7 @@
 //! Cache Storage and the origin private file system (issue 48): a page and its cross-site
 //! iframe each keep entries and files; after a death both come back, each on its own origin,
-//! in real Chromium. Opaque responses and data over the cap are left out and counted.
+//! in real Chromium. Opaque responses and data over the cap are left out and counted. After a
+//! page crash (a restore into the same browser), what was left out or came later stays.
 
 mod support;
 
@@ -11,7 +12,7 @@ use axum::Router;
 use axum::http::HeaderMap;
 use axum::response::Html;
 use axum::routing::get;
-use outlive::chromiumoxide::cdp::browser_protocol::page::NavigateParams;
+use outlive::chromiumoxide::cdp::browser_protocol::page::{CrashParams, NavigateParams};
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{Options, Outcome, WideEvent, outlive};
 use serde_json::{Value, json};
@@ -109,10 +110,37 @@ async fn two_sites() -> (outlive_testkit::Served, String) {
     (served, url)
 }
 
+/// How the first attempt ends after its checkpoint.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// The browser is SIGKILLed: a fresh one gets the restore.
+    Death,
+    /// A second checkpoint with nothing changed (the parts taken as unchanged, by hash or
+    /// the OPFS stamp), then the SIGKILL.
+    DeathAfterASecondCheckpoint,
+    /// The page crashes (after `late()` adds an entry and a file no checkpoint holds): the
+    /// restore goes into the same browser's storage.
+    PageCrash,
+}
+
+/// An entry and a file made after the checkpoint (see [`End::PageCrash`]).
+const LATE: &str = "(async () => {
+  await (await caches.open('late')).put('/late', new Response('late body'));
+  await (await caches.open('app-v1')).put('/app/late', new Response('late one'));
+  const root = await navigator.storage.getDirectory();
+  const w = await (await root.getFileHandle('late.txt', { create: true })).createWritable();
+  await w.write('late file');
+  await w.close();
+})()";
+
 /// Seeds both origins (`big` adds the 8 KiB entry and file to the app's), keeps an opaque
-/// response in the app's cache, checkpoints, kills the browser; answers what each origin
+/// response in the app's cache, checkpoints, ends as `end` says; answers what each origin
 /// holds after the restore, and the wide event.
 async fn through_a_death(options: Options, big: bool) -> (Value, WideEvent) {
+    through(options, big, End::Death).await
+}
+
+async fn through(options: Options, big: bool, end: End) -> (Value, WideEvent) {
     let (_server, url) = two_sites().await;
     let (profiles, provider) = support::browsers();
     let slot: Arc<Mutex<Option<WideEvent>>> = Arc::default();
@@ -138,9 +166,20 @@ async fn through_a_death(options: Options, big: bool) -> (Value, WideEvent) {
                         page.evaluate("big()").await?;
                     }
                     assert!(ctx.checkpoint().await, "the checkpoint was written");
-                    provider.kill(Kill::Sigkill);
+                    match end {
+                        End::Death => provider.kill(Kill::Sigkill),
+                        End::DeathAfterASecondCheckpoint => {
+                            assert!(ctx.checkpoint().await, "the second checkpoint");
+                            provider.kill(Kill::Sigkill);
+                        }
+                        End::PageCrash => {
+                            page.evaluate(LATE).await?;
+                            // The crash answers no reply; the call fails when it is reported.
+                            assert!(page.execute(CrashParams::default()).await.is_err());
+                        }
+                    }
                     page.evaluate("1").await?;
-                    unreachable!("a page call succeeded on a killed browser");
+                    unreachable!("a page call succeeded on a dead page");
                 }
                 let state: Value = page.evaluate("both('read')").await?.into_value()?;
                 Ok::<_, CdpError>(state)
@@ -184,6 +223,14 @@ fn origins(state: &Value) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_entries_and_files_come_back_each_on_its_origin() {
+    // Every thread's logs (outlive's tasks run on the runtime's workers).
+    let logs = outlive_testkit::Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
     let (state, event) = through_a_death(Options::new(), false).await;
     let (app, widget) = origins(&state);
     assert!(app.starts_with("http://127.0.0.1:") && widget.starts_with("http://localhost:"));
@@ -193,13 +240,74 @@ async fn cache_entries_and_files_come_back_each_on_its_origin() {
         "every entry and file on its own origin, none on the other; the opaque one left out"
     );
     assert_eq!(event.state_left_out, 1, "the opaque response");
-    let text = serde_json::to_string(&event).unwrap();
-    for secret in ["app body", "app note", "widget body", "widget note"] {
+    let event = serde_json::to_string(&event).unwrap();
+    let logs = logs.text();
+    assert!(
+        logs.contains("outlive run finished"),
+        "the logs are captured"
+    );
+    // Bodies and contents travel in base64: both forms, and the names, URLs and paths.
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut secrets = vec![b64(&[0, 255, 1, 254])];
+    for tag in ["app", "widget"] {
+        for value in ["body", "note", "top"].map(|v| format!("{tag} {v}")) {
+            secrets.push(b64(value.as_bytes()));
+            secrets.push(value);
+        }
+        for name in ["-v1", "1", "2"].map(|n| format!("{tag}{n}")) {
+            secrets.push(name);
+        }
+        secrets.extend([format!("/{tag}/one"), format!("/{tag}/two")]);
+    }
+    secrets.extend(["top.txt", "note.txt", "docs/sub", "Gone Fishing", "x-mark"].map(String::from));
+    for secret in &secrets {
         assert!(
-            !text.contains(secret),
-            "a stored value reached the wide event"
+            !event.contains(secret.as_str()),
+            "{secret:?} reached the wide event"
+        );
+        assert!(
+            !logs.contains(secret.as_str()),
+            "{secret:?} reached a log line"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_crash_keeps_what_was_left_out_or_came_later() {
+    let options = Options::new().cache_storage_and_opfs_max_bytes(4096);
+    let (state, event) = through(options, true, End::PageCrash).await;
+    let (app, widget) = origins(&state);
+    let mut kept = seeded(&app, "app");
+    let caches = kept["caches"].as_object_mut().unwrap();
+    let text = |s: &str| {
+        s.bytes()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // Over the cap, opaque (not captured) and made after the checkpoint: all still there.
+    caches.insert(
+        "big /big".into(),
+        json!([200, "", null, text(&"b".repeat(8192))]),
+    );
+    caches.insert("app-v1 /opaque".into(), json!([0, "", null, ""]));
+    caches.insert(
+        "app-v1 /app/late".into(),
+        json!([200, "", null, text("late one")]),
+    );
+    caches.insert(
+        "late /late".into(),
+        json!([200, "", null, text("late body")]),
+    );
+    let files = kept["files"].as_object_mut().unwrap();
+    files.insert("big.bin".into(), json!("f".repeat(8192)));
+    files.insert("late.txt".into(), json!("late file"));
+    assert_eq!(state, json!([kept, seeded(&widget, "widget")]));
+    assert_eq!(
+        event.state_left_out, 3,
+        "the opaque response, the big entry and the big file"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,6 +324,19 @@ async fn entries_and_files_over_the_cap_are_left_out_and_counted() {
         event.state_left_out, 3,
         "the opaque response, the big entry and the big file"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_second_checkpoint_keeps_the_parts_and_their_count() {
+    let options = Options::new().cache_storage_and_opfs_max_bytes(4096);
+    let (state, event) = through(options, true, End::DeathAfterASecondCheckpoint).await;
+    let (app, widget) = origins(&state);
+    assert_eq!(
+        state,
+        json!([seeded(&app, "app"), seeded(&widget, "widget")]),
+        "all but the 8 KiB entry and file"
+    );
+    assert_eq!(event.state_left_out, 3, "the count of the first read, kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

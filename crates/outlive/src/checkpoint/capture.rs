@@ -152,7 +152,7 @@ pub(crate) async fn capture_page(
     }
 
     let mut storage = storage_by_key(reads, &top_origin, cache)?;
-    files::keep_within_total(&mut storage, options.files_max_bytes);
+    files::keep_within_total(&mut storage, &top_origin, options.files_max_bytes);
     let checkpoint = Checkpoint {
         url,
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),

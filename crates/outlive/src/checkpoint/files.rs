@@ -9,17 +9,29 @@ use serde_json::value::RawValue;
 
 use super::model::{FrameState, Part, StorageKey};
 
-/// The cap of Cache Storage and files together across a checkpoint's origins, as a multiple
-/// of one origin's cap of each.
+/// The cap of Cache Storage and files together across one tab's origins, as a multiple of
+/// one origin's cap of each.
 pub(super) const TOTAL_TIMES_ORIGIN: usize = 4;
 
-/// Keeps the Cache Storage and files of `storage` within [`TOTAL_TIMES_ORIGIN`] times
-/// `origin_max`, in key order: a part that would take the total over is replaced by an empty
-/// one that counts its entries as left out.
-pub(super) fn keep_within_total(storage: &mut BTreeMap<StorageKey, FrameState>, origin_max: usize) {
+/// The most Cache Storage entries one origin's frame reads in a capture (across its caches);
+/// the rest are counted as left out. Bounds the reads a capture makes, as bytes do not.
+pub(crate) const CACHE_ENTRIES_MAX: usize = 1000;
+
+/// Keeps the Cache Storage and files of `storage` (one tab's) within [`TOTAL_TIMES_ORIGIN`]
+/// times `origin_max`: `top`'s origin first (its iframes do not starve it), then the others
+/// in key order. A part that would take the total over is replaced by an empty one that
+/// counts its entries as left out (restored as nothing: the browser's is left as it is).
+pub(super) fn keep_within_total(
+    storage: &mut BTreeMap<StorageKey, FrameState>,
+    top: &str,
+    origin_max: usize,
+) {
     let cap = origin_max.saturating_mul(TOTAL_TIMES_ORIGIN);
     let mut total = 0usize;
-    for state in storage.values_mut() {
+    let (mut first, rest): (Vec<_>, Vec<_>) =
+        storage.iter_mut().partition(|(key, _)| key.origin == top);
+    first.extend(rest);
+    for (_, state) in first {
         for slot in [&mut state.caches, &mut state.files] {
             let Some(part) = slot.as_ref() else { continue };
             if total + part.json.len() <= cap {
@@ -74,7 +86,7 @@ mod tests {
         storage.insert(key("https://a", "https://b"), state(caches, files));
         // Room for the first key's two parts and nothing more.
         let origin_max = (caches.len() + files.len()).div_ceil(TOTAL_TIMES_ORIGIN);
-        keep_within_total(&mut storage, origin_max);
+        keep_within_total(&mut storage, "https://a", origin_max);
         let [a, b] = [
             &storage[&key("https://a", "https://a")],
             &storage[&key("https://a", "https://b")],
@@ -92,5 +104,26 @@ mod tests {
             ("[]", 2),
             "two files, not the directory"
         );
+    }
+
+    #[test]
+    fn the_top_origin_is_kept_before_its_iframes() {
+        let files = r#"[["f.txt","aGk="]]"#;
+        let mut storage = BTreeMap::new();
+        // The iframe's key sorts first; the top's must still win the room.
+        storage.insert(key("https://t", "https://a"), state("[]", files));
+        storage.insert(key("https://t", "https://t"), state("[]", files));
+        let origin_max = (files.len() + 4).div_ceil(TOTAL_TIMES_ORIGIN);
+        keep_within_total(&mut storage, "https://t", origin_max);
+        let json = |o: &str| {
+            storage[&key("https://t", o)]
+                .files
+                .as_ref()
+                .unwrap()
+                .json
+                .clone()
+        };
+        assert_eq!(json("https://t"), files);
+        assert_eq!(json("https://a"), "[]");
     }
 }

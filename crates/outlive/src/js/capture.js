@@ -2,7 +2,7 @@
 // `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
 // hash is among them comes back as `{ hash }` alone, so unchanged megabytes never cross the
 // wire. opts: { idb: bool, idbMax: bytes, idbSame: [{ scope, hash, list }], files: bool,
-// filesMax: bytes }. Returns { url, origin, scope, local, session, idb, caches, files }
+// filesMax: bytes, filesMs: ms, entriesMax: count }. Returns { url, origin, scope, local, session, idb, caches, files }
 // (caches: Cache Storage; files: the origin private file system), each part `null` (not
 // readable here) or
 // `{ hash, data?, leftOut?, list? }`: data the JSON text, leftOut the values left out, list
@@ -190,7 +190,9 @@
   // Cache Storage and the origin private file system are read inside this call: they cost no
   // round trip of their own, and an unchanged one crosses the wire as its hash alone. Each
   // entry or file is costed as its JSON text (bodies in base64); one that would take its kind
-  // over `filesMax` is left out and counted, like an unreadable one.
+  // over `filesMax`, or Cache Storage over `entriesMax` entries, is left out and counted, like
+  // an unreadable one. Cache Storage has no cheap change stamp (a put may change a body and
+  // nothing else): every capture reads its bodies.
   const costOf = (bytes, ...strings) => Math.ceil(bytes / 3) * 4 + strings.join('').length + 16;
 
   // [[cache name, [[url, status, statusText, [[header, value], …], body base64], …]], …].
@@ -203,14 +205,19 @@
       names = await caches.keys();
     } catch (e) { return null; }
     const out = [];
-    let left = 0, size = 2;
+    let left = 0, size = 2, count = 0;
     for (const name of names) {
       const entries = [];
+      const before = left;
+      let requests = null;
       try {
         const cache = await caches.open(name);
-        const requests = await cache.keys();
-        const responses = await Promise.all(requests.map((q) => cache.match(q).catch(() => undefined)));
-        for (let i = 0; i < requests.length; i++) {
+        requests = await cache.keys();
+        // Past the entry cap, the rest is only counted (not matched, not read).
+        const room = Math.max(0, Math.min(requests.length, opts.entriesMax - count));
+        left += requests.length - room;
+        const responses = await Promise.all(requests.slice(0, room).map((q) => cache.match(q).catch(() => undefined)));
+        for (let i = 0; i < room; i++) {
           const q = requests[i], r = responses[i];
           if (q.method !== 'GET' || !r || r.type.startsWith('opaque') || r.status === 0) { left++; continue; }
           const body = await r.blob();
@@ -220,7 +227,12 @@
           size += cost;
           entries.push([q.url, r.status, r.statusText, headers, OUTLIVE_CODEC.b64(new Uint8Array(await body.arrayBuffer()))]);
         }
-      } catch (e) { left++; continue; }
+      } catch (e) {
+        // The whole cache is left out: every entry it holds counted.
+        left = before + (requests ? requests.length : 1);
+        continue;
+      }
+      count += entries.length;
       out.push([name, entries]);
     }
     const text = JSON.stringify(out);
@@ -287,8 +299,15 @@
   // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
   // Storage is read and hashed here (1–2 ms on a new document).
   const db = storable ? idb() : null;
-  const cached = storable ? cacheStorage() : null;
-  const tree = storable ? files() : null;
+  // Cache Storage and files under their own time bound, failures kept to themselves: a slow
+  // or failing read of them (null: restored as it is) never costs Web Storage or IndexedDB.
+  const bounded = (read) => {
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(() => resolve(null), opts.filesMs); });
+    return Promise.race([read().catch(() => null), late]).finally(() => clearTimeout(timer));
+  };
+  const cached = storable ? bounded(cacheStorage) : null;
+  const tree = storable ? bounded(files) : null;
   const local = storable ? area('localStorage') : null;
   const session = storable ? area('sessionStorage') : null;
   return { url: location.href, origin, scope, local, session, idb: await db, caches: await cached, files: await tree };

@@ -94,14 +94,15 @@
         } catch (e) { errors.push('indexedDB: ' + (e && e.name)); }
       }
     };
-    // Cache Storage: the origin's caches replaced by the checkpoint's, entry by entry.
+    // Cache Storage: each entry the checkpoint holds put in its cache, one after another (so
+    // cache.keys() keeps the captured order). Nothing is deleted: after a page failure this is
+    // the same browser's storage, and what the capture left out (over a cap, opaque) stays.
     const cacheStorage = async (list) => {
       if (!list) return;
       try {
-        for (const name of await caches.keys()) await caches.delete(name);
         for (const [name, entries] of list) {
           const cache = await caches.open(name);
-          await Promise.all(entries.map(async ([url, status, statusText, headers, body]) => {
+          for (const [url, status, statusText, headers, body] of entries) {
             try {
               // These statuses take no body.
               const none = [101, 103, 204, 205, 304].includes(status);
@@ -109,18 +110,17 @@
               await cache.put(new Request(url), response);
               written++;
             } catch (e) { errors.push('caches: ' + e.name); }
-          }));
+          }
         }
       } catch (e) { errors.push('caches: ' + (e && e.name)); }
     };
-    // The origin private file system: emptied, then each directory and file made again.
+    // The origin private file system: each directory and file the checkpoint holds made again.
+    // Nothing is removed (as for caches: files left out, such as a worker's locked database,
+    // stay as they are).
     const files = async (list) => {
       if (!list) return;
       try {
         const root = await navigator.storage.getDirectory();
-        const names = [];
-        for await (const name of root.keys()) names.push(name);
-        for (const name of names) await root.removeEntry(name, { recursive: true });
         const dirOf = async (parts) => {
           let dir = root;
           for (const p of parts) dir = await dir.getDirectoryHandle(p, { create: true });

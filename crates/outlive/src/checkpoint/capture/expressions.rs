@@ -38,6 +38,10 @@ pub(super) fn capture_arguments(
         "idbSame": idb_same,
         "files": options.files,
         "filesMax": options.files_max_bytes,
+        // Half a frame's time: a slow Cache Storage or OPFS read gives up (that part is not
+        // captured) before the frame's Web Storage and IndexedDB would be lost with it.
+        "filesMs": (options.frame_timeout / 2).as_millis() as u64,
+        "entriesMax": crate::checkpoint::files::CACHE_ENTRIES_MAX,
     });
     format!("({known}, {opts})")
 }
