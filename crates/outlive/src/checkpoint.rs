@@ -1,17 +1,18 @@
 //! Checkpoints: cookies (CHIPS partition keys included), the URL, and per storage key (a
-//! frame's origin under its top-level origin) localStorage, sessionStorage and IndexedDB.
-//! Captured from a live page and all its frames by page script (`js/`), restored into a fresh
-//! one through intercepted documents: `docs/survives.md`. A checkpoint is a credential: its
-//! `Debug` shows sizes, its strings are zeroed on drop (`docs/security.md`).
+//! frame's origin under its top-level origin) localStorage, sessionStorage, IndexedDB, Cache
+//! Storage and private files. Captured from a live page and all its frames by page script
+//! (`js/`), restored into a fresh one through intercepted documents: `docs/survives.md`. A
+//! checkpoint is a credential: its `Debug` shows sizes, its strings are zeroed on drop.
 //!
 //! The parts: `model` (the data model), `capture` (`frames`, `expressions`, `warm`), `cache`
-//! (parts held by hash), `idb` (IndexedDB change tracking), `page_state` (typed fields and
-//! scroll positions), `restore` (`plan`, `serve`, `write`), `persist` (a checkpoint as bytes)
-//! and `script` (running the page scripts, and the value codec both of them embed).
+//! (parts held by hash), `idb` (IndexedDB change tracking), `files` (Cache Storage and OPFS
+//! caps), `page_state` (typed fields, scroll), `restore` (`plan`, `serve`, `write`), `persist`
+//! (a checkpoint as bytes) and `script` (running the page scripts, and their value codec).
 
 mod cache;
 mod capture;
 mod contexts;
+mod files;
 mod idb;
 mod model;
 mod page_state;

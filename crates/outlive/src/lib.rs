@@ -1,11 +1,11 @@
 //! outlive: make a browser-automation task outlive the browser it runs in.
 //!
 //! Cloud browser sessions end on their own schedule. [`outlive()`] runs your async task
-//! against a Chromium [`Page`] and checkpoints cookies, Web Storage, IndexedDB and the URL.
-//! It notices a death from the connection and launches a new browser through a
-//! [`Provider`]. Then it restores the checkpoint and calls the task again, with
-//! [`Ctx::attempt`] and [`Ctx::resumed_from`], so it can skip what it already did. When only
-//! the page fails, the task is re-entered on a fresh page in the same browser.
+//! against a Chromium [`Page`] and checkpoints cookies, Web Storage, IndexedDB, Cache
+//! Storage, OPFS files and the URL. It notices a death from the connection and launches a
+//! new browser through a [`Provider`]. Then it restores the checkpoint and calls the task
+//! again, with [`Ctx::attempt`] and [`Ctx::resumed_from`], so it can skip what it already
+//! did. When only the page fails, the task is re-entered on a fresh page in the same browser.
 //!
 //! ```no_run
 //! use std::sync::Mutex;
@@ -79,8 +79,8 @@
 //! * `relay` — the loopback websocket relay between chromiumoxide and the browser, which
 //!   detects a death first (close frame, reset, silent connection, process exit) and watches
 //!   the task's page (crash, close, hang), failing its calls at once when it fails.
-//! * `checkpoint` — capturing cookies, Web Storage, IndexedDB and the URL from every frame,
-//!   and restoring them (page script in `js/`).
+//! * `checkpoint` — capturing cookies, Web Storage, IndexedDB, Cache Storage, OPFS and the
+//!   URL from every frame, and restoring them (page script in `js/`).
 //! * `run` — the loop, a struct with named steps. Next browser, prepare (restore), watch the
 //!   entry (and beside it the successor or standby). After a failure, a fresh page or a
 //!   relaunch; a rotation at a safe point; the accounting. `browser` is its real backend.

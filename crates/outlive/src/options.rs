@@ -86,6 +86,8 @@ pub struct Options {
     pub(crate) release_timeout: Duration,
     pub(crate) indexed_db: bool,
     pub(crate) indexed_db_max_bytes: usize,
+    pub(crate) cache_storage_and_opfs: bool,
+    pub(crate) cache_storage_and_opfs_max_bytes: usize,
     pub(crate) page_state: bool,
     /// `None`: the lifetime the session states, if any.
     pub(crate) rotation: Option<Rotation>,
@@ -127,6 +129,11 @@ impl fmt::Debug for Options {
             .field("release_timeout", &self.release_timeout)
             .field("indexed_db", &self.indexed_db)
             .field("indexed_db_max_bytes", &self.indexed_db_max_bytes)
+            .field("cache_storage_and_opfs", &self.cache_storage_and_opfs)
+            .field(
+                "cache_storage_and_opfs_max_bytes",
+                &self.cache_storage_and_opfs_max_bytes,
+            )
             .field("page_state", &self.page_state)
             .field("rotation", &self.rotation)
             .field("standby", &self.standby)
@@ -162,6 +169,8 @@ impl Options {
             release_timeout: Duration::from_secs(10),
             indexed_db: true,
             indexed_db_max_bytes: 16 << 20,
+            cache_storage_and_opfs: true,
+            cache_storage_and_opfs_max_bytes: 16 << 20,
             page_state: true,
             rotation: None,
             standby: false,
@@ -268,6 +277,39 @@ impl Options {
         ///
         /// 16 MiB.
         fn indexed_db_max_bytes(bytes: usize);
+
+        /// Whether checkpoints hold Cache Storage and the origin private file system (OPFS)
+        /// of every origin the page and its frames use, each restored on its own origin.
+        /// Cache Storage comes back entry by entry: URL, status, status text, headers and
+        /// body. Opaque (`no-cors`) responses cannot be read: they are left out and counted in
+        /// [`WideEvent::state_left_out`], as files a worker holds locked, and entries past
+        /// the first 1 000 of an origin. Origins without these APIs (not secure contexts) are
+        /// skipped quietly. A restore writes what the checkpoint holds and deletes nothing:
+        /// what was left out stays as the browser has it.
+        ///
+        /// The cost: each checkpoint walks every origin's OPFS tree (names, sizes, times) and
+        /// reads its files only when that changed; it reads every Cache Storage entry and body
+        /// each time (there is no cheap sign of a change). Unchanged data crosses the wire as
+        /// a hash. The read has half the frame's time: if it takes longer, that checkpoint
+        /// holds no Cache Storage or files for the frame (its Web Storage and IndexedDB are
+        /// kept), and a restore leaves the browser's as they are.
+        ///
+        /// # Default
+        ///
+        /// `true`.
+        fn cache_storage_and_opfs(capture: bool);
+
+        /// The most Cache Storage, and the most OPFS files, one origin's frame holds in a
+        /// checkpoint (serialised, bodies in base64: 4/3 of their bytes). Four times as much
+        /// is the cap of both kinds across all origins of one tab (the top origin counted
+        /// first; a checkpoint of several tabs may hold that much per tab). Entries and files
+        /// over a cap are left out and counted in [`WideEvent::state_left_out`]. At most
+        /// 1 GiB.
+        ///
+        /// # Default
+        ///
+        /// 16 MiB.
+        fn cache_storage_and_opfs_max_bytes(bytes: usize);
 
         /// Whether checkpoints hold the page as the user left it: form fields typed but not
         /// sent, and the scroll positions of the window and of scrolled elements, in the page
@@ -498,6 +540,11 @@ impl Options {
             self.indexed_db_max_bytes,
             1..=1 << 30,
         )?;
+        within(
+            "cache_storage_and_opfs_max_bytes",
+            self.cache_storage_and_opfs_max_bytes,
+            1..=1 << 30,
+        )?;
         if let Some(Rotation::Expected(lifetime)) = self.rotation {
             if lifetime < Duration::from_secs(1) {
                 return Err(Error::invalid_option(
@@ -612,6 +659,10 @@ mod tests {
             (
                 Options::new().indexed_db_max_bytes(0),
                 "indexed_db_max_bytes",
+            ),
+            (
+                Options::new().cache_storage_and_opfs_max_bytes(0),
+                "cache_storage_and_opfs_max_bytes",
             ),
         ];
         for (options, name) in cases {

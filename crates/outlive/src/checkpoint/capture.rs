@@ -16,6 +16,7 @@ use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use tokio::time::Instant;
 
 use super::cache::PartCache;
+use super::files;
 use super::idb::{IdbAnswers, Tracking};
 use super::model::{Checkpoint, FrameState, Part, StorageKey, StoredCookie, is_storable_origin};
 use super::page_state;
@@ -68,6 +69,8 @@ impl FrameRead {
             local: part(self.local)?,
             session: part(self.session)?,
             idb: part(self.idb)?,
+            caches: part(self.caches)?,
+            files: part(self.files)?,
         })
     }
 }
@@ -148,7 +151,8 @@ pub(crate) async fn capture_page(
         frames_unread += read_other_origins_here(page, cache, options, tree, &mut reads).await;
     }
 
-    let storage = storage_by_key(reads, &top_origin, cache)?;
+    let mut storage = storage_by_key(reads, &top_origin, cache)?;
+    files::keep_within_total(&mut storage, &top_origin, options.files_max_bytes);
     let checkpoint = Checkpoint {
         url,
         cookies: cookies.into_iter().map(StoredCookie::from).collect(),
@@ -220,6 +224,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
             page_state: false,
@@ -314,6 +320,8 @@ mod tests {
             }),
             session: None,
             idb: None,
+            caches: None,
+            files: None,
         };
         assert_eq!(read.state(&cache).unwrap().local.unwrap().json, big);
         let unknown = FrameRead {
@@ -328,6 +336,8 @@ mod tests {
             }),
             session: None,
             idb: None,
+            caches: None,
+            files: None,
         };
         assert!(unknown.state(&cache).is_err());
     }

@@ -104,12 +104,12 @@ impl StorageKey {
     }
 }
 
-/// One part of a frame's state — its localStorage, sessionStorage or IndexedDB — as the
-/// page's script serialised it, with the hash the script computed of its content.
+/// One part of a frame's state — its localStorage, sessionStorage, IndexedDB, Cache Storage
+/// or private files — as the page's script serialised it, with the hash of its content.
 pub(crate) struct Part {
     pub(super) hash: String,
     pub(super) json: String,
-    /// Values the script could not serialise (IndexedDB only).
+    /// What the script left out: values it could not serialise, entries over a cap.
     pub(super) left_out: u64,
 }
 
@@ -131,13 +131,23 @@ pub(crate) struct FrameState {
     pub(super) local: Option<Arc<Part>>,
     pub(super) session: Option<Arc<Part>>,
     pub(super) idb: Option<Arc<Part>>,
+    /// Cache Storage (see `files`).
+    pub(super) caches: Option<Arc<Part>>,
+    /// The origin private file system (see `files`).
+    pub(super) files: Option<Arc<Part>>,
 }
 
 impl FrameState {
     pub(super) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
-        [&self.local, &self.session, &self.idb]
-            .into_iter()
-            .flatten()
+        [
+            &self.local,
+            &self.session,
+            &self.idb,
+            &self.caches,
+            &self.files,
+        ]
+        .into_iter()
+        .flatten()
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -152,6 +162,8 @@ impl FrameState {
         hash(&self.local) == hash(&other.local)
             && hash(&self.session) == hash(&other.session)
             && hash(&self.idb) == hash(&other.idb)
+            && hash(&self.caches) == hash(&other.caches)
+            && hash(&self.files) == hash(&other.files)
     }
 }
 
@@ -295,7 +307,8 @@ impl Checkpoint {
     }
 
     /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
-    /// that are over the size cap, frames whose storage could not be read, and form fields
+    /// that are over the size cap, Cache Storage entries and private files that are
+    /// unreadable or over their caps, frames whose storage could not be read, and form fields
     /// over the page state's caps.
     pub(crate) fn left_out(&self) -> u64 {
         let storages =

@@ -49,6 +49,11 @@ struct PersistedFrame {
     local: Option<PersistedPart>,
     session: Option<PersistedPart>,
     idb: Option<PersistedPart>,
+    /// Cache Storage and private files: absent where not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    caches: Option<PersistedPart>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    files: Option<PersistedPart>,
 }
 
 #[derive(serde::Serialize, Deserialize)]
@@ -184,6 +189,8 @@ fn frames_of(storage: &BTreeMap<StorageKey, FrameState>) -> Vec<PersistedFrame> 
             local: part(&state.local),
             session: part(&state.session),
             idb: part(&state.idb),
+            caches: part(&state.caches),
+            files: part(&state.files),
         })
         .collect()
 }
@@ -197,6 +204,8 @@ fn storage_of(frames: &[PersistedFrame]) -> BTreeMap<StorageKey, FrameState> {
                 local: part(&f.local),
                 session: part(&f.session),
                 idb: part(&f.idb),
+                caches: part(&f.caches),
+                files: part(&f.files),
             };
             (f.key.clone(), state)
         })
@@ -235,6 +244,8 @@ mod tests {
                 local: part(r#"[["k","v"]]"#),
                 session: part(r#"[["s","1"]]"#),
                 idb: None,
+                caches: part(r#"[["v1",[["https://widget.example/a",200,"OK",[],"eA=="]]]]"#),
+                files: part(r#"[["d/",null],["d/f","eA=="]]"#),
             },
         );
         cp.frames_unread = 1;
@@ -248,7 +259,7 @@ mod tests {
             FrameState {
                 local: part(r#"[["cart","3"]]"#),
                 session: None,
-                idb: None,
+                ..FrameState::default()
             },
         );
         cp.contexts.push(context);
@@ -269,6 +280,10 @@ mod tests {
         let frame = &back.storage[&key("https://bank.example", "https://widget.example")];
         assert!(frame.same_as(&cp.storage[&key("https://bank.example", "https://widget.example")]));
         assert_eq!(frame.session.as_ref().unwrap().json, r#"[["s","1"]]"#);
+        assert_eq!(
+            frame.files.as_ref().unwrap().json,
+            r#"[["d/",null],["d/f","eA=="]]"#
+        );
         assert_eq!(back.frames_unread, 1);
         assert_eq!(
             back.progress.as_deref().map(|p| p.as_str()),

@@ -132,6 +132,7 @@ mod tests {
                     })),
                     session: part(r#"[["s","1"]]"#),
                     idb: None,
+                    ..FrameState::default()
                 },
             );
             cp

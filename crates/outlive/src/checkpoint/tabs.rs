@@ -328,7 +328,7 @@ mod tests {
         let state = FrameState {
             local: part(&format!(r#"[["l","{target}"]]"#)),
             session: part(&format!(r#"[["s","{target}"]]"#)),
-            idb: None,
+            ..FrameState::default()
         };
         checkpoint.storage.insert(key(origin, origin), state);
         checkpoint.page = part(&format!(r#"{{"fields":[["k",0,"{target}"]]}}"#));

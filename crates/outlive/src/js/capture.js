@@ -1,8 +1,10 @@
 // Reads one frame's client-side state for a checkpoint. Called as
 // `capture(known, opts)`: `known` lists content hashes outlive already holds; a part whose
 // hash is among them comes back as `{ hash }` alone, so unchanged megabytes never cross the
-// wire. opts: { idb: bool, idbMax: bytes, idbSame: [{ scope, hash, list }] }. Returns
-// { url, origin, scope, local, session, idb }, each part `null` (not readable here) or
+// wire. opts: { idb: bool, idbMax: bytes, idbSame: [{ scope, hash, list }], files: bool,
+// filesMax: bytes, filesMs: ms, entriesMax: count }. Returns { url, origin, scope, local, session, idb, caches, files }
+// (caches: Cache Storage; files: the origin private file system), each part `null` (not
+// readable here) or
 // `{ hash, data?, leftOut?, list? }`: data the JSON text, leftOut the values left out, list
 // (IndexedDB read in full) the databases it found.
 // Installed once per document (by outlive as each top-level document starts, or by the first
@@ -185,6 +187,105 @@
     return p;
   };
 
+  // Cache Storage and the origin private file system are read inside this call: they cost no
+  // round trip of their own, and an unchanged one crosses the wire as its hash alone. Each
+  // entry or file is costed as its JSON text (bodies in base64); one that would take its kind
+  // over `filesMax`, or Cache Storage over `entriesMax` entries, is left out and counted, like
+  // an unreadable one. Cache Storage has no cheap change stamp (a put may change a body and
+  // nothing else): every capture reads its bodies.
+  const costOf = (bytes, ...strings) => Math.ceil(bytes / 3) * 4 + strings.join('').length + 16;
+
+  // [[cache name, [[url, status, statusText, [[header, value], …], body base64], …]], …].
+  // Opaque responses (no-cors) cannot be read: left out and counted, as non-GET requests.
+  const cacheStorage = async () => {
+    if (!opts.files || opts.warm) return null;
+    let names;
+    try {
+      if (typeof caches === 'undefined') return null;
+      names = await caches.keys();
+    } catch (e) { return null; }
+    const out = [];
+    let left = 0, size = 2, count = 0;
+    for (const name of names) {
+      const entries = [];
+      const before = left;
+      let requests = null;
+      try {
+        const cache = await caches.open(name);
+        requests = await cache.keys();
+        // Past the entry cap, the rest is only counted (not matched, not read).
+        const room = Math.max(0, Math.min(requests.length, opts.entriesMax - count));
+        left += requests.length - room;
+        const responses = await Promise.all(requests.slice(0, room).map((q) => cache.match(q).catch(() => undefined)));
+        for (let i = 0; i < room; i++) {
+          const q = requests[i], r = responses[i];
+          if (q.method !== 'GET' || !r || r.type.startsWith('opaque') || r.status === 0) { left++; continue; }
+          const body = await r.blob();
+          const headers = Array.from(r.headers);
+          const cost = costOf(body.size, name, q.url, r.statusText, JSON.stringify(headers));
+          if (size + cost > opts.filesMax) { left++; continue; }
+          size += cost;
+          entries.push([q.url, r.status, r.statusText, headers, OUTLIVE_CODEC.b64(new Uint8Array(await body.arrayBuffer()))]);
+        }
+      } catch (e) {
+        // The whole cache is left out: every entry it holds counted.
+        left = before + (requests ? requests.length : 1);
+        continue;
+      }
+      count += entries.length;
+      out.push([name, entries]);
+    }
+    const text = JSON.stringify(out);
+    const p = part('c' + digest([text]), () => text);
+    if (left) p.leftOut = left;
+    return p;
+  };
+
+  // [[path, body base64], …], sorted by path; a directory as its path ending in '/' and null.
+  const files = async () => {
+    if (!opts.files || opts.warm) return null;
+    let root;
+    try {
+      if (!navigator.storage || !navigator.storage.getDirectory) return null;
+      root = await navigator.storage.getDirectory();
+    } catch (e) { return null; }
+    const found = [];
+    const walk = async (dir, prefix) => {
+      for await (const [name, h] of dir.entries()) {
+        const path = prefix + name;
+        if (h.kind === 'directory') {
+          found.push([path + '/', null]);
+          await walk(h, path + '/');
+        } else found.push([path, h]);
+      }
+    };
+    try { await walk(root, ''); } catch (e) { return null; }
+    found.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    // A file locked by a sync access handle (a worker's database) cannot be read: counted.
+    const got = await Promise.all(found.map(([, h]) => (h ? h.getFile().catch(() => null) : null)));
+    // Paths, sizes and modification times as of the last full read: the same means the same
+    // bytes, so a tree outlive holds by hash is not read again.
+    const stamp = found.map(([path, h], i) => (h ? path + '\u0000' + (got[i] ? got[i].size + '.' + got[i].lastModified : '-') : path)).join('\u0001');
+    if (memo.files && memo.files.stamp === stamp && have.has(memo.files.hash)) return { hash: memo.files.hash };
+    const out = [];
+    let left = 0, size = 2;
+    for (let i = 0; i < found.length; i++) {
+      const [path, h] = found[i], f = got[i];
+      if (!h) { out.push([path, null]); continue; }
+      const cost = f ? costOf(f.size, path) : 0;
+      if (!f || size + cost > opts.filesMax) { left++; continue; }
+      try {
+        out.push([path, OUTLIVE_CODEC.b64(new Uint8Array(await f.arrayBuffer()))]);
+        size += cost;
+      } catch (e) { left++; }
+    }
+    const text = JSON.stringify(out);
+    const p = part('f' + digest([text]), () => text);
+    memo.files = { stamp, hash: p.hash };
+    if (left) p.leftOut = left;
+    return p;
+  };
+
   const origin = location.origin;
   const storable = origin.startsWith('http://') || origin.startsWith('https://');
   // This frame's origin and its ancestors' (the top's last): frames of one scope share one
@@ -198,7 +299,16 @@
   // IndexedDB first: its `databases()` goes to the browser process, which answers while Web
   // Storage is read and hashed here (1–2 ms on a new document).
   const db = storable ? idb() : null;
+  // Cache Storage and files under their own time bound, failures kept to themselves: a slow
+  // or failing read of them (null: restored as it is) never costs Web Storage or IndexedDB.
+  const bounded = (read) => {
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(() => resolve(null), opts.filesMs); });
+    return Promise.race([read().catch(() => null), late]).finally(() => clearTimeout(timer));
+  };
+  const cached = storable ? bounded(cacheStorage) : null;
+  const tree = storable ? bounded(files) : null;
   const local = storable ? area('localStorage') : null;
   const session = storable ? area('sessionStorage') : null;
-  return { url: location.href, origin, scope, local, session, idb: await db };
+  return { url: location.href, origin, scope, local, session, idb: await db, caches: await cached, files: await tree };
 })({})

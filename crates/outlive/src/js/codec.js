@@ -135,5 +135,5 @@ const OUTLIVE_CODEC = (() => {
     }
   }
 
-  return { Unsupported, enc, fill, encode, dec };
+  return { Unsupported, enc, fill, encode, dec, b64, unb64 };
 })();

@@ -2,12 +2,12 @@
 // interception, so no request reaches the real site). Evaluating this script starts listening
 // for the reports of child restore documents (cross-site iframes, which report to their parent
 // with postMessage) and gives the restore function, called once as `restore(data)` with
-// data = { local, session, idb, children, childTimeoutMs } (a part that is null is left as it
-// is): the items and databases a checkpoint holds for this document's origin under this
-// top-level site, and how many child documents it embeds. It resolves when this document and
-// every child are done, with { errors, written }. A child can finish before its parent's
-// restore is called (the parent's data is handed over after it loads), so reports are kept
-// from the start.
+// data = { local, session, idb, caches, files, children, childTimeoutMs } (a part that is null
+// is left as it is): the items, databases, caches and files a checkpoint holds for this
+// document's origin under this top-level site, and how many child documents it embeds. It
+// resolves when this document and every child are done, with { errors, written }. A child
+// can finish before its parent's restore is called (the parent's data is handed over after
+// it loads), so reports are kept from the start.
 (() => {
   const early = [];
   let deliver = (m) => early.push(m);
@@ -94,15 +94,63 @@
         } catch (e) { errors.push('indexedDB: ' + (e && e.name)); }
       }
     };
+    // Cache Storage: each entry the checkpoint holds put in its cache, one after another (so
+    // cache.keys() keeps the captured order). Nothing is deleted: after a page failure this is
+    // the same browser's storage, and what the capture left out (over a cap, opaque) stays.
+    const cacheStorage = async (list) => {
+      if (!list) return;
+      try {
+        for (const [name, entries] of list) {
+          const cache = await caches.open(name);
+          for (const [url, status, statusText, headers, body] of entries) {
+            try {
+              // These statuses take no body.
+              const none = [101, 103, 204, 205, 304].includes(status);
+              const response = new Response(none ? null : C.unb64(body), { status, statusText, headers });
+              await cache.put(new Request(url), response);
+              written++;
+            } catch (e) { errors.push('caches: ' + e.name); }
+          }
+        }
+      } catch (e) { errors.push('caches: ' + (e && e.name)); }
+    };
+    // The origin private file system: each directory and file the checkpoint holds made again.
+    // Nothing is removed (as for caches: files left out, such as a worker's locked database,
+    // stay as they are).
+    const files = async (list) => {
+      if (!list) return;
+      try {
+        const root = await navigator.storage.getDirectory();
+        const dirOf = async (parts) => {
+          let dir = root;
+          for (const p of parts) dir = await dir.getDirectoryHandle(p, { create: true });
+          return dir;
+        };
+        for (const [path, body] of list) {
+          try {
+            const parts = path.split('/');
+            const dir = await dirOf(parts.slice(0, -1));
+            if (body === null) continue;
+            const file = await dir.getFileHandle(parts[parts.length - 1], { create: true });
+            const w = await file.createWritable();
+            await w.write(C.unb64(body));
+            await w.close();
+            written++;
+          } catch (e) { errors.push('files: ' + e.name); }
+        }
+      } catch (e) { errors.push('files: ' + (e && e.name)); }
+    };
     return (async () => {
       const t0 = performance.now();
       // IndexedDB first: its requests go out at once and the browser answers them (which
       // databases exist, the open) while Web Storage is written here meanwhile.
       const databases = idb(data.idb);
+      const stored = Promise.all([cacheStorage(data.caches), files(data.files)]);
       area('localStorage', data.local);
       area('sessionStorage', data.session);
       const t1 = performance.now();
       await databases;
+      await stored;
       const t2 = performance.now();
       await children;
       const report = { errors, written, ms: { areas: t1 - t0, idb: t2 - t1, children: performance.now() - t2, sinceStart: t0 } };

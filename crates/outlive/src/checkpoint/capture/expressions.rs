@@ -36,6 +36,12 @@ pub(super) fn capture_arguments(
         "idb": options.indexed_db,
         "idbMax": options.indexed_db_max_bytes,
         "idbSame": idb_same,
+        "files": options.files,
+        "filesMax": options.files_max_bytes,
+        // Half a frame's time: a slow Cache Storage or OPFS read gives up (that part is not
+        // captured) before the frame's Web Storage and IndexedDB would be lost with it.
+        "filesMs": (options.frame_timeout / 2).as_millis() as u64,
+        "entriesMax": crate::checkpoint::files::CACHE_ENTRIES_MAX,
     });
     format!("({known}, {opts})")
 }
@@ -116,6 +122,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
             page_state: false,

@@ -32,6 +32,12 @@ pub(super) struct FrameRead {
     pub(super) local: Option<RawPart>,
     pub(super) session: Option<RawPart>,
     pub(super) idb: Option<RawPart>,
+    /// Cache Storage; `None` where not read.
+    #[serde(default)]
+    pub(super) caches: Option<RawPart>,
+    /// The origin private file system; `None` where not read.
+    #[serde(default)]
+    pub(super) files: Option<RawPart>,
 }
 
 /// A part as the script sends it: without `data` when its hash was among the known ones.
@@ -41,7 +47,7 @@ pub(super) struct RawPart {
     pub(super) hash: String,
     /// The part's content as JSON text.
     pub(super) data: Option<String>,
-    /// Values the script could not serialise (IndexedDB only).
+    /// What the script left out: values it could not serialise, entries over a cap.
     #[serde(default)]
     pub(super) left_out: u64,
     /// IndexedDB read in full: the databases found (names and versions).
@@ -412,6 +418,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout,
             in_full: false,
             page_state: false,

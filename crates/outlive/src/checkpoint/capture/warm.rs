@@ -154,6 +154,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: true,
             indexed_db_max_bytes: 1 << 20,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
             page_state: false,
@@ -204,6 +206,8 @@ mod tests {
         let options = CaptureOptions {
             indexed_db: false,
             indexed_db_max_bytes: 0,
+            files: false,
+            files_max_bytes: 0,
             frame_timeout: Duration::from_secs(5),
             in_full: false,
             page_state: false,

@@ -20,6 +20,8 @@ use crate::sync::lock;
 const OPTIONS: CaptureOptions = CaptureOptions {
     indexed_db: true,
     indexed_db_max_bytes: 1 << 20,
+    files: false,
+    files_max_bytes: 0,
     frame_timeout: Duration::from_secs(5),
     in_full: false,
     page_state: false,

@@ -35,11 +35,15 @@ impl FrameState {
         let local = part(&self.local, prior.map(|p| &p.local), true);
         let session = part(&self.session, prior.map(|p| &p.session), true);
         let idb = part(&self.idb, prior.map(|p| &p.idb), false);
+        let caches = part(&self.caches, prior.map(|p| &p.caches), false);
+        let files = part(&self.files, prior.map(|p| &p.files), false);
         Zeroizing::new(format!(
-            r#"{{"local":{},"session":{},"idb":{},"children":{children},"childTimeoutMs":{}}}"#,
+            r#"{{"local":{},"session":{},"idb":{},"caches":{},"files":{},"children":{children},"childTimeoutMs":{}}}"#,
             local.as_str(),
             session.as_str(),
             idb.as_str(),
+            caches.as_str(),
+            files.as_str(),
             CHILD_TIMEOUT.as_millis(),
         ))
     }
@@ -281,6 +285,7 @@ mod tests {
                 local: part(r#"[["big","xxxx"],["step","1"],["gone","x"]]"#),
                 session: part(r#"[["s","1"]]"#),
                 idb: idb.clone(),
+                ..FrameState::default()
             },
         );
         let mut now = Checkpoint::at_url("https://app.example/", Instant::now());
@@ -295,6 +300,7 @@ mod tests {
                 })),
                 session: part(r#"[["s","1"]]"#),
                 idb,
+                ..FrameState::default()
             },
         );
         let Plan {
