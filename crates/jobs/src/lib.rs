@@ -8,7 +8,8 @@
 //! * `task` — [`Tasks`]: tasks by name, Rust functions with a serde input type
 //!   ([`Tasks::register`]) or commands ([`Tasks::command`], parsed by [`parse_task`]) run
 //!   as `outlive run -- CMD` runs them (`command`); `finish` — how a run of one ends.
-//! * `queue` — [`submit`] enqueues a run, [`cancel`] stops it; `runs` — [`runs()`] lists them.
+//! * `queue` — [`submit`] enqueues a run, [`cancel`] stops it; `runs` — [`runs()`] lists them;
+//!   `history` — [`history()`]: a run's events (deaths, checkpoints, takeovers, …).
 //! * `worker` — [`Worker`]: takes runs from the queue, runs them through outlive, durable;
 //!   `metrics` — [`WorkerMetrics`]: its runs by state and outcome, its queue wait.
 //! * `lease` — exactly one worker per run: the lease, the self-stop before a takeover, and
@@ -19,13 +20,15 @@
 //!
 //! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`).
 //! This crate adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
-//! or error, the last wide event), `outlive_tasks` (every task name a worker declared: what
-//! [`submit`] accepts besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
+//! or error, the last wide event), `outlive_run_events` (each run's history), `outlive_tasks`
+//! (every task name a worker declared: what [`submit`] accepts besides its own [`Tasks`]) and
+//! `outlive_checkpoints` ([`PgStore`]).
 
 mod command;
 mod error;
 mod finish;
 mod held;
+mod history;
 mod lease;
 mod metrics;
 mod queue;
@@ -39,6 +42,7 @@ mod worker;
 
 pub use command::{MAX_INPUT_BYTES, parse_task};
 pub use error::{Error, ErrorKind};
+pub use history::{RunEvent, history};
 pub use lease::FencedStore;
 pub use metrics::WorkerMetrics;
 pub use queue::{Cancelled, QUEUE, RunJob, cancel, submit};

@@ -3,7 +3,7 @@
 use apalis_postgres::PostgresStorage;
 
 use crate::error::{Error, db};
-use crate::{PgStore, held};
+use crate::{PgStore, held, history};
 
 const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
     run_id text PRIMARY KEY,
@@ -41,7 +41,7 @@ const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
 )";
 
 /// Creates what durable runs need in the database, if missing: apalis' schema (its own
-/// migrations), `outlive_runs` and `outlive_checkpoints`. Safe to run from every worker.
+/// migrations), `outlive_runs`, `outlive_run_events` and `outlive_checkpoints`. Safe to run from every worker.
 ///
 /// # Errors
 ///
@@ -84,5 +84,9 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
             .await
             .map_err(|e| db("creating the runs tables", e))?;
     }
+    sqlx::query(history::EVENTS_TABLE)
+        .execute(store.pool())
+        .await
+        .map_err(|e| db("creating the run history table", e))?;
     store.setup().await
 }

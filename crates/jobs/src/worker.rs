@@ -21,7 +21,8 @@ use crate::lease::{self, Claim, Lease, Lost};
 use crate::metrics::{InState, RunState, WorkerMetrics};
 use crate::queue::{QUEUE, RunJob};
 use crate::task::Task;
-use crate::{PgStore, Tasks, command, held};
+use crate::{PgStore, Tasks, command, held, history};
+use outlive::history::{Event, Step};
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and
 /// missed-heartbeat count: each judges the others by its own.
@@ -111,7 +112,8 @@ pub struct Worker {
 impl Worker {
     /// A worker for `tasks`, launching browsers through `provider` (wrap it in a
     /// [`SessionLimit`](crate::SessionLimit) to cap sessions across workers), sealing with
-    /// `sealer`, each run with `options` (its durability is set by the worker).
+    /// `sealer`, each run with `options` (its durability and its `on_milestone` are set by
+    /// the worker: the milestones are the run's history, [`history`](crate::history())).
     pub fn new(
         store: PgStore,
         sealer: Sealer,
@@ -308,7 +310,7 @@ async fn take(
         if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
             m.waited(waited);
         }
-        let held = hold(&job, lease, &shared, &mut state).await?;
+        let held = hold(&job, lease, &shared, worker.name(), &mut state).await?;
         if let (Some(m), Some(outcome)) = (metrics, held.outcome()) {
             m.finished(outcome);
         }
@@ -369,11 +371,13 @@ where
 }
 
 /// Runs the task of `job` under `lease`: refused when taken too often or unknown here, else
-/// durable from the run's newest checkpoint, until it finishes or the hold is lost.
+/// durable from the run's newest checkpoint, until it finishes or the hold is lost. Its
+/// history is written as it goes.
 async fn hold(
     job: &RunJob,
     mut lease: Lease,
     shared: &Shared,
+    worker: &str,
     state: &mut Option<InState>,
 ) -> Result<Held, BoxDynError> {
     let run_id = lease.run_id().to_owned();
@@ -383,6 +387,46 @@ async fn hold(
         // First of all: what a dead predecessor held is released before anything launches.
         lease.takeover = held::release_inherited(pool, &run_id, shared.provider.as_ref()).await?;
     }
+    let place = history::Place {
+        run_id: run_id.clone(),
+        pickup: Some(pickups),
+        worker: Some(worker.to_owned()),
+    };
+    let taken = if pickups > 1 {
+        Step::Takeover
+    } else {
+        Step::Pickup
+    };
+    history::record(pool, &place, &Event::now(taken)).await;
+    let writer = history::Writer::start(pool.clone(), place.clone());
+    let held = run_held(job, lease, shared, &writer, state).await;
+    writer.close().await;
+    let outcome = match &held {
+        Ok(held) => held
+            .outcome()
+            .filter(|o| ["completed", "failed", "gave_up"].contains(o)),
+        Err(_) => Some("failed"),
+    };
+    if let Some(outcome) = outcome {
+        let finished = Step::Finished {
+            outcome: outcome.to_owned(),
+        };
+        history::record(pool, &place, &Event::now(finished)).await;
+    }
+    held
+}
+
+/// [`hold`]'s run: its milestones go to `writer`.
+async fn run_held(
+    job: &RunJob,
+    lease: Lease,
+    shared: &Shared,
+    writer: &history::Writer,
+    state: &mut Option<InState>,
+) -> Result<Held, BoxDynError> {
+    let run_id = lease.run_id().to_owned();
+    let pool = shared.store.pool();
+    let pickups = lease.pickup();
     if i64::from(pickups) > i64::from(shared.max_pickups) {
         let error = format!(
             "taken {pickups} times without finishing (max_pickups is {}): every worker that had \
@@ -414,7 +458,11 @@ async fn hold(
         );
         durable = durable.resume(saved.sealed, saved.attempt);
     }
-    let options = shared.options.clone().durable(durable);
+    let options = shared
+        .options
+        .clone()
+        .durable(durable)
+        .on_milestone(outlive::history::recorder(writer.sink()));
     let provider: Arc<dyn Provider> = Arc::new(held::Recorded {
         inner: shared.provider.clone(),
         pool: pool.clone(),
