@@ -4,7 +4,8 @@
 //! `outlive ui`'s page list the same events. A run with three deaths, its page opened in
 //! headless Chromium: four session bars and three death marks in the live DOM
 //! (`OUTLIVE_UI_SCREENSHOT=PATH` saves a screenshot). An unknown run id, and a `--listen`
-//! address in use or off loopback: clear errors and exit statuses.
+//! address in use or off loopback: clear errors and exit statuses. And `outlive run
+//! --metrics`: its command reads `/` and its run's page while the run goes on.
 
 mod support;
 
@@ -328,4 +329,55 @@ async fn an_unknown_run_and_a_bad_listen_address_are_clear_errors() {
 
     let store = PgStore::connect(&db.url).await.unwrap();
     db.drop_now(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_of_run_shows_its_run_while_it_goes_on() {
+    let gw = support::fault_gateway(Duration::ZERO).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    // The command reads the pages once the run has entered it: the run is live then.
+    let read = format!(
+        "curl -sf http://127.0.0.1:{port}/ > {d}/list.html && \
+         curl -sf http://127.0.0.1:{port}/runs/1 > {d}/run.html",
+        d = dir.path().display()
+    );
+    let status = Command::new(support::outlive_bin())
+        .args(["run", "--metrics", &format!("127.0.0.1:{port}")])
+        .args(["--solari-url", gw.base_url(), "--", "sh", "-c", &read])
+        .env("SOLARI_API_KEY", gw.api_key())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let list = std::fs::read_to_string(dir.path().join("list.html")).unwrap();
+    let run = std::fs::read_to_string(dir.path().join("run.html")).unwrap();
+    assert!(
+        list.contains("href=\"/runs/1\"") && list.contains("running"),
+        "{list}"
+    );
+    assert!(
+        run.contains("http-equiv=\"refresh\""),
+        "a live run refreshes: {run}"
+    );
+    assert_eq!(run.matches("<rect class=\"session\"").count(), 1, "{run}");
+    assert_eq!(
+        page_events(&run)
+            .iter()
+            .map(|(_, k)| k.as_str())
+            .collect::<Vec<_>>(),
+        ["launched", "entered"]
+    );
+    assert!(
+        !run.contains(gw.api_key()) && !run.contains("token"),
+        "{run}"
+    );
+    support::finish_clean(gw).await;
 }

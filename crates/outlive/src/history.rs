@@ -209,22 +209,41 @@ pub struct Event {
 impl Event {
     /// `step`, now.
     pub fn now(step: Step) -> Event {
-        let at_ms = SystemTime::now()
+        Event::ago(step, Duration::ZERO)
+    }
+
+    /// `step`, `ago` before now.
+    fn ago(step: Step, ago: Duration) -> Event {
+        let at = SystemTime::now().checked_sub(ago).unwrap_or(UNIX_EPOCH);
+        let at_ms = at
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         Event { at_ms, step }
     }
+
+    /// The event a milestone is, if it is one a history keeps. A death is dated when it was
+    /// detected (it is reported after the grace), the rest when reported.
+    pub fn of(milestone: &Milestone) -> Option<Event> {
+        let step = Step::of(milestone)?;
+        let ago = match milestone {
+            Milestone::Died { detected_at, .. } | Milestone::PageFailed { detected_at, .. } => {
+                detected_at.elapsed()
+            }
+            _ => Duration::ZERO,
+        };
+        Some(Event::ago(step, ago))
+    }
 }
 
 /// A milestone callback for [`Options::on_milestone`](crate::Options::on_milestone) that
-/// hands each step a history keeps to `sink`, timestamped now.
+/// hands each milestone a history keeps to `sink`, as an [`Event`] ([`Event::of`]).
 pub fn recorder(
     sink: impl Fn(Event) + Send + Sync + 'static,
 ) -> impl Fn(&Milestone) + Send + Sync + 'static {
     let sink = Arc::new(sink);
     move |milestone| {
-        if let Some(step) = Step::of(milestone) {
-            sink(Event::now(step));
+        if let Some(event) = Event::of(milestone) {
+            sink(event);
         }
     }
 }

@@ -16,7 +16,8 @@ const RIGHT: f64 = 20.0;
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
 table{border-collapse:collapse}td,th{padding:2px 10px;text-align:left;border-bottom:1px solid #ddd}\
-.session{fill:#4a7fd4}.session.cut{fill:#9db6e4}.redone{fill:#f2b134;opacity:.45}\
+.session{fill:#4a7fd4;stroke:#fff;stroke-width:2}.session.cut{fill:#9db6e4}\
+.bar-label{fill:#fff;font-weight:600}.redone{fill:#f2b134;opacity:.45}\
 .death line,.takeover line{stroke-width:2}.death line{stroke:#c62828}.death text{fill:#c62828}\
 .takeover line{stroke:#6a1b9a;stroke-dasharray:4 3}.takeover text{fill:#6a1b9a}\
 .page-failure line{stroke:#ef6c00}.checkpoint{stroke:#2e7d32}.axis{stroke:#888}\
@@ -151,7 +152,7 @@ fn svg(out: &mut String, t: &Timeline) {
             (x(s.to) - x(s.from)).max(1.0)
         );
     }
-    for s in &t.sessions {
+    for (n, s) in t.sessions.iter().enumerate() {
         let _ = write!(
             out,
             "<rect class=\"session{}\" x=\"{:.1}\" y=\"40\" width=\"{:.1}\" height=\"24\">\
@@ -164,6 +165,15 @@ fn svg(out: &mut String, t: &Timeline) {
                 .unwrap_or_default(),
             seconds(s.span.to - s.span.from),
         );
+        let width = x(s.span.to) - x(s.span.from);
+        if width > 16.0 {
+            let _ = write!(
+                out,
+                "<text class=\"bar-label\" x=\"{:.1}\" y=\"56\">{}</text>",
+                x(s.span.from) + 5.0,
+                n + 1
+            );
+        }
     }
     for c in &t.checkpoints {
         let at = x(c.at);
