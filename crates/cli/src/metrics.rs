@@ -25,11 +25,15 @@ use crate::ui::RunSource;
 pub struct MetricsArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics, ADDR as IP:PORT (port 0: any free one).
     ///
-    /// Deaths, sessions, relaunches, checkpoints (docs/metrics.md). Loopback only, unless
-    /// --metrics-public. The address is printed on stderr.
+    /// Deaths, sessions, relaunches, checkpoints (docs/metrics.md). The runs page is served
+    /// at http://ADDR/ (docs/ui.md). Loopback only, unless --metrics-public. The address is
+    /// printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
-    /// Let --metrics listen on an address other than loopback (the network can read it).
+    /// Let --metrics listen on an address other than loopback (the network can read its
+    /// metrics and its runs page).
+    ///
+    /// The runs page lists runs with their ids, task names, states, deaths and timings.
     #[arg(long, requires = "metrics")]
     pub metrics_public: bool,
 }

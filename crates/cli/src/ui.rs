@@ -30,8 +30,66 @@ pub struct RunView {
     pub over: bool,
     /// The worker that took it last (durable runs).
     pub worker: Option<String>,
-    /// Its events, oldest first.
+    /// Its events, oldest first (none in a list of durable runs: [`RunView::totals`] has
+    /// what they add up to).
     pub events: Vec<ViewEvent>,
+    /// Whether events after `events` were left out (a page reads so many at most).
+    pub left_out: bool,
+    /// What all its events add up to, when `events` are not all of them (durable runs).
+    pub totals: Option<Totals>,
+}
+
+impl RunView {
+    /// What all its events add up to: [`RunView::totals`]'s, else counted in `events`.
+    pub fn totals(&self) -> Totals {
+        self.totals.unwrap_or_else(|| Totals::of(&self.events))
+    }
+}
+
+/// What a run's events add up to, as the pages show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The highest attempt entered (0: none yet).
+    pub attempts: u32,
+    /// Browser sessions launched.
+    pub sessions: usize,
+    /// When its first event happened, in milliseconds since the Unix epoch.
+    pub first_ms: Option<i64>,
+    /// When its last event happened.
+    pub last_ms: Option<i64>,
+}
+
+impl Totals {
+    /// Counted in `events` (oldest first).
+    pub fn of(events: &[ViewEvent]) -> Totals {
+        let attempts = events
+            .iter()
+            .filter_map(|e| match e.step {
+                Step::Entered { attempt, .. } => Some(attempt),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let sessions = events
+            .iter()
+            .filter(|e| matches!(e.step, Step::Launched { .. }))
+            .count();
+        Totals {
+            attempts,
+            sessions,
+            first_ms: events.first().map(|e| e.at_ms),
+            last_ms: events.last().map(|e| e.at_ms),
+        }
+    }
+
+    fn of_durable(run: &outlive_jobs::RunSummary) -> Totals {
+        Totals {
+            attempts: u32::try_from(run.attempts).unwrap_or(0),
+            sessions: usize::try_from(run.sessions).unwrap_or(0),
+            first_ms: run.first_at_ms,
+            last_ms: run.last_at_ms,
+        }
+    }
 }
 
 /// One event of a [`RunView`].
@@ -105,17 +163,19 @@ impl DurableRuns {
             .await?;
         Ok(store)
     }
+}
 
-    async fn view(&self, row: outlive_jobs::RunRow) -> Result<RunView, Error> {
-        let events = outlive_jobs::history(self.store().await?, &row.run_id).await?;
-        Ok(RunView {
-            over: row.status.is_over(),
-            status: row.status.to_string(),
-            id: row.run_id,
-            task: Some(row.task),
-            worker: row.worker,
-            events: events.into_iter().map(durable_event).collect(),
-        })
+/// `run` with `events` (oldest first), more of them left out or not.
+fn durable_view(run: outlive_jobs::RunSummary, events: Vec<ViewEvent>, left_out: bool) -> RunView {
+    RunView {
+        over: run.status.is_over(),
+        status: run.status.to_string(),
+        totals: Some(Totals::of_durable(&run)),
+        id: run.run_id,
+        task: Some(run.task),
+        worker: run.worker,
+        events,
+        left_out,
     }
 }
 
@@ -129,29 +189,32 @@ fn durable_event(e: outlive_jobs::RunEvent) -> ViewEvent {
     }
 }
 
-/// Runs listed at most (the newest).
-const LISTED: usize = 50;
+/// Runs listed at most (the newest), and events read at most for a run's page (its first).
+const LISTED: u32 = 50;
+const SHOWN_EVENTS: u32 = 2000;
 
 impl RunSource for DurableRuns {
     fn list(&self) -> BoxFuture<'_, Result<Vec<RunView>, Error>> {
         Box::pin(async move {
-            let rows = outlive_jobs::runs(self.store().await?).await?;
-            let skip = rows.len().saturating_sub(LISTED);
-            let mut views = Vec::new();
-            for row in rows.into_iter().skip(skip) {
-                views.push(self.view(row).await?);
-            }
-            Ok(views)
+            let runs = outlive_jobs::recent_runs(self.store().await?, LISTED).await?;
+            // Newest last, as every source lists them.
+            let views = runs
+                .into_iter()
+                .rev()
+                .map(|r| durable_view(r, Vec::new(), false));
+            Ok(views.collect())
         })
     }
 
     fn one<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunView>, Error>> {
         Box::pin(async move {
-            let rows = outlive_jobs::runs(self.store().await?).await?;
-            match rows.into_iter().find(|r| r.run_id == id) {
-                Some(row) => Ok(Some(self.view(row).await?)),
-                None => Ok(None),
-            }
+            let store = self.store().await?;
+            let Some(run) = outlive_jobs::run_summary(store, id).await? else {
+                return Ok(None);
+            };
+            let (events, left_out) = outlive_jobs::history_first(store, id, SHOWN_EVENTS).await?;
+            let events = events.into_iter().map(durable_event).collect();
+            Ok(Some(durable_view(run, events, left_out)))
         })
     }
 }
@@ -191,6 +254,8 @@ impl RecentRuns {
             over: false,
             worker: None,
             events: Vec::new(),
+            left_out: false,
+            totals: None,
         });
         RecentRun {
             runs: self.clone(),
@@ -255,10 +320,10 @@ impl RecentRun {
         });
     }
 
-    /// `options` recording this run's milestones (its `on_milestone`).
+    /// `options` also recording this run's milestones (after their own `on_milestone`).
     pub fn observe(&self, options: outlive::Options) -> outlive::Options {
         let run = self.clone();
-        options.on_milestone(outlive::history::recorder(move |e| run.record(e)))
+        options.also_on_milestone(outlive::history::recorder(move |e| run.record(e)))
     }
 }
 

@@ -3,8 +3,9 @@
 //! and whose worker is then SIGKILLed and taken over: `outlive runs --history --json` and
 //! `outlive ui`'s page list the same events. A run with three deaths, its page opened in
 //! headless Chromium: four session bars and three death marks in the live DOM
-//! (`OUTLIVE_UI_SCREENSHOT=PATH` saves a screenshot). An unknown run id, and a `--listen`
-//! address in use or off loopback: clear errors and exit statuses. And `outlive run
+//! (`OUTLIVE_UI_SCREENSHOT=PATH` saves a screenshot). An unknown run id, `ui` on a database
+//! without the tables, and a `--listen` address in use or off loopback: clear errors and
+//! exit statuses. And `outlive run
 //! --metrics`: its command reads `/` and its run's page while the run goes on.
 
 mod support;
@@ -142,7 +143,11 @@ async fn history_and_page_agree_for_a_run_taken_over_after_a_sigkill() {
         |r| r[0].status == RunStatus::Completed,
     )
     .await;
-    let events = outlive_jobs::history(&jb.store, &run_id).await.unwrap();
+    // Its history's end is written once its end is saved.
+    let events = until_history(&jb.store, &run_id, "the end in the history", |e| {
+        count(e, "finished") > 0
+    })
+    .await;
     let kinds: Vec<&str> = events.iter().map(|e| e.step.kind()).collect();
     println!("{kinds:?}");
     assert_eq!(kinds.first(), Some(&"pickup"), "{kinds:?}");
@@ -151,6 +156,27 @@ async fn history_and_page_agree_for_a_run_taken_over_after_a_sigkill() {
     assert_eq!(kinds.last(), Some(&"finished"), "{kinds:?}");
     assert!(
         matches!(&events.last().unwrap().step, Step::Finished { outcome } if outcome == "completed")
+    );
+    // The bounded reads of the page: the first events, totals counted by the database.
+    let (head, more) = outlive_jobs::history_first(&jb.store, &run_id, 3)
+        .await
+        .unwrap();
+    assert_eq!((head.as_slice(), more), (&events[..3], true));
+    let summary = outlive_jobs::run_summary(&jb.store, &run_id)
+        .await
+        .unwrap()
+        .expect("the run");
+    let entered = events.iter().filter_map(|e| match e.step {
+        Step::Entered { attempt, .. } => Some(i64::from(attempt)),
+        _ => None,
+    });
+    assert_eq!(
+        (summary.attempts, summary.sessions as usize),
+        (entered.max().unwrap(), count(&events, "launched"))
+    );
+    assert_eq!(
+        outlive_jobs::recent_runs(&jb.store, 50).await.unwrap(),
+        [summary]
     );
     let takeover = events.iter().find(|e| e.step == Step::Takeover).unwrap();
     assert_eq!(
@@ -305,6 +331,15 @@ async fn three_deaths_show_as_four_session_bars_in_chromium() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_run_and_a_bad_listen_address_are_clear_errors() {
     let db = support::pg::Scratch::create().await;
+    // `ui` creates no table: on a database without them, it says what creates them.
+    let (status, _, stderr) = outlive(&db.url, &["ui", "--listen", "127.0.0.1:0"]).await;
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tables are missing (outlive_runs, outlive_run_events)")
+            && stderr.contains("`outlive worker`"),
+        "{stderr}"
+    );
+
     let (status, _, stderr) = outlive(&db.url, &["runs", "--history", "no-such-run"]).await;
     assert_eq!(status, Some(1), "{stderr}");
     assert!(stderr.contains("no run \"no-such-run\""), "{stderr}");

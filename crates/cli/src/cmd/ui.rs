@@ -43,9 +43,12 @@ impl UiArgs {
         };
         // Bound first: an address in use is said before anything else.
         let server = Server::bind(self.listen, "--listen", routes).await?;
-        // Asked once at start: a database that cannot be reached is said at once too.
-        let store = super::durable::connect_and_setup(&self.database_url).await?;
+        // Asked once at start: a database that cannot be reached, or has no runs tables, is
+        // said at once too. Nothing is created: a read-only role may serve the page.
+        let store = outlive_jobs::PgStore::connect(&self.database_url).await?;
+        let set_up = outlive_jobs::check_setup(&store).await;
         store.pool().close().await;
+        set_up?;
         eprintln!("outlive: runs at http://{}/", server.addr());
         stop.await;
         Ok(())

@@ -50,13 +50,15 @@ pub(crate) fn list(runs: &[RunView], now: i64) -> String {
          <th>sessions</th><th>time</th><th>worker</th></tr>",
     );
     for run in runs {
-        let (attempts, sessions) = counts(&run.events);
+        let totals = run.totals();
         let _ = write!(
             out,
             "<tr data-run=\"{id}\"><td><a href=\"/runs/{id}\">{id}</a></td><td>{}</td>\
-             <td>{}</td><td>{attempts}</td><td>{sessions}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(run.task.as_deref().unwrap_or("")),
             escape(&run.status),
+            totals.attempts,
+            totals.sessions,
             seconds(duration(run, now)),
             escape(run.worker.as_deref().unwrap_or("")),
             id = escape(&run.id),
@@ -66,29 +68,12 @@ pub(crate) fn list(runs: &[RunView], now: i64) -> String {
     out
 }
 
-/// Entries (the highest attempt) and sessions (launches) in `events`.
-fn counts(events: &[ViewEvent]) -> (u32, usize) {
-    use outlive::history::Step;
-    let attempts = events
-        .iter()
-        .filter_map(|e| match e.step {
-            Step::Entered { attempt, .. } => Some(attempt),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let sessions = events
-        .iter()
-        .filter(|e| matches!(e.step, Step::Launched { .. }))
-        .count();
-    (attempts, sessions)
-}
-
 /// From the first event to the last (to now while the run goes on), in milliseconds.
 fn duration(run: &RunView, now: i64) -> i64 {
-    let first = run.events.first().map_or(now, |e| e.at_ms);
-    let last = match (run.over, run.events.last()) {
-        (true, Some(e)) => e.at_ms,
+    let totals = run.totals();
+    let first = totals.first_ms.unwrap_or(now);
+    let last = match (run.over, totals.last_ms) {
+        (true, Some(last)) => last,
         _ => now,
     };
     (last - first).max(0)
@@ -102,19 +87,30 @@ fn seconds(ms: i64) -> String {
 pub(crate) fn run(run: &RunView, now: i64) -> String {
     let mut out = String::new();
     head(&mut out, &format!("run {}", run.id), !run.over);
-    let (attempts, sessions) = counts(&run.events);
+    let totals = run.totals();
     let _ = write!(
         out,
         "<p><a href=\"/\">all runs</a></p><h1>Run {}</h1><p class=\"summary\">{}{} · \
-         {attempts} attempts · {sessions} sessions · {}</p>",
+         {} attempts · {} sessions · {}</p>",
         escape(&run.id),
         escape(&run.status),
         run.task
             .as_deref()
             .map(|t| format!(" · task {}", escape(t)))
             .unwrap_or_default(),
+        totals.attempts,
+        totals.sessions,
         seconds(duration(run, now)),
     );
+    if run.left_out {
+        let _ = write!(
+            out,
+            "<p class=\"left-out\">Only its first {} events are shown: the rest were left \
+             out. <code>outlive runs --history {}</code> prints them all.</p>",
+            run.events.len(),
+            escape(&run.id)
+        );
+    }
     let timeline = Timeline::of(&run.events, if run.over { i64::MIN } else { now });
     svg(&mut out, &timeline);
     out.push_str(
@@ -285,6 +281,8 @@ mod tests {
                 worker: Some("<w>".into()),
                 step: Step::Launched { took_ms: 10 },
             }],
+            left_out: false,
+            totals: None,
         };
         for page in [
             list(std::slice::from_ref(&run), 2000),
@@ -333,6 +331,8 @@ mod tests {
                     },
                 ),
             ],
+            left_out: false,
+            totals: None,
         };
         let page = super::run(&run, 10_000);
         assert!(!page.contains("refresh"));
@@ -340,5 +340,38 @@ mod tests {
         assert_eq!(page.matches("class=\"death\"").count(), 1);
         assert_eq!(page.matches("class=\"redone\"").count(), 1);
         assert_eq!(page.matches("<tr data-seq").count(), 4);
+    }
+
+    #[test]
+    fn a_run_read_in_part_says_so_and_counts_from_its_totals() {
+        let run = RunView {
+            id: "r".into(),
+            task: None,
+            status: "completed".into(),
+            over: true,
+            worker: None,
+            events: vec![ViewEvent {
+                seq: 1,
+                at_ms: 1000,
+                pickup: None,
+                worker: None,
+                step: Step::Launched { took_ms: 0 },
+            }],
+            left_out: true,
+            totals: Some(super::super::Totals {
+                attempts: 7,
+                sessions: 3,
+                first_ms: Some(1000),
+                last_ms: Some(5000),
+            }),
+        };
+        let page = super::run(&run, 10_000);
+        assert!(page.contains("Only its first 1 events are shown"), "{page}");
+        assert!(page.contains("7 attempts · 3 sessions · 4.0 s"), "{page}");
+        let list = list(std::slice::from_ref(&run), 10_000);
+        assert!(
+            list.contains("<td>7</td><td>3</td><td>4.0 s</td>"),
+            "{list}"
+        );
     }
 }
