@@ -54,7 +54,15 @@ pub enum Command {
     /// ended, its browser released) within a heartbeat.
     Cancel(cmd::durable::CancelArgs),
     /// List durable runs: status, worker pickups, entries, result or error.
+    ///
+    /// With --history RUN_ID: that run's events (pickups, entries, deaths, checkpoints,
+    /// takeovers, its end).
     Runs(cmd::durable::RunsArgs),
+    /// Serve a page of the durable runs and their timelines, until Ctrl-C or SIGTERM.
+    ///
+    /// Each run's sessions as bars on a time axis, deaths marked by cause, checkpoints as
+    /// ticks, redone work shaded. It refreshes while a run goes on.
+    Ui(cmd::ui::UiArgs),
     /// Run a Solari-compatible gateway whose sessions die on schedule, until Ctrl-C.
     Gateway(cmd::gateway::GatewayArgs),
 }

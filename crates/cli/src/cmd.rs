@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod run;
 pub mod serve;
 pub mod stdio;
+pub mod ui;
 
 use std::time::Duration;
 
@@ -326,15 +327,20 @@ impl RunOptionArgs {
     }
 }
 
-/// `--metrics`, served, and the handle runs record into; or, when it cannot be served, the
-/// exit status (the error said on stderr).
+/// `--metrics`, served with the runs of `runs` at `/`, and the handle runs record into; or,
+/// when it cannot be served, the exit status (the error said on stderr).
 pub async fn serve_metrics(
     flags: &crate::metrics::MetricsArgs,
+    runs: &crate::ui::RecentRuns,
 ) -> Result<Option<(crate::metrics::MetricsServer, outlive::Metrics)>, i32> {
-    flags.serve(outlive::Metrics::register).await.map_err(|e| {
-        eprintln!("outlive: {}", chain(&e));
-        outlive::EXIT_USAGE
-    })
+    let runs = std::sync::Arc::new(runs.clone());
+    flags
+        .serve(outlive::Metrics::register, runs)
+        .await
+        .map_err(|e| {
+            eprintln!("outlive: {}", chain(&e));
+            outlive::EXIT_USAGE
+        })
 }
 
 /// An error and its causes, as one line: `what failed: why: …`.

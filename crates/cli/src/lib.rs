@@ -9,7 +9,8 @@
 //!   the command line and the bank task, on a provider or an embedded gateway. Durable runs
 //!   themselves (the queue, the store, the lease, the session limit) are the `outlive-jobs`
 //!   crate.
-//! * [`metrics`] — `--metrics ADDR`: `/metrics` for `run`, `serve` and `worker`.
+//! * [`metrics`] — `--metrics ADDR`: `/metrics` for `run`, `serve` and `worker`; [`ui`] —
+//!   the runs page, at `/` there and under `outlive ui`; [`http`] — the listener of both.
 //! * [`error`] — the one [`Error`] type.
 //!
 //! The demo's and the worker's test bed (Aurora Bank, a gateway, the bank task) is the
@@ -20,8 +21,10 @@ pub mod cli;
 pub mod cmd;
 pub mod demo;
 pub mod error;
+pub mod http;
 pub mod metrics;
 mod sync;
+pub mod ui;
 pub mod worker;
 
 pub use error::{Error, ErrorKind};

@@ -47,5 +47,9 @@ async fn main() -> anyhow::Result<ExitCode> {
             args.run().await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Ui(args) => {
+            args.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -64,8 +64,9 @@ pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     for declaration in &args.tasks {
         tasks = tasks.declare(declaration)?;
     }
-    // apalis' listener, fetches and heartbeats, and per run its lease and its checkpoints.
-    let connections = 4 + 2 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
+    // apalis' listener, fetches and heartbeats, and per run its lease, its checkpoints and
+    // its history's writer (one each: history inserts never starve a lease's renewal).
+    let connections = 4 + 3 * u32::try_from(args.config.concurrency).unwrap_or(u32::MAX / 4);
     let store = PgStore::connect_with(&args.database_url, connections).await?;
     jobs::setup(&store).await?;
     let (provider, bed, bank): (Box<dyn Provider>, _, _) = match args.provider {

@@ -57,6 +57,12 @@ pub enum ErrorKind {
         /// The task.
         task: String,
     },
+    /// The database lacks the durable-run tables ([`setup`](crate::setup) was never run on
+    /// it).
+    NotSetUp {
+        /// The tables missing.
+        missing: Vec<String>,
+    },
     /// An option was out of range; nothing was started.
     InvalidOption {
         /// The option's field name.
@@ -108,6 +114,13 @@ impl fmt::Display for Error {
                 write!(f, "run {run_id:?} is {status} already: nothing to cancel")
             }
             ErrorKind::Input { task } => write!(f, "the input does not fit task {task:?}"),
+            ErrorKind::NotSetUp { missing } => write!(
+                f,
+                "the durable-run tables are missing ({}): create them once, as a role that may \
+                 (`outlive worker`, `outlive submit` or `outlive runs` does it; in Rust, \
+                 `outlive_jobs::setup`)",
+                missing.join(", ")
+            ),
             ErrorKind::InvalidOption { option, message } => {
                 write!(f, "invalid option `{option}`: {message}")
             }

@@ -41,6 +41,12 @@ impl Timing {
             stop_grace: heartbeat / 2,
         }
     }
+
+    /// How long a pickup's last history events may take to be written: well under a
+    /// heartbeat (at most 1 s), so a slow database never holds a run up.
+    pub(crate) fn flush(&self) -> Duration {
+        (self.heartbeat / 2).min(Duration::from_secs(1))
+    }
 }
 
 /// Why a worker no longer holds a run.

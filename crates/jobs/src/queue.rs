@@ -160,5 +160,12 @@ pub async fn cancel(store: &PgStore, run_id: &str) -> Result<Cancelled, Error> {
     .await
     .map_err(|e| db("cancelling the run", e))?;
     tx.commit().await.map_err(|e| db("cancelling the run", e))?;
+    let place = crate::history::Place {
+        run_id: run_id.to_owned(),
+        pickup: None,
+        worker: None,
+    };
+    let event = outlive::history::Event::now(outlive::history::Step::Cancelled);
+    crate::history::record(store.pool(), &place, &event).await;
     Ok(was)
 }

@@ -2,8 +2,8 @@
 
 use apalis_postgres::PostgresStorage;
 
-use crate::error::{Error, db};
-use crate::{PgStore, held};
+use crate::error::{Error, ErrorKind, db};
+use crate::{PgStore, held, history};
 
 const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
     run_id text PRIMARY KEY,
@@ -35,13 +35,17 @@ const PICKUPS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_pickups (
     PRIMARY KEY (run_id, pickup)
 )";
 
+/// For listing the newest runs ([`recent_runs`](crate::recent_runs)) without reading all.
+const RUNS_SUBMITTED: &str =
+    "CREATE INDEX IF NOT EXISTS outlive_runs_submitted ON outlive_runs (submitted_at)";
+
 const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
     name text PRIMARY KEY,
     declared_at timestamptz NOT NULL DEFAULT now()
 )";
 
 /// Creates what durable runs need in the database, if missing: apalis' schema (its own
-/// migrations), `outlive_runs` and `outlive_checkpoints`. Safe to run from every worker.
+/// migrations), `outlive_runs`, `outlive_run_events` and `outlive_checkpoints`. Safe to run from every worker.
 ///
 /// # Errors
 ///
@@ -65,6 +69,26 @@ pub async fn setup(store: &PgStore) -> Result<(), Error> {
     created
 }
 
+/// Checks, creating nothing (a read-only role may call it), that the tables a reader of runs
+/// and their histories needs are there: `outlive_runs` and `outlive_run_events`.
+///
+/// # Errors
+///
+/// [`ErrorKind::NotSetUp`] naming the tables missing; [`ErrorKind::Database`].
+pub async fn check_setup(store: &PgStore) -> Result<(), Error> {
+    let missing: Vec<String> = sqlx::query_scalar(
+        "SELECT t FROM unnest(ARRAY['outlive_runs', 'outlive_run_events']) AS t
+         WHERE to_regclass(t) IS NULL",
+    )
+    .fetch_all(store.pool())
+    .await
+    .map_err(|e| db("looking for the runs tables", e))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::NotSetUp { missing }))
+}
+
 /// The advisory lock class of [`setup`] ("olsu").
 const SETUP_CLASS: i32 = 0x6f6c_7375;
 
@@ -75,6 +99,7 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
     for table in [
         RUNS_TABLE,
         RUNS_LEASE,
+        RUNS_SUBMITTED,
         held::HELD_COLUMN,
         PICKUPS_TABLE,
         TASKS_TABLE,
@@ -84,5 +109,9 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
             .await
             .map_err(|e| db("creating the runs tables", e))?;
     }
+    sqlx::query(history::EVENTS_TABLE)
+        .execute(store.pool())
+        .await
+        .map_err(|e| db("creating the run history table", e))?;
     store.setup().await
 }

@@ -21,7 +21,8 @@ use crate::lease::{self, Claim, Lease, Lost};
 use crate::metrics::{InState, RunState, WorkerMetrics};
 use crate::queue::{QUEUE, RunJob};
 use crate::task::Task;
-use crate::{PgStore, Tasks, command, held};
+use crate::{PgStore, Tasks, command, held, history};
+use outlive::history::{Event, Step};
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and
 /// missed-heartbeat count: each judges the others by its own.
@@ -111,7 +112,8 @@ pub struct Worker {
 impl Worker {
     /// A worker for `tasks`, launching browsers through `provider` (wrap it in a
     /// [`SessionLimit`](crate::SessionLimit) to cap sessions across workers), sealing with
-    /// `sealer`, each run with `options` (its durability is set by the worker).
+    /// `sealer`, each run with `options` (its durability is set by the worker, and its
+    /// milestones also go to the run's history, [`history`](crate::history())).
     pub fn new(
         store: PgStore,
         sealer: Sealer,
@@ -308,15 +310,17 @@ async fn take(
         if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
             m.waited(waited);
         }
-        let held = hold(&job, lease, &shared, &mut state).await?;
-        if let (Some(m), Some(outcome)) = (metrics, held.outcome()) {
+        let (held, writer) = hold(&job, lease, &shared, worker.name(), &mut state).await?;
+        let outcome = held.outcome();
+        if let (Some(m), Some(outcome)) = (metrics, outcome) {
             m.finished(outcome);
         }
+        let flush = shared.timing.flush();
         match held {
             Held::Finished(held) => {
                 let (finished, lease) = *held;
                 let event = finished.event.as_ref().map(WideEvent::to_json);
-                persist("recording the run's end", || {
+                let saved = persist("recording the run's end", || {
                     finish(
                         &lease,
                         shared.store.pool(),
@@ -325,19 +329,34 @@ async fn take(
                     )
                 })
                 .await?;
+                // The run's end is saved (no lease to keep now): only then its history's.
+                if let (true, Some(outcome)) = (saved, outcome) {
+                    writer.send(Event::now(Step::Finished {
+                        outcome: outcome.to_owned(),
+                    }));
+                }
+                writer.close(flush).await;
                 return match finished.result {
                     Ok(v) => Ok(v),
                     Err(e) => Err(AbortError::new(e).into()),
                 };
             }
-            Held::Lost(Lost::Cancelled) => return Ok(serde_json::json!({ "cancelled": true })),
-            Held::Lost(Lost::TakenOver) => {
-                return Err(AbortError::new("stopped: another worker took the run over").into());
-            }
-            Held::Lost(Lost::Unrenewed) => {
-                tracing::warn!(run_id, "claiming the run again once the database answers");
-                if let Some(s) = &mut state {
-                    s.go(RunState::Claiming);
+            Held::Lost(lost) => {
+                // Not held: what is queued is written off this task.
+                writer.close_detached(flush);
+                match lost {
+                    Lost::Cancelled => return Ok(serde_json::json!({ "cancelled": true })),
+                    Lost::TakenOver => {
+                        return Err(
+                            AbortError::new("stopped: another worker took the run over").into()
+                        );
+                    }
+                    Lost::Unrenewed => {
+                        tracing::warn!(run_id, "claiming the run again once the database answers");
+                        if let Some(s) = &mut state {
+                            s.go(RunState::Claiming);
+                        }
+                    }
                 }
             }
         }
@@ -369,13 +388,16 @@ where
 }
 
 /// Runs the task of `job` under `lease`: refused when taken too often or unknown here, else
-/// durable from the run's newest checkpoint, until it finishes or the hold is lost.
+/// durable from the run's newest checkpoint, until it finishes or the hold is lost. Its
+/// history goes to the writer answered (never waited on here): the caller closes it, once
+/// the run's end is saved.
 async fn hold(
     job: &RunJob,
     mut lease: Lease,
     shared: &Shared,
+    worker: &str,
     state: &mut Option<InState>,
-) -> Result<Held, BoxDynError> {
+) -> Result<(Held, history::Writer), BoxDynError> {
     let run_id = lease.run_id().to_owned();
     let pool = shared.store.pool();
     let pickups = lease.pickup();
@@ -383,6 +405,37 @@ async fn hold(
         // First of all: what a dead predecessor held is released before anything launches.
         lease.takeover = held::release_inherited(pool, &run_id, shared.provider.as_ref()).await?;
     }
+    let place = history::Place {
+        run_id,
+        pickup: Some(pickups),
+        worker: Some(worker.to_owned()),
+    };
+    let writer = history::Writer::start(pool.clone(), place);
+    writer.send(Event::now(if pickups > 1 {
+        Step::Takeover
+    } else {
+        Step::Pickup
+    }));
+    match run_held(job, lease, shared, &writer, state).await {
+        Ok(held) => Ok((held, writer)),
+        Err(e) => {
+            writer.close_detached(shared.timing.flush());
+            Err(e)
+        }
+    }
+}
+
+/// [`hold`]'s run: its milestones go to `writer`.
+async fn run_held(
+    job: &RunJob,
+    lease: Lease,
+    shared: &Shared,
+    writer: &history::Writer,
+    state: &mut Option<InState>,
+) -> Result<Held, BoxDynError> {
+    let run_id = lease.run_id().to_owned();
+    let pool = shared.store.pool();
+    let pickups = lease.pickup();
     if i64::from(pickups) > i64::from(shared.max_pickups) {
         let error = format!(
             "taken {pickups} times without finishing (max_pickups is {}): every worker that had \
@@ -391,15 +444,11 @@ async fn hold(
             shared.max_pickups
         );
         tracing::warn!(run_id, pickups, "a run taken too often is failed, not run");
-        finish(&lease, pool, &Err(error.clone()), None).await?;
-        shared.refused();
-        return Err(AbortError::new(error).into());
+        return Err(refuse(&lease, shared, writer, error).await?);
     }
     let Some(task) = shared.tasks.by_name.get(&job.task) else {
         let error = format!("this worker has no task named {:?}", job.task);
-        finish(&lease, pool, &Err(error.clone()), None).await?;
-        shared.refused();
-        return Err(AbortError::new(error).into());
+        return Err(refuse(&lease, shared, writer, error).await?);
     };
     let mut durable = Durable::new(
         run_id.clone(),
@@ -414,7 +463,11 @@ async fn hold(
         );
         durable = durable.resume(saved.sealed, saved.attempt);
     }
-    let options = shared.options.clone().durable(durable);
+    let options = shared
+        .options
+        .clone()
+        .durable(durable)
+        .also_on_milestone(outlive::history::recorder(writer.sink()));
     let provider: Arc<dyn Provider> = Arc::new(held::Recorded {
         inner: shared.provider.clone(),
         pool: pool.clone(),
@@ -446,13 +499,23 @@ async fn hold(
     Ok(holding.run(state).await)
 }
 
-impl Shared {
-    /// A run this worker refused (taken too often, or a task it does not have).
-    fn refused(&self) {
-        if let Some(m) = &self.metrics {
-            m.finished("refused");
-        }
+/// Fails the run with `error` (taken too often, or a task this worker does not have); its
+/// history says so once that is saved. Answers the error that ends its job for good.
+async fn refuse(
+    lease: &Lease,
+    shared: &Shared,
+    writer: &history::Writer,
+    error: String,
+) -> Result<BoxDynError, sqlx::Error> {
+    if finish(lease, shared.store.pool(), &Err(error.clone()), None).await? {
+        writer.send(Event::now(Step::Finished {
+            outcome: "failed".to_owned(),
+        }));
     }
+    if let Some(m) = &shared.metrics {
+        m.finished("refused");
+    }
+    Ok(AbortError::new(error).into())
 }
 
 /// A run's task while this worker holds the run: it runs until it finishes or the hold is
@@ -534,13 +597,13 @@ impl Holding {
     }
 }
 
-/// Records the run's end, if this worker still holds it.
+/// Records the run's end, if this worker still holds it; answers whether it did.
 async fn finish(
     lease: &Lease,
     pool: &PgPool,
     result: &Result<serde_json::Value, String>,
     event: Option<&str>,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
     let (status, value, error) = match result {
         Ok(v) => ("completed", Some(v), None),
         Err(e) => ("failed", None, Some(e.as_str())),
@@ -569,7 +632,7 @@ async fn finish(
             "the run's end was not recorded: this worker no longer holds it"
         );
     }
-    Ok(())
+    Ok(recorded.rows_affected() > 0)
 }
 
 #[cfg(test)]

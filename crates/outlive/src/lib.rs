@@ -93,7 +93,8 @@
 //! * `metrics` — [`Metrics`]: deaths, sessions, relaunches and checkpoints as Prometheus
 //!   metrics, recorded as they happen into a registry of the caller's.
 //! * `quiet` — keeping the wire (cookies, tokens) out of every log: [`Quiet`], [`quietly`].
-//! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s.
+//! * `report` — the [`WideEvent`], one per run, and the [`Milestone`]s; [`history`] — the
+//!   milestones as timestamped events, for a run's history and its page.
 //! * [`redact`] — what may reach a log line.
 //! * [`wire`] — the relay's reading of a CDP frame (in `relay/wire.rs`), for other CDP clients.
 //! * `options`, `dialogs`, `error`, `endpoint` — the typed edges: [`Options`] (configuration
@@ -129,6 +130,7 @@ mod durable;
 mod endpoint;
 mod error;
 mod front;
+pub mod history;
 mod lifetime;
 mod metrics;
 mod options;

@@ -452,6 +452,21 @@ impl Options {
         self
     }
 
+    /// Adds `f` to the milestone callback: the one set before (by
+    /// [`on_milestone`](Options::on_milestone) or another `also_on_milestone`) is still
+    /// called, first. For a layer that records milestones without taking the caller's
+    /// callback away.
+    pub fn also_on_milestone(mut self, f: impl Fn(&Milestone) + Send + Sync + 'static) -> Self {
+        self.on_milestone = Some(match self.on_milestone.take() {
+            Some(theirs) => Arc::new(move |m: &Milestone| {
+                theirs(m);
+                f(m);
+            }),
+            None => Arc::new(f),
+        });
+        self
+    }
+
     /// Also delivers the run's event to `slot` (after the caller's own `on_event`).
     pub(crate) fn with_event_slot(
         mut self,
@@ -625,6 +640,19 @@ fn validate_start_url(url: &str, diagnostics: Diagnostics) -> Result<(), Error> 
 mod tests {
     use super::*;
     use crate::ErrorKind;
+
+    #[test]
+    fn also_on_milestone_keeps_the_callback_set_before() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (a, b) = (seen.clone(), seen.clone());
+        let options = Options::new()
+            .on_milestone(move |_| a.lock().unwrap().push("theirs"))
+            .also_on_milestone(move |_| b.lock().unwrap().push("added"));
+        options.note(Milestone::LaunchFailed {
+            error: "refused".into(),
+        });
+        assert_eq!(*seen.lock().unwrap(), ["theirs", "added"]);
+    }
 
     #[test]
     fn defaults_are_valid() {

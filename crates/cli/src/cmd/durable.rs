@@ -89,12 +89,19 @@ pub struct CancelArgs {
     pub database_url: String,
 }
 
-/// The flags of `outlive runs`: list durable runs.
+/// The flags of `outlive runs`: list durable runs, or one run's history.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
 pub struct RunsArgs {
     /// Print every run as JSON, wide event included, one per line.
+    ///
+    /// With --history: each event as JSON, one per line.
     #[arg(long)]
     pub json: bool,
+    /// Print the history of run RUN_ID instead: pickups, entries, deaths, checkpoints, ….
+    ///
+    /// Sizes and durations only, never content.
+    #[arg(long, value_name = "RUN_ID")]
+    pub history: Option<String>,
     /// PostgreSQL.
     #[arg(long, env = "OUTLIVE_DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
@@ -114,13 +121,17 @@ impl WorkerArgs {
             None => outlive::SealKey::from_env("OUTLIVE_SEAL_KEY"),
         }
         .map_err(|e| Error::with(ErrorKind::SealKey, e))?;
-        // Served until the worker stops.
+        // Served until the worker stops; `/` shows the database's runs.
+        let runs = std::sync::Arc::new(crate::ui::DurableRuns::new(self.database_url.clone()));
         let served = self
             .metrics
-            .serve(|r| {
-                let runs = outlive::Metrics::register(r);
-                (runs, outlive_jobs::WorkerMetrics::register(r))
-            })
+            .serve(
+                |r| {
+                    let runs = outlive::Metrics::register(r);
+                    (runs, outlive_jobs::WorkerMetrics::register(r))
+                },
+                runs,
+            )
             .await?;
         let (_server, metrics) = served.map(|(s, m)| (Some(s), Some(m))).unwrap_or_default();
         let provider = if self.provider.given() {
@@ -171,7 +182,7 @@ impl WorkerArgs {
 }
 
 /// The jobs store at `database_url`, its tables made ready.
-async fn connect_and_setup(database_url: &str) -> Result<outlive_jobs::PgStore, Error> {
+pub(crate) async fn connect_and_setup(database_url: &str) -> Result<outlive_jobs::PgStore, Error> {
     let store = outlive_jobs::PgStore::connect(database_url).await?;
     outlive_jobs::setup(&store).await?;
     Ok(store)
@@ -209,13 +220,18 @@ impl CancelArgs {
 }
 
 impl RunsArgs {
-    /// Prints every run: a table, or one JSON object per line with `--json`.
+    /// Prints every run (or with `--history`, one run's events): a table, or one JSON object
+    /// per line with `--json`.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::Jobs`], and [`ErrorKind::Encode`] if a run cannot be printed as JSON.
     pub async fn run(self) -> Result<(), Error> {
         let store = connect_and_setup(&self.database_url).await?;
+        if let Some(run_id) = &self.history {
+            let events = outlive_jobs::history(&store, run_id).await?;
+            return print_history(&events, self.json);
+        }
         let runs = outlive_jobs::runs(&store).await?;
         if self.json {
             for run in &runs {
@@ -246,4 +262,37 @@ impl RunsArgs {
         }
         Ok(())
     }
+}
+
+/// A run's events: a table, or one JSON object per line.
+fn print_history(events: &[outlive_jobs::RunEvent], json: bool) -> Result<(), Error> {
+    if json {
+        for event in events {
+            let line =
+                serde_json::to_string(event).map_err(|e| Error::with(ErrorKind::Encode, e))?;
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    let Some(first) = events.first() else {
+        println!("no events yet");
+        return Ok(());
+    };
+    let start = std::time::UNIX_EPOCH + Duration::from_millis(first.at_ms.max(0) as u64);
+    println!("from {}", humantime::format_rfc3339_millis(start));
+    println!(
+        "{:>6} {:>9} {:>6} {:<14} detail",
+        "seq", "at", "pickup", "kind"
+    );
+    for e in events {
+        println!(
+            "{:>6} {:>9} {:>6} {:<14} {}",
+            e.seq,
+            format!("+{:.1}s", (e.at_ms - first.at_ms) as f64 / 1000.0),
+            e.pickup.map_or("-".to_owned(), |p| p.to_string()),
+            e.step.kind(),
+            crate::ui::detail_text(&e.step),
+        );
+    }
+    Ok(())
 }

@@ -52,13 +52,20 @@ impl RunArgs {
                 return EXIT_USAGE;
             }
         };
-        let mut options = self.options.options();
+        // The run as `/` of --metrics shows it.
+        let recent = crate::ui::RecentRuns::new();
+        let this = recent.start();
+        let ended = this.clone();
+        let mut options = this.observe(self.options.options_with(move |e| {
+            eprintln!("{}", super::summary(e));
+            ended.finish(e);
+        }));
         if let Err(e) = options.validate() {
             eprintln!("outlive: {e}");
             return EXIT_USAGE;
         }
         // Served until the run returns.
-        let _metrics = match super::serve_metrics(&self.metrics).await {
+        let _metrics = match super::serve_metrics(&self.metrics, &recent).await {
             Ok(Some((server, metrics))) => {
                 options = options.metrics(metrics);
                 Some(server)

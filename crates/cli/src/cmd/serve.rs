@@ -45,7 +45,10 @@ impl ServeArgs {
             }
         };
         // Served until the run returns.
-        let (_server, metrics) = match super::serve_metrics(&self.metrics).await {
+        // The run as `/` of --metrics shows it (not under --stdio: its runs are the
+        // caller's).
+        let recent = crate::ui::RecentRuns::new();
+        let (_server, metrics) = match super::serve_metrics(&self.metrics, &recent).await {
             Ok(Some((server, metrics))) => (Some(server), Some(metrics)),
             Ok(None) => (None, None),
             Err(code) => return code,
@@ -53,9 +56,13 @@ impl ServeArgs {
         if self.stdio {
             return super::stdio::serve(provider.as_ref(), &self.options, metrics).await;
         }
-        let mut options = self
-            .options
-            .options()
+        let this = recent.start();
+        let ended = this.clone();
+        let mut options = this
+            .observe(self.options.options_with(move |e| {
+                eprintln!("{}", super::summary(e));
+                ended.finish(e);
+            }))
             .carry_clients(!self.reconnect_clients);
         if let Some(metrics) = metrics {
             options = options.metrics(metrics);
