@@ -10,6 +10,8 @@
 //!   themselves (the queue, the store, the lease, the session limit) are the `outlive-jobs`
 //!   crate.
 //! * [`metrics`] — `--metrics ADDR`: `/metrics` for `run`, `serve` and `worker`.
+//! * [`traces`] — OpenTelemetry: outlive's spans to an OTLP collector, when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! * [`error`] — the one [`Error`] type.
 //!
 //! The demo's and the worker's test bed (Aurora Bank, a gateway, the bank task) is the
@@ -22,6 +24,7 @@ pub mod demo;
 pub mod error;
 pub mod metrics;
 mod sync;
+pub mod traces;
 pub mod worker;
 
 pub use error::{Error, ErrorKind};

@@ -3,7 +3,7 @@
 use apalis_postgres::PostgresStorage;
 
 use crate::error::{Error, db};
-use crate::{PgStore, held};
+use crate::{PgStore, held, trace};
 
 const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
     run_id text PRIMARY KEY,
@@ -76,6 +76,7 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
         RUNS_TABLE,
         RUNS_LEASE,
         held::HELD_COLUMN,
+        trace::TRACEPARENT_COLUMN,
         PICKUPS_TABLE,
         TASKS_TABLE,
     ] {

@@ -14,6 +14,7 @@ use outlive::{BoxFuture, Durable, Options, Provider, Sealer, WideEvent};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDrop;
+use tracing::Instrument;
 
 use crate::error::{Error, ErrorKind, db};
 use crate::finish::Finished;
@@ -21,7 +22,7 @@ use crate::lease::{self, Claim, Lease, Lost};
 use crate::metrics::{InState, RunState, WorkerMetrics};
 use crate::queue::{QUEUE, RunJob};
 use crate::task::Task;
-use crate::{PgStore, Tasks, command, held};
+use crate::{PgStore, Tasks, command, held, trace};
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and
 /// missed-heartbeat count: each judges the others by its own.
@@ -308,7 +309,17 @@ async fn take(
         if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
             m.waited(waited);
         }
-        let held = hold(&job, lease, &shared, &mut state).await?;
+        let pickup = trace::Pickup {
+            run_id: &run_id,
+            task: &job.task,
+            pickup: lease.pickup(),
+            worker: worker.name(),
+        };
+        let span = trace::pickup_span(shared.store.pool(), &pickup).await;
+        let held = hold(&job, lease, &shared, &mut state)
+            .instrument(span.clone())
+            .await?;
+        span.record("ended", held.outcome().unwrap_or("unrenewed"));
         if let (Some(m), Some(outcome)) = (metrics, held.outcome()) {
             m.finished(outcome);
         }

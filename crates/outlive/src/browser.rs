@@ -13,6 +13,7 @@ use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
+use tracing::Instrument;
 
 use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache, Tabs, Tracking, WarmUp};
 use crate::ctx::{Capturer, DeepReads};
@@ -88,23 +89,9 @@ pub(crate) struct CdpBrowser {
     live: Option<LiveSession>,
 }
 
-impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
-    type Page = Page;
-    type Browser = CdpBrowser;
-
-    fn stalls(&self) -> Option<Arc<Stalls>> {
-        Some(self.stalls.clone())
-    }
-
-    fn clients(&self) -> Option<Arc<Usage>> {
-        self.client.as_ref().map(|c| c.usage.clone())
-    }
-
-    fn client_use_is_progress(&self) -> bool {
-        self.client.as_ref().is_some_and(|c| c.use_is_progress)
-    }
-
-    async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
+impl<P: Provider + ?Sized> CdpBackend<'_, P> {
+    /// Launches a session through the provider and connects its browser, ready for the task.
+    async fn launch_and_connect(&self, options: &Options) -> Result<CdpBrowser, Error> {
         let metrics = options.metrics.as_ref();
         let provider = self.provider.name();
         let session = match self.provider.launch().await {
@@ -162,6 +149,29 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
                 Err(e)
             }
         }
+    }
+}
+
+impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
+    type Page = Page;
+    type Browser = CdpBrowser;
+
+    fn stalls(&self) -> Option<Arc<Stalls>> {
+        Some(self.stalls.clone())
+    }
+
+    fn clients(&self) -> Option<Arc<Usage>> {
+        self.client.as_ref().map(|c| c.usage.clone())
+    }
+
+    fn client_use_is_progress(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.use_is_progress)
+    }
+
+    async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
+        let provider = crate::redact::redact(self.provider.name(), options.diagnostics);
+        let span = tracing::info_span!("launch", provider = %provider);
+        self.launch_and_connect(options).instrument(span).await
     }
 }
 

@@ -40,6 +40,8 @@ struct Entry<Fut> {
     plan: Option<Plan>,
     /// When the entry's browser was launched: its age counts from there.
     born: Instant,
+    /// The entry's span: how it ended is recorded on it.
+    span: tracing::Span,
     task: Task<Fut>,
 }
 
@@ -109,6 +111,7 @@ where
         let stop = self.watch(&mut entry, &browser, &mut w).await;
         // An automatic checkpoint still being taken is dropped before anything else.
         w.periodic = None;
+        record_end(&entry.span, &stop);
         match stop {
             Stop::Switch => {
                 // At a safe point: the entry ends here, before anything after the checkpoint.
@@ -149,6 +152,7 @@ where
             .as_ref()
             .and_then(|_| self.store.latest())
             .and_then(|cp| cp.progress.clone());
+        let handed = progress.as_ref().map(|p| p.len());
         let ctx = Ctx::new(
             attempt,
             resumed_from,
@@ -179,9 +183,10 @@ where
             resumed = ctx.resumed_from().is_some(),
             "entering the task"
         );
+        let span = entry_span(&ctx, handed);
         let task = AssertUnwindSafe(
             crate::quiet::as_caller(|| (self.task)(browser.page(), ctx.clone()))
-                .instrument(tracing::info_span!("entry", attempt)),
+                .instrument(span.clone()),
         )
         .catch_unwind();
         Entry {
@@ -190,6 +195,7 @@ where
             // Rotation: when to launch a successor, and when to move to it.
             plan: self.lifetime.plan(options.checkpoint_every),
             born: self.born,
+            span,
             task: Box::pin(task),
         }
     }
@@ -484,4 +490,33 @@ where
             entry: cut,
         }
     }
+}
+
+/// The span of an entry: its attempt, whether a checkpoint was restored, the size of the
+/// progress it was handed (never its content); how it ended is recorded later.
+fn entry_span(ctx: &Ctx, handed: Option<usize>) -> tracing::Span {
+    tracing::info_span!(
+        "entry",
+        attempt = ctx.attempt(),
+        resumed = ctx.resumed_from().is_some(),
+        progress_bytes = handed,
+        ended = tracing::field::Empty,
+        cause = tracing::field::Empty,
+    )
+}
+
+/// Records on the entry's span how it ended: `rotated`, `returned`, `error`, `panicked`, or
+/// `failed` with the failure's cause.
+fn record_end<T, E>(span: &tracing::Span, stop: &Stop<TaskResult<T, E>>) {
+    let ended = match stop {
+        Stop::Switch => "rotated",
+        Stop::Returned(Ok(Ok(_))) => "returned",
+        Stop::Returned(Ok(Err(_))) => "error",
+        Stop::Returned(Err(_)) => "panicked",
+        Stop::Died(death) => {
+            span.record("cause", death.cause.as_str());
+            "failed"
+        }
+    };
+    span.record("ended", ended);
 }
