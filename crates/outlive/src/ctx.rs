@@ -411,7 +411,7 @@ impl Ctx {
     async fn capture(&self) -> bool {
         let span = tracing::info_span!(
             "checkpoint",
-            attempt = self.inner.attempt,
+            attempt = i64::from(self.inner.attempt),
             bytes = tracing::field::Empty,
             kept = tracing::field::Empty,
         );
@@ -455,7 +455,7 @@ impl Ctx {
                     != self.inner.restored_progress.as_ref().map(|p| p.as_str());
                 cp.progress = progress;
                 let bytes = cp.bytes();
-                tracing::Span::current().record("bytes", bytes);
+                tracing::Span::current().record("bytes", bytes as i64);
                 #[cfg(feature = "durable")]
                 let plain = self.inner.rules.durable.as_ref().map(|_| cp.to_bytes());
                 let kept = self.inner.store.offer(cp);

@@ -327,7 +327,8 @@ impl Milestone {
     /// `outlive::milestone`. The others have a line or a span of their own already:
     /// `entering the task`, `launch failed`, the `checkpoint` span, a carried client's line.
     pub(crate) fn trace(&self) {
-        let ms = |d: &std::time::Duration| d.as_millis() as u64;
+        // Numbers as `i64`: `tracing-opentelemetry` sends a `u64` as text.
+        let ms = |d: &std::time::Duration| d.as_millis() as i64;
         match self {
             Milestone::Launched { took } => {
                 tracing::info!(target: "outlive::milestone", took_ms = ms(took), "browser launched");
@@ -346,7 +347,7 @@ impl Milestone {
                 ..
             } => tracing::info!(
                 target: "outlive::milestone",
-                attempt,
+                attempt = i64::from(*attempt),
                 cause = cause.as_str(),
                 confirmed = confirmed.map(|c| c.as_str()),
                 lost_work_ms = ms(lost_work),
@@ -360,7 +361,7 @@ impl Milestone {
             ),
             Milestone::Rotated { attempt, age, .. } => tracing::info!(
                 target: "outlive::milestone",
-                attempt,
+                attempt = i64::from(*attempt),
                 age_ms = ms(age),
                 "rotated"
             ),

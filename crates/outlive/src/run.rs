@@ -324,14 +324,15 @@ fn run_span(run_id: &str) -> tracing::Span {
     )
 }
 
-/// Records the run's outcome and counts on its span.
+/// Records the run's outcome and counts on its span. Counts as `i64`: OpenTelemetry has no
+/// unsigned integer, and `tracing-opentelemetry` sends a `u64` as text.
 fn record_on_span(span: &tracing::Span, event: &WideEvent) {
     span.record("outcome", event.outcome.as_str());
-    span.record("attempts", event.attempts);
-    span.record("relaunches", event.relaunches);
-    span.record("rotations", event.rotations);
-    span.record("checkpoints", event.checkpoint_count);
-    span.record("sessions", event.sessions);
+    span.record("attempts", i64::from(event.attempts));
+    span.record("relaunches", i64::from(event.relaunches));
+    span.record("rotations", i64::from(event.rotations));
+    span.record("checkpoints", i64::from(event.checkpoint_count));
+    span.record("sessions", i64::from(event.sessions));
     if let Some(code) = &event.error_code {
         span.record("error_code", code.as_str());
     }

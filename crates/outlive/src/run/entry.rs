@@ -493,13 +493,14 @@ where
 }
 
 /// The span of an entry: its attempt, whether a checkpoint was restored, the size of the
-/// progress it was handed (never its content); how it ended is recorded later.
+/// progress it was handed (never its content); how it ended is recorded later. Numbers as
+/// `i64`, which OpenTelemetry keeps as numbers.
 fn entry_span(ctx: &Ctx, handed: Option<usize>) -> tracing::Span {
     tracing::info_span!(
         "entry",
-        attempt = ctx.attempt(),
+        attempt = i64::from(ctx.attempt()),
         resumed = ctx.resumed_from().is_some(),
-        progress_bytes = handed,
+        progress_bytes = handed.map(|n| n as i64),
         ended = tracing::field::Empty,
         cause = tracing::field::Empty,
     )
