@@ -62,9 +62,7 @@ impl Receiver {
         let raw = dir.path().join("raw.bin");
         let mut command = Command::new(python());
         command
-            .arg(
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/otlp_receiver.py"),
-            )
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/otlp_receiver.py"))
             .arg(&raw);
         if let Some(delay) = delay {
             command.arg("--delay").arg(delay.as_secs_f64().to_string());
@@ -76,8 +74,14 @@ impl Receiver {
             .spawn()
             .expect("python starts");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next_line().await.unwrap().expect("the receiver says where");
-        let address = first.strip_prefix("listening ").expect("listening HOST:PORT");
+        let first = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the receiver says where");
+        let address = first
+            .strip_prefix("listening ")
+            .expect("listening HOST:PORT");
         let spans = Arc::new(Mutex::new(Vec::new()));
         let (tx, count) = watch::channel(0);
         let kept = spans.clone();
@@ -112,7 +116,11 @@ impl Receiver {
             assert!(
                 matches!(more, Ok(Ok(()))),
                 "waited {BOUND:?} for {what}; received:\n{}",
-                spans.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+                spans
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
         }
     }
@@ -190,7 +198,10 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
     // An entry span per attempt, each a child of the run's; how each ended.
     let mut entries = named(&spans, "entry");
     entries.sort_by_key(|e| attr(e, "attempt").as_u64());
-    let numbers: Vec<u64> = entries.iter().map(|e| attr(e, "attempt").as_u64().unwrap()).collect();
+    let numbers: Vec<u64> = entries
+        .iter()
+        .map(|e| attr(e, "attempt").as_u64().unwrap())
+        .collect();
     assert_eq!(numbers, (1..=attempts).collect::<Vec<_>>());
     for entry in &entries {
         assert_eq!(entry["parent_span_id"], run["span_id"]);
@@ -201,14 +212,18 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
         assert_eq!(attr(entry, "ended"), "failed", "{entry}");
         assert!(attr(entry, "cause").is_string(), "{entry}");
     }
-    assert_eq!(attr(entries[1], "resumed"), true, "restored from a checkpoint");
+    assert_eq!(
+        attr(entries[1], "resumed"),
+        true,
+        "restored from a checkpoint"
+    );
     assert!(
         attr(entries[1], "progress_bytes").as_u64() > Some(0),
         "handed the progress saved: {}",
         entries[1]
     );
 
-    // A death event per relaunch, with its cause; launches and checkpoints as spans.
+    // A death event per relaunch, with its cause; launches as events, checkpoints as spans.
     let deaths: Vec<&Value> = run["events"]
         .as_array()
         .unwrap()
@@ -220,9 +235,22 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
         assert_eq!(attr(death, "cause"), "closed", "{death}");
         assert!(attr(death, "confirmed").is_string(), "{death}");
     }
-    let launches = named(&spans, "launch");
-    assert!(launches.len() as u64 >= attempts, "a launch per browser");
+    let launches: Vec<&Value> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "browser launched")
+        .collect();
+    assert!(
+        launches.len() as u64 >= attempts,
+        "a launch per browser: {run}"
+    );
     assert!(launches.iter().all(|l| attr(l, "provider") == "solari"));
+    assert!(
+        launches
+            .iter()
+            .all(|l| attr(l, "took_ms").as_i64() > Some(0))
+    );
     assert!(
         named(&spans, "checkpoint")
             .iter()
@@ -251,7 +279,11 @@ fn no_secret_in(raw: &[u8]) {
     ];
     for (what, shape) in shapes {
         let found = Regex::new(&shape).unwrap().find(&text);
-        assert!(found.is_none(), "{what} was sent: {:?}", found.map(|m| m.as_str()));
+        assert!(
+            found.is_none(),
+            "{what} was sent: {:?}",
+            found.map(|m| m.as_str())
+        );
     }
 }
 
@@ -296,14 +328,21 @@ async fn a_durable_run_taken_over_after_a_kill_is_one_trace() {
     let first_pid = first.pid();
     let run_id = support::pg::submit_bank(&jb.store, 80, 200).await;
 
-    // The first worker's browser launched and a checkpoint taken: its spans are out.
+    // The first worker took a checkpoint: its span is out. (Its job and run spans never end:
+    // they are lost with it.)
     let from = |pid: u32, name: &'static str| {
         move |s: &Value| s["pid"].as_u64() == Some(u64::from(pid)) && s["name"] == name
     };
     let spans = receiver
-        .wait_for("the first worker's checkpoint", |s| s.iter().any(from(first_pid, "checkpoint")))
+        .wait_for("the first worker's checkpoint", |s| {
+            s.iter().any(from(first_pid, "checkpoint"))
+        })
         .await;
-    let trace = spans.iter().find(|s| from(first_pid, "launch")(s)).unwrap()["trace_id"].clone();
+    let trace = spans
+        .iter()
+        .find(|s| from(first_pid, "checkpoint")(s))
+        .unwrap()["trace_id"]
+        .clone();
     let mut first = first;
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
@@ -311,16 +350,22 @@ async fn a_durable_run_taken_over_after_a_kill_is_one_trace() {
     let second = worker(&jb);
     let second_pid = second.pid();
     support::pg::until(&jb.store, BOUND, "the run completed", |runs| {
-        runs.iter().any(|r| r.run_id == run_id && r.status == outlive_jobs::RunStatus::Completed)
+        runs.iter()
+            .any(|r| r.run_id == run_id && r.status == outlive_jobs::RunStatus::Completed)
     })
     .await;
     second.stop().await;
     let spans = receiver
-        .wait_for("the second worker's job span", |s| s.iter().any(from(second_pid, "job")))
+        .wait_for("the second worker's job span", |s| {
+            s.iter().any(from(second_pid, "job"))
+        })
         .await;
 
     for span in &spans {
-        assert_eq!(span["trace_id"], trace, "one trace across both workers: {span}");
+        assert_eq!(
+            span["trace_id"], trace,
+            "one trace across both workers: {span}"
+        );
     }
     let job = spans.iter().find(|s| from(second_pid, "job")(s)).unwrap();
     assert_eq!(attr(job, "run_id"), run_id.as_str());
@@ -337,7 +382,10 @@ async fn a_durable_run_taken_over_after_a_kill_is_one_trace() {
         job["parent_span_id"].as_str(),
         "the takeover's span is a child of the first pickup's"
     );
-    let run = spans.iter().find(|s| from(second_pid, "outlive")(s)).expect("its run span");
+    let run = spans
+        .iter()
+        .find(|s| from(second_pid, "outlive")(s))
+        .expect("its run span");
     assert_eq!(run["parent_span_id"], job["span_id"]);
     assert_eq!(attr(run, "outcome"), "completed");
     no_secret_in(&receiver.raw());

@@ -13,7 +13,6 @@ use chromiumoxide::error::CdpError;
 use chromiumoxide::handler::{Handler, HandlerConfig};
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
-use tracing::Instrument;
 
 use crate::checkpoint::{self, CaptureOptions, Checkpoint, PartCache, Tabs, Tracking, WarmUp};
 use crate::ctx::{Capturer, DeepReads};
@@ -168,10 +167,21 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
         self.client.as_ref().is_some_and(|c| c.use_is_progress)
     }
 
+    /// Launches and connects a browser; logs `browser launched` with the provider and the
+    /// time it took. An event, not a span: the browser's own tasks, spawned during the launch,
+    /// would keep a span open as long as the browser lives.
     async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
-        let provider = crate::redact::redact(self.provider.name(), options.diagnostics);
-        let span = tracing::info_span!("launch", provider = %provider);
-        self.launch_and_connect(options).instrument(span).await
+        let started = tokio::time::Instant::now();
+        let launched = self.launch_and_connect(options).await;
+        if launched.is_ok() {
+            tracing::info!(
+                target: "outlive::milestone",
+                provider = %crate::redact::redact(self.provider.name(), options.diagnostics),
+                took_ms = started.elapsed().as_millis() as i64,
+                "browser launched"
+            );
+        }
+        launched
     }
 }
 

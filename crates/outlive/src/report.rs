@@ -325,14 +325,12 @@ pub enum Milestone {
 impl Milestone {
     /// Logs the milestones a trace shows as events, in the current span (the run's), target
     /// `outlive::milestone`. The others have a line or a span of their own already:
-    /// `entering the task`, `launch failed`, the `checkpoint` span, a carried client's line.
+    /// `browser launched` (every launch, by the backend), `entering the task`, `launch
+    /// failed`, the `checkpoint` span, a carried client's line.
     pub(crate) fn trace(&self) {
         // Numbers as `i64`: `tracing-opentelemetry` sends a `u64` as text.
         let ms = |d: &std::time::Duration| d.as_millis() as i64;
         match self {
-            Milestone::Launched { took } => {
-                tracing::info!(target: "outlive::milestone", took_ms = ms(took), "browser launched");
-            }
             Milestone::Restored { restore, navigate } => tracing::info!(
                 target: "outlive::milestone",
                 restore_ms = ms(restore),
@@ -368,7 +366,8 @@ impl Milestone {
             Milestone::PageRecovered { took } => {
                 tracing::info!(target: "outlive::milestone", took_ms = ms(took), "page recovered");
             }
-            Milestone::LaunchFailed { .. }
+            Milestone::Launched { .. }
+            | Milestone::LaunchFailed { .. }
             | Milestone::Entered { .. }
             | Milestone::ClientCarried { .. }
             | Milestone::Checkpointed { .. }
