@@ -800,6 +800,30 @@ async fn serve_closes_puppeteer_at_a_death_and_it_finds_its_page_again() {
     bed.finish().await;
 }
 
+/// A client whose swap fails after the restore left its page's load to it (a tab opened
+/// after the last checkpoint is not reopened): its connection is closed, and outlive loads
+/// the page itself. Connecting again, the client finds it at its URL with its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_loads_the_pages_a_failed_swap_left() {
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    let serve = Serving::start(&bed, &["--event-file", event.to_str().unwrap()]).await;
+    let result = serve
+        .through_deaths(&bed, "serve_late_tab.py", 1, "late_tab.json")
+        .await;
+    assert_eq!(result["checkpointed"], true, "{result}");
+    assert!(result["closedWith"].is_string(), "{result}");
+    let url = result["urlAfter"].as_str().unwrap();
+    assert!(url.starts_with(&bed.bank.url("/transfer")), "{result}");
+    assert_eq!(result["fieldAfter"], "typed before the death", "{result}");
+    assert_eq!(result["markAfter"], "kept", "{result}");
+    serve.stop().await;
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).unwrap();
+    assert_eq!(event["clientFallbacks"]["tab_not_reopened"], 1, "{event}");
+    bed.finish().await;
+}
+
 /// What `serve_kept.py` recorded through `deaths` deaths: the same page to the end, signed in
 /// throughout (one TOTP), and each round's fill done. After each death its localStorage is as
 /// checkpointed and the field it typed is back. Answers the errors (see

@@ -26,6 +26,11 @@ use crate::relay::{Death, DeathCause, DeathSender, Heartbeat, LinkWatch, Relay, 
 use crate::run::{Backend, LiveBrowser};
 use tokio_util::task::AbortOnDropHandle;
 
+mod later;
+
+/// How long a capture waits for the loads left to carried clients (see `later`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
 /// How long the websocket connect to a fresh session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a fresh page may take to open in a live browser before outlive relaunches
@@ -79,6 +84,8 @@ pub(crate) struct CdpBrowser {
     tabs: Arc<Tabs>,
     /// How long a reopened tab may take to load.
     navigation_timeout: Duration,
+    /// The loads a restore left to carried clients, done here if none takes them.
+    later: std::sync::Mutex<Vec<AbortOnDropHandle<()>>>,
     pump: Option<AbortOnDropHandle<()>>,
     _exit_watch: AbortOnDropHandle<()>,
     relay: Relay,
@@ -225,6 +232,7 @@ async fn connect(
         usage,
         tabs: Arc::default(),
         navigation_timeout: options.navigation_timeout,
+        later: Default::default(),
         pump: Some(pump),
         _exit_watch: exit_watch,
         relay,
@@ -512,14 +520,32 @@ impl LiveBrowser for CdpBrowser {
             }
             if usage.reopens_tabs() {
                 let endpoint = endpoint.expose();
+                // With clients held through the death, each loads its pages when carried.
+                let defer = usage.loads().swapping();
                 failed += self
-                    .reopen_tabs(usage, endpoint, checkpoint, &contexts)
+                    .reopen_tabs(usage, endpoint, checkpoint, &contexts, defer)
                     .await;
             }
         }
         // The page now holds what the checkpoint holds: the next capture need not send it.
         self.parts.remember(checkpoint);
         Ok(failed)
+    }
+
+    fn leave_load_to_clients(&self, checkpoint: &Checkpoint) -> bool {
+        let Some(usage) = &self.usage else {
+            return false;
+        };
+        if !usage.loads().swapping() || !checkpoint::is_storable_origin(&checkpoint.url) {
+            return false;
+        }
+        let page = later::LaterLoad {
+            page: self.page.clone(),
+            url: checkpoint.url.clone(),
+            state: checkpoint.page.clone(),
+        };
+        self.leave_loads(usage, vec![page]);
+        true
     }
 
     async fn navigate(&self, url: &str) -> Result<(), Error> {
@@ -565,6 +591,12 @@ impl LiveBrowser for CdpBrowser {
 }
 
 impl CdpBrowser {
+    /// Leaves `pages`' loads to the clients carried through the death (see `later`).
+    fn leave_loads(&self, usage: &Usage, pages: Vec<later::LaterLoad>) {
+        let task = later::leave(usage.loads(), pages, self.navigation_timeout);
+        crate::sync::lock(&self.later).push(task);
+    }
+
     /// Opens the client's other tabs again (under `serve`), after the task's page: the front
     /// shows them in this order. Answers the writes that failed.
     async fn reopen_tabs(
@@ -573,16 +605,34 @@ impl CdpBrowser {
         endpoint: &str,
         checkpoint: &Checkpoint,
         contexts: &[String],
+        defer: bool,
     ) -> u64 {
         let calls = self.relay.calls();
-        let (ids, failed) = checkpoint::reopen_tabs(
+        let navigation = (!defer).then_some(self.navigation_timeout);
+        let (pages, failed) = checkpoint::reopen_tabs(
             &self.browser,
             &calls,
             &checkpoint.tabs,
             contexts,
-            self.navigation_timeout,
+            navigation,
         )
         .await;
+        let ids: Vec<String> = pages
+            .iter()
+            .map(|p| p.target_id().as_ref().to_owned())
+            .collect();
+        if defer {
+            let later =
+                pages
+                    .into_iter()
+                    .zip(&checkpoint.tabs)
+                    .map(|(page, tab)| later::LaterLoad {
+                        page,
+                        url: tab.url.clone(),
+                        state: tab.page.clone(),
+                    });
+            self.leave_loads(usage, later.collect());
+        }
         let own = self.page.target_id().as_ref().to_owned();
         let tabs: Vec<String> = std::iter::once(own).chain(ids).collect();
         let pairs = checkpoint.targets.iter().cloned().zip(tabs.iter().cloned());
@@ -629,6 +679,9 @@ impl Capturing {
                 )
                 .await;
             };
+            // A page whose load a carried client has not done yet stands on its restore
+            // document: capturing it now would keep that as its URL.
+            let _ = tokio::time::timeout(SETTLE_LIMIT, usage.loads().settled()).await;
             let at = checkpoint::Browsing {
                 browser: &self.browser,
                 own: &self.page,

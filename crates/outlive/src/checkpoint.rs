@@ -28,11 +28,11 @@ pub(crate) use cache::PartCache;
 pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
 pub(crate) use contexts::remake as remake_contexts;
 pub(crate) use idb::Tracking;
-pub(crate) use model::{Checkpoint, Progress};
+pub(crate) use model::{Checkpoint, Part, Progress, is_storable_origin};
 pub(crate) use page_state::{
     apply as apply_page_state, apply_expression as page_state_expression,
     on_new_document as page_state_script,
 };
-pub(crate) use reopen::reopen as reopen_tabs;
+pub(crate) use reopen::{load as load_restored, reopen as reopen_tabs};
 pub(crate) use restore::restore;
 pub(crate) use tabs::{Browsing, Tabs, capture_tabs};

@@ -12,6 +12,7 @@
 mod connection;
 mod control;
 mod filter;
+pub(crate) mod loads;
 mod seen;
 mod state;
 mod swap;

@@ -359,7 +359,7 @@ impl fmt::Debug for Checkpoint {
 }
 
 /// Whether `origin` has storage a checkpoint holds: `http` and `https` origins only.
-pub(super) fn is_storable_origin(origin: &str) -> bool {
+pub(crate) fn is_storable_origin(origin: &str) -> bool {
     origin.starts_with("http://") || origin.starts_with("https://")
 }
 

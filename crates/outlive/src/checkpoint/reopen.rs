@@ -1,7 +1,7 @@
 //! The client's other tabs, opened again after a death under `serve`, each in its context.
 //! Each gets its sessionStorage written in, as the task's page gets its state. Then it goes to
-//! its URL, where its typed fields and scroll positions are put back. The front shows the tabs
-//! to the client in the order they come.
+//! its URL, where its typed fields and scroll positions are put back (or a carried client
+//! loads it: `front::loads`). The front shows the tabs to the client in the order they come.
 
 use std::time::Duration;
 
@@ -10,20 +10,20 @@ use chromiumoxide::cdp::browser_protocol::page::NavigateParams;
 use chromiumoxide::cdp::browser_protocol::target::CreateTargetParams;
 use chromiumoxide::{Browser, Page};
 
-use super::model::{Checkpoint, TabState};
+use super::model::{Checkpoint, Part, TabState};
 use crate::relay::Calls;
 
 /// Opens `tabs` again, in order, those of made contexts in `contexts` (made again, in the
-/// client's order); answers their targets and how many writes or navigations failed. A tab
-/// that cannot be opened ends the list; one that will not load within `navigation` stays where
-/// it got to.
+/// client's order); answers their pages and how many writes or navigations failed. A tab
+/// that cannot be opened ends the list. Each is loaded (see [`load`]) unless `navigation` is
+/// `None`: its load is left to the caller.
 pub(crate) async fn reopen(
     browser: &Browser,
     calls: &Calls,
     tabs: &[TabState],
     contexts: &[String],
-    navigation: Duration,
-) -> (Vec<String>, u64) {
+    navigation: Option<Duration>,
+) -> (Vec<Page>, u64) {
     let mut pages = Vec::new();
     for tab in tabs {
         let mut blank = CreateTargetParams::new("about:blank");
@@ -42,45 +42,58 @@ pub(crate) async fn reopen(
             }
         }
     }
-    let ids = pages
-        .iter()
-        .map(|p| p.target_id().as_ref().to_owned())
-        .collect();
     let reopened = pages
         .iter()
         .zip(tabs)
         .map(|(page, tab)| reopen_one(page, calls, tab, navigation));
     let failed = futures::future::join_all(reopened).await.into_iter().sum();
-    (ids, failed)
+    (pages, failed)
 }
 
-async fn reopen_one(page: &Page, calls: &Calls, tab: &TabState, navigation: Duration) -> u64 {
+async fn reopen_one(
+    page: &Page,
+    calls: &Calls,
+    tab: &TabState,
+    navigation: Option<Duration>,
+) -> u64 {
     let session = Checkpoint::holding(tab.session.clone());
-    let mut failed = match super::restore(page, calls, &session, None).await {
+    let failed = match super::restore(page, calls, &session, None).await {
         Ok(failed) => failed,
         Err(e) => {
             tracing::debug!(error = %e, "a tab's sessionStorage could not be written");
             1
         }
     };
-    if !super::model::is_storable_origin(&tab.url) {
-        return failed;
+    match navigation {
+        Some(navigation) => failed + load(page, &tab.url, tab.page.as_deref(), navigation).await,
+        None => failed,
     }
-    let goto = page.goto(NavigateParams::new(tab.url.clone()));
+}
+
+/// Loads `url` in a restored tab (web URLs only) and puts its page state back; answers what
+/// failed. One that will not load within `navigation` stays where it got to.
+pub(crate) async fn load(
+    page: &Page,
+    url: &str,
+    state: Option<&Part>,
+    navigation: Duration,
+) -> u64 {
+    if !super::model::is_storable_origin(url) {
+        return 0;
+    }
+    let goto = page.goto(NavigateParams::new(url.to_owned()));
     match tokio::time::timeout(navigation, goto).await {
-        Ok(Ok(_)) => {
-            if let Some(state) = &tab.page {
-                failed += super::page_state::apply(page, state).await.unmatched;
-            }
-        }
+        Ok(Ok(_)) => match state {
+            Some(state) => super::page_state::apply(page, state).await.unmatched,
+            None => 0,
+        },
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, "a reopened tab's navigation failed");
-            failed += 1;
+            tracing::debug!(error = %e, "a restored tab's navigation failed");
+            1
         }
         Err(_) => {
-            tracing::debug!(?navigation, "a reopened tab did not load in time");
-            failed += 1;
+            tracing::debug!(?navigation, "a restored tab did not load in time");
+            1
         }
     }
-    failed
 }

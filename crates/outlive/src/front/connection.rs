@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 
 use super::filter::WorldFilter;
+use super::loads::SwapGuard;
 use super::seen::{Heard, Seen};
 use super::state::{Reply, Serving, State, refuse};
 use super::swap::{Link, Out, Reason};
@@ -131,6 +132,8 @@ where
 {
     let (mut client_tx, mut client_rx) = client.split();
     let mut link = Link::default();
+    // Held from a death to the end of the swap: a restore meanwhile leaves the loads to it.
+    let mut swapping: Option<SwapGuard> = None;
     let Some(mut current) = next_browser(&state).await else {
         return finish(&state, client_tx, client_rx, End::NoBrowser).await;
     };
@@ -146,6 +149,7 @@ where
             &state,
             &current,
             &mut link,
+            &mut swapping,
             &mut client_tx,
             &mut client_rx,
             upstream,
@@ -156,7 +160,10 @@ where
         }
         let next = match link.died() {
             Ok(out) => match send_all(&mut client_tx, out.client).await {
-                true => hold(&state, current.generation, &mut link, &mut client_rx).await,
+                true => {
+                    swapping.get_or_insert_with(|| state.usage.loads().swap());
+                    hold(&state, current.generation, &mut link, &mut client_rx).await
+                }
                 false => return,
             },
             Err(reason) => Err(End::Uncarried(reason)),
@@ -220,6 +227,7 @@ async fn generation<S>(
     state: &State,
     current: &Serving,
     link: &mut Link,
+    swapping: &mut Option<SwapGuard>,
     client_tx: &mut ClientTx<S>,
     client_rx: &mut ClientRx<S>,
     upstream: WebSocketStream<ConnectStream>,
@@ -237,7 +245,7 @@ where
         seen: &seen,
         ctx: &current.ctx,
     };
-    if let Some(end) = rebind(state, current, link, &mut to).await {
+    if let Some(end) = rebind(state, current, link, swapping, &mut to).await {
         return end;
     }
     let mut serving = state.serving.subscribe();
@@ -272,7 +280,7 @@ where
         };
         match out {
             Ok(out) => {
-                if let Some(end) = to.send(out).await {
+                if let Some(end) = send_noting_loads(&mut to, out, link, swapping).await {
                     break end;
                 }
                 if let Some(took) = link.take_carried() {
@@ -291,6 +299,7 @@ async fn rebind<S>(
     state: &State,
     current: &Serving,
     link: &mut Link,
+    swapping: &mut Option<SwapGuard>,
     to: &mut Sides<'_, '_, S>,
 ) -> Option<End>
 where
@@ -311,7 +320,29 @@ where
     for _ in 0..link.made_contexts().min(remade.len()) {
         state.usage.take_ready(endpoint);
     }
-    to.send(out).await
+    send_noting_loads(to, out, link, swapping).await
+}
+
+/// Sends what the link asks, telling the swap's guard of the page loads it begins and ends;
+/// the guard goes once the swap is over.
+async fn send_noting_loads<S>(
+    to: &mut Sides<'_, '_, S>,
+    out: Out,
+    link: &Link,
+    swapping: &mut Option<SwapGuard>,
+) -> Option<End>
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    if let Some(guard) = swapping.as_mut() {
+        out.loading.iter().for_each(|t| guard.loading(t));
+        out.loaded.iter().for_each(|t| guard.loaded(t));
+    }
+    let end = to.send(out).await;
+    if !link.swapping() {
+        *swapping = None;
+    }
+    end
 }
 
 /// What an event asks of a generation's loop.
@@ -382,10 +413,7 @@ fn from_browser(link: &mut Link, seen: &Seen<'_>, filter: &mut WorldFilter, fram
     };
     let mut out = Out::default();
     for f in frames {
-        let o = link.browser_sent(&f);
-        out.client.extend(o.client);
-        out.own.extend(o.own);
-        out.browser.extend(o.browser);
+        out.extend(link.browser_sent(&f));
     }
     out
 }
@@ -448,10 +476,14 @@ async fn next_browser(state: &State) -> Option<Serving> {
     // An entry already retired (its browser failed) is not handed out: a client connecting
     // during its grace would be cut at once, and Playwright then hangs in its connect for 30 s.
     let live = |s: &Option<Serving>| s.as_ref().is_some_and(|s| !s.ctx.is_retired());
-    match tokio::time::timeout(state.wait_limit, serving.wait_for(live)).await {
-        Ok(Ok(s)) => s.clone(),
-        _ => None,
-    }
+    let serving = match tokio::time::timeout(state.wait_limit, serving.wait_for(live)).await {
+        Ok(Ok(s)) => s.clone()?,
+        _ => return None,
+    };
+    // Pages whose load was left to clients carried through the death are not shown half
+    // done: a new client waits for those loads (bounded).
+    let _ = tokio::time::timeout(state.wait_limit, state.usage.loads().settled()).await;
+    Some(serving)
 }
 
 /// Tells the client why its connection ends, as the end requires.

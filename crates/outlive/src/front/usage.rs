@@ -49,6 +49,8 @@ pub(crate) struct Usage {
     reopens_tabs: bool,
     /// Client connections carried through deaths, or closed instead.
     carried: Mutex<Carried>,
+    /// The swaps under way, and the page loads left to them.
+    loads: Arc<super::loads::Loads>,
 }
 
 /// The front's account of client connections at deaths, for the wide event.
@@ -99,6 +101,11 @@ impl Usage {
     /// Whether a restore opens the client's other tabs again.
     pub(crate) fn reopens_tabs(&self) -> bool {
         self.reopens_tabs
+    }
+
+    /// The swaps under way, and the page loads left to them.
+    pub(crate) fn loads(&self) -> &Arc<super::loads::Loads> {
+        &self.loads
     }
 
     fn seen(&self) -> MutexGuard<'_, Seen> {

@@ -86,6 +86,12 @@ pub(crate) trait LiveBrowser: Send {
         checkpoint: &Checkpoint,
         prior: Option<&Checkpoint>,
     ) -> impl Future<Output = Result<u64, Error>> + Send;
+    /// After a restore under `serve` with clients held through the death: leaves the page's
+    /// load (and its page state) to them, as each loads its pages when carried. Whether it
+    /// did; if not, the caller navigates.
+    fn leave_load_to_clients(&self, _checkpoint: &Checkpoint) -> bool {
+        false
+    }
     fn navigate(&self, url: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// After the resume navigation: puts the page state `checkpoint` holds (typed fields,
     /// scroll positions) back into the page; answers what found no place in it.

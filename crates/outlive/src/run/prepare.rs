@@ -6,6 +6,7 @@ use std::fmt::Display;
 use tokio::time::Instant;
 
 use super::{Backend, LiveBrowser, Run, TaskFn, background};
+use crate::checkpoint::Checkpoint;
 use crate::ctx::ResumedFrom;
 use crate::error::{Error, ErrorKind};
 use crate::options::Options;
@@ -37,12 +38,9 @@ where
                     let failed = browser.restore(cp, prior.as_deref()).await?;
                     let restore = restore_started.elapsed();
                     let navigate_started = Instant::now();
-                    let failed = match navigate(browser, &cp.url, options).await {
-                        Ok(()) => failed + browser.restore_page(cp).await,
-                        Err(e) => {
-                            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
-                            failed
-                        }
+                    let failed = match browser.leave_load_to_clients(cp) {
+                        true => failed,
+                        false => failed + resume_at(browser, cp, options).await,
                     };
                     let navigate = navigate_started.elapsed();
                     options.note(Milestone::Restored { restore, navigate });
@@ -88,6 +86,17 @@ where
                 Ok(resumed)
             }
             Err(death) => Err(death.or(browser.death())),
+        }
+    }
+}
+
+/// The resume navigation, then the page state; answers what found no place in the page.
+async fn resume_at<L: LiveBrowser>(browser: &L, cp: &Checkpoint, options: &Options) -> u64 {
+    match navigate(browser, &cp.url, options).await {
+        Ok(()) => browser.restore_page(cp).await,
+        Err(e) => {
+            tracing::warn!(error = %redact(&e.to_string(), options.diagnostics), "resume navigation failed; entering anyway");
+            0
         }
     }
 }

@@ -42,6 +42,21 @@ pub(crate) struct Out {
     pub(crate) own: Vec<String>,
     /// The client's commands, to the browser (through the connection's bookkeeping).
     pub(crate) browser: Vec<String>,
+    /// The new browser's pages the swap has begun to load (their target ids).
+    pub(crate) loading: Vec<String>,
+    /// The new browser's pages the swap has loaded, their state back.
+    pub(crate) loaded: Vec<String>,
+}
+
+impl Out {
+    /// Adds what `other` asks after what this asks.
+    pub(crate) fn extend(&mut self, other: Out) {
+        self.client.extend(other.client);
+        self.own.extend(other.own);
+        self.browser.extend(other.browser);
+        self.loading.extend(other.loading);
+        self.loaded.extend(other.loaded);
+    }
 }
 
 /// A command the client sent and the browser has not answered, in the client's ids.
@@ -96,6 +111,8 @@ struct Swap {
     step: Step,
     /// The client's page sessions to carry over, by the client's target id.
     kept: HashMap<String, String>,
+    /// The new browser's target of each kept session.
+    news: HashMap<String, String>,
     /// Kept sessions attached on the new browser.
     attached: HashSet<String>,
     /// Sessions whose events are dropped until their page loads: the replay's echoes.
@@ -124,6 +141,7 @@ impl Swap {
         Swap {
             step: Step::Holding,
             kept: HashMap::new(),
+            news: HashMap::new(),
             attached: HashSet::new(),
             quiet: HashSet::new(),
             navigations: HashMap::new(),
@@ -436,6 +454,7 @@ impl Link {
         if !swap.loading.remove(session) {
             return;
         }
+        out.loaded.extend(swap.news.get(session).cloned());
         if swap.loading.is_empty() {
             self.go_live(out);
         }
@@ -559,6 +578,7 @@ impl Link {
             self.ids.bind(Kind::BrowserContext, old, new);
         }
         let mut kept = HashMap::new();
+        let mut news = HashMap::new();
         let mut scripts = HashMap::new();
         for (session, target) in pages {
             let new = pairs
@@ -570,7 +590,8 @@ impl Link {
             if let Some(script) = states.get(&new) {
                 scripts.insert(session.clone(), (new.clone(), script.clone()));
             }
-            self.targets.insert(new, target.clone());
+            self.targets.insert(new.clone(), target.clone());
+            news.insert(session.clone(), new);
             kept.insert(target, session);
         }
         // Sessions on children of the dead pages (frames, workers) end, as at a navigation.
@@ -595,6 +616,7 @@ impl Link {
         let swap = self.swap.get_or_insert_with(Swap::new);
         swap.step = Step::Replaying;
         swap.kept = kept;
+        swap.news = news;
         swap.states = scripts;
         swap.deadline = Some(Instant::now() + REPLAY_LIMIT);
         for (id, frame, script) in root {
@@ -763,8 +785,18 @@ impl Link {
     }
 
     /// Loads a kept page: the client's navigation in flight at the death, else the one it
-    /// sent first during the swap, else its last URL.
+    /// sent first during the swap, else its last URL. Notes it in `out.loading`.
     fn load(&mut self, target: &str, session: &str, out: &mut Out) {
+        self.send_load(target, session, out);
+        if let Some(swap) = &self.swap
+            && swap.loading.contains(session)
+        {
+            out.loading.extend(swap.news.get(session).cloned());
+        }
+    }
+
+    /// Sends a kept page's load (see [`Self::load`]), if it has one.
+    fn send_load(&mut self, target: &str, session: &str, out: &mut Out) {
         if let Some(frame) = self.held_navigation(session) {
             let head = Head::of(frame.as_bytes());
             let id = head.id.unwrap_or_default();

@@ -322,3 +322,33 @@ fn a_pages_state_is_put_back_after_its_load_before_what_waited_goes() {
     assert!(!link.swapping());
     assert_eq!(v(&out.browser[0])["id"], 50);
 }
+
+/// The swap tells which of the new browser's pages it loads, and when each is loaded: a
+/// restore that left the loads to it knows they are done (see `front::loads`).
+#[test]
+fn the_swap_names_the_pages_it_loads_and_when_each_is_loaded() {
+    let mut link = playwright_on_one_page();
+    link.died().unwrap();
+    let out = link
+        .rebind(&[("T1".into(), "T2".into())], &HashMap::new(), &[])
+        .unwrap();
+    browser(&mut link, json!({"id": v(&out.own[0])["id"], "result": {}}));
+    let out = browser(&mut link, attached("S2", "T2", "C2"));
+    let mut loading = Vec::new();
+    for f in out.own.iter().map(|f| v(f)) {
+        let result = match f["method"].as_str() {
+            Some("Page.addScriptToEvaluateOnNewDocument") => json!({"identifier": "1"}),
+            _ => json!({}),
+        };
+        let out = browser(
+            &mut link,
+            json!({"id": f["id"], "sessionId": "S2", "result": result}),
+        );
+        assert!(out.loaded.is_empty());
+        loading.extend(out.loading);
+    }
+    assert_eq!(loading, ["T2"]);
+    let out = browser(&mut link, navigated("S2", "T2", "http://a.test/page"));
+    assert_eq!(out.loaded, ["T2"]);
+    assert!(!link.swapping());
+}
