@@ -413,6 +413,8 @@ pub fn log_to_stderr() -> Option<Traces> {
             .with_filter(filter)
     });
     let traces = Traces::from_env().unwrap_or_else(|e| {
+        // A build error may quote the endpoint, and a token in it.
+        let e = outlive::redact::redact(&e.to_string(), outlive::Diagnostics::Safe);
         eprintln!("outlive: traces are off: {e}");
         None
     });

@@ -23,11 +23,40 @@ pub const FLUSH: Duration = Duration::from_secs(3);
 /// The service name when `OTEL_SERVICE_NAME` is not set.
 pub const SERVICE_NAME: &str = "outlive";
 
-/// The variables that turn traces on.
+/// The variables that turn traces on, the one that wins first.
 const ENDPOINTS: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
 ];
+
+/// Why traces are off though asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The endpoint is https: the exporter is built without TLS.
+    #[error("OTLP over https is not built in; use a local collector over http")]
+    Https,
+    /// The exporter could not be built.
+    #[error(transparent)]
+    Build(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// Whether the environment (`var`) asks for traces: an endpoint set, and the SDK not
+/// disabled. An https endpoint is an error.
+fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<bool, Error> {
+    let value = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    if value("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(false);
+    }
+    // The traces endpoint wins over the general one.
+    let Some(endpoint) = ENDPOINTS.iter().find_map(|name| value(name)) else {
+        return Ok(false);
+    };
+    let scheme = endpoint.trim().split("://").next().unwrap_or_default();
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(Error::Https);
+    }
+    Ok(true)
+}
 
 /// The exporter of a process's traces. Dropping it flushes the queue (within [`FLUSH`]) and
 /// ends the exporting thread.
@@ -36,14 +65,16 @@ pub struct Traces {
 }
 
 impl Traces {
-    /// The exporter the environment asks for: `None` when no OTLP endpoint is set.
+    /// The exporter the environment asks for: `None` when no OTLP endpoint is set, or when
+    /// `OTEL_SDK_DISABLED` is `true`.
     ///
     /// # Errors
     ///
-    /// The exporter could not be built (an endpoint that is not a URL, say).
-    pub fn from_env() -> Result<Option<Traces>, opentelemetry_otlp::ExporterBuildError> {
+    /// The endpoint is https (not built in), or the exporter could not be built (an endpoint
+    /// that is not a URL, say).
+    pub fn from_env() -> Result<Option<Traces>, Error> {
         let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
-        if !ENDPOINTS.iter().any(|var| set(var)) {
+        if !wanted(|var| std::env::var(var).ok())? {
             return Ok(None);
         }
         // Endpoint, headers and timeout from the standard variables.
@@ -85,5 +116,68 @@ impl Drop for Traces {
         if let Err(e) = self.provider.shutdown_with_timeout(FLUSH) {
             tracing::debug!(error = %e, "the last spans may not have reached the collector");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted_with(vars: &[(&str, &str)]) -> Result<bool, Error> {
+        wanted(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn an_http_endpoint_turns_traces_on_and_nothing_else_does() {
+        let http = "http://127.0.0.1:4318";
+        assert!(!wanted_with(&[]).unwrap());
+        assert!(!wanted_with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]).unwrap());
+        assert!(wanted_with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", http)]).unwrap());
+        assert!(wanted_with(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", http)]).unwrap());
+        for disabled in ["true", "TRUE"] {
+            let vars = [
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", http),
+                ("OTEL_SDK_DISABLED", disabled),
+            ];
+            assert!(!wanted_with(&vars).unwrap());
+        }
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", http),
+            ("OTEL_SDK_DISABLED", "false"),
+        ];
+        assert!(wanted_with(&vars).unwrap());
+    }
+
+    #[test]
+    fn an_https_endpoint_is_refused_with_a_clear_error() {
+        for vars in [
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")],
+            vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "HTTPS://collector")],
+            vec![
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://collector"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ],
+        ] {
+            let refused = wanted_with(&vars).unwrap_err();
+            assert!(matches!(refused, Error::Https), "{vars:?}");
+            assert!(
+                refused
+                    .to_string()
+                    .contains("use a local collector over http")
+            );
+        }
+        // The traces endpoint wins: an https general one is not used.
+        let vars = [
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://127.0.0.1:4318",
+            ),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector"),
+        ];
+        assert!(wanted_with(&vars).unwrap());
     }
 }

@@ -166,6 +166,12 @@ fn named<'s>(spans: &'s [Value], name: &str) -> Vec<&'s Value> {
     spans.iter().filter(|s| s["name"] == name).collect()
 }
 
+/// How long `span` was open.
+fn duration(span: &Value) -> Duration {
+    let (start, end) = (span["start_ns"].as_u64(), span["end_ns"].as_u64());
+    Duration::from_nanos(end.unwrap().saturating_sub(start.unwrap()))
+}
+
 /// The value of attribute `key` of `span`.
 fn attr<'s>(span: &'s Value, key: &str) -> &'s Value {
     &span["attributes"][key]
@@ -188,6 +194,7 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
     let run = run[0];
     assert_eq!(run["service"], "outlive", "the default service name");
     assert_eq!(attr(run, "outcome"), "completed");
+    assert_eq!(run["status"], 0, "no error status: {run}");
     assert_eq!(attr(run, "run_id"), &event["runId"]);
     assert_eq!(attr(run, "attempts").as_u64(), Some(attempts), "{run}");
     let trace = &run["trace_id"];
@@ -211,6 +218,7 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
     for entry in cut {
         assert_eq!(attr(entry, "ended"), "failed", "{entry}");
         assert!(attr(entry, "cause").is_string(), "{entry}");
+        assert_eq!(entry["status"], 2, "an error status: {entry}");
     }
     assert_eq!(
         attr(entries[1], "resumed"),
@@ -257,6 +265,12 @@ async fn a_run_through_deaths_is_one_trace_with_its_entries_and_deaths() {
             .any(|c| attr(c, "bytes").as_u64() > Some(0)),
         "checkpoint spans with their size"
     );
+    // A checkpoint span ends with its capture, not with the page (its watchers are in no
+    // span).
+    for checkpoint in named(&spans, "checkpoint") {
+        let took = duration(checkpoint);
+        assert!(took < Duration::from_secs(3), "{took:?}: {checkpoint}");
+    }
 
     no_secret_in(&receiver.raw());
 }
@@ -298,16 +312,22 @@ async fn a_collector_that_is_down_or_slow_changes_nothing_in_the_run() {
     let event = finished(demo(&refused, &args)).await;
     assert_eq!(event["outcome"], "completed", "{event}");
 
-    // A collector that holds every request 30 s: the exit waits for it no longer than its
-    // flush allows.
+    // A collector that holds every request 30 s, an export timeout longer still, and a
+    // queue of 4 (the spans past it dropped): the exit waits for it no longer than its flush
+    // allows.
     let slow = Receiver::start(Some(Duration::from_secs(30))).await;
     let started = tokio::time::Instant::now();
-    let event = finished(demo(&slow.endpoint, &args)).await;
+    let mut command = demo(&slow.endpoint, &args);
+    command
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")
+        .env("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+        .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2");
+    let event = finished(command).await;
     assert_eq!(event["outcome"], "completed", "{event}");
     let run = Duration::from_millis(event["totalMs"].as_u64().unwrap());
     let after = started.elapsed().saturating_sub(run);
     assert!(
-        after < outlive_cli::traces::FLUSH + Duration::from_secs(10),
+        after < outlive_cli::traces::FLUSH + Duration::from_secs(2),
         "the run took {run:?}; the process {after:?} more"
     );
 }
@@ -328,14 +348,14 @@ async fn a_durable_run_taken_over_after_a_kill_is_one_trace() {
     let first_pid = first.pid();
     let run_id = support::pg::submit_bank(&jb.store, 80, 200).await;
 
-    // The first worker took a checkpoint: its span is out. (Its job and run spans never end:
-    // they are lost with it.)
+    // The first worker made the trace's root and took a checkpoint: their spans are out.
+    // (Its job and run spans never end: they are lost with it.)
     let from = |pid: u32, name: &'static str| {
         move |s: &Value| s["pid"].as_u64() == Some(u64::from(pid)) && s["name"] == name
     };
     let spans = receiver
-        .wait_for("the first worker's checkpoint", |s| {
-            s.iter().any(from(first_pid, "checkpoint"))
+        .wait_for("the first worker's root and checkpoint", |s| {
+            s.iter().any(from(first_pid, "checkpoint")) && s.iter().any(from(first_pid, "run"))
         })
         .await;
     let trace = spans
@@ -377,10 +397,23 @@ async fn a_durable_run_taken_over_after_a_kill_is_one_trace() {
             .fetch_one(jb.store.pool())
             .await
             .unwrap();
+    // The root: the first worker's `run` span, ended at once; the row keeps its context,
+    // which every pickup's `job` span is a child of (the first's is lost with its worker,
+    // the takeover's is here).
+    let roots: Vec<&Value> = spans.iter().filter(|s| s["name"] == "run").collect();
+    assert_eq!(roots.len(), 1, "one root: {roots:?}");
+    let root = roots[0];
+    assert_eq!(root["pid"].as_u64(), Some(u64::from(first_pid)));
+    assert_eq!(root["parent_span_id"], "", "a root: {root}");
+    assert_eq!(attr(root, "run_id"), run_id.as_str());
+    assert!(
+        duration(root) < Duration::from_secs(1),
+        "ended at once: {root}"
+    );
+    assert_eq!(stored.split('-').nth(2), root["span_id"].as_str());
     assert_eq!(
-        stored.split('-').nth(2),
-        job["parent_span_id"].as_str(),
-        "the takeover's span is a child of the first pickup's"
+        job["parent_span_id"], root["span_id"],
+        "the takeover's span is a child of the root"
     );
     let run = spans
         .iter()

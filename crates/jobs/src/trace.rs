@@ -1,14 +1,19 @@
 //! A durable run's trace across the workers that take it.
 //!
-//! Each pickup of a run runs in a `job` span. The first pickup stores its span's W3C trace
-//! context in the run's row (`outlive_runs.traceparent`); a later one, a takeover, parents its
-//! `job` span on it. So a run is one trace however many workers had it. Without an
-//! OpenTelemetry layer in the process, nothing is stored and nothing is parented.
+//! Each pickup of a run runs in a `job` span. The first pickup makes the trace's root, a short
+//! `run` span that ends (and is exported) at once, and stores its W3C trace context in the
+//! run's row (`outlive_runs.traceparent`); every pickup's `job` span is its child, a
+//! takeover's too, through the context the claim reads back. So a run is one trace, with its
+//! root, however many workers had it, even one killed. Without an OpenTelemetry layer in the
+//! process, nothing is stored.
 
+use opentelemetry::Context;
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
 };
 use sqlx::PgPool;
+use std::time::Duration;
+use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// For a runs table created before traces.
@@ -21,12 +26,26 @@ pub(crate) struct Pickup<'a> {
     pub(crate) task: &'a str,
     pub(crate) pickup: i32,
     pub(crate) worker: &'a str,
+    /// The run's trace context, as the claim read it from the row.
+    pub(crate) traceparent: Option<&'a str>,
 }
 
-/// The `job` span of one pickup, in the run's trace: parented on the context the run's row
-/// holds, or (the first pickup) a new trace whose context the row keeps from now on. A
-/// database error leaves the span where it is: the run goes on.
-pub(crate) async fn pickup_span(pool: &PgPool, pickup: &Pickup<'_>) -> tracing::Span {
+/// The `job` span of one pickup, in the run's trace: parented on the context the row holds
+/// or, when it holds none (the first pickup), on a new `run` root span, ended at once, whose
+/// context the row keeps from now on. Storing it is bounded by `limit`; a database error or
+/// a timeout leaves the takeovers out of this trace, and the run goes on. Without an
+/// OpenTelemetry layer, nothing is stored.
+pub(crate) async fn pickup_span(pool: &PgPool, pickup: &Pickup<'_>, limit: Duration) -> Span {
+    let parent = match pickup.traceparent {
+        Some(stored) => match parse(stored) {
+            Some(parent) => Some(Context::new().with_remote_span_context(parent)),
+            None => {
+                tracing::debug!("the run's stored trace context does not parse");
+                None
+            }
+        },
+        None => root(pool, pickup, limit).await,
+    };
     let span = tracing::info_span!(
         parent: None,
         "job",
@@ -35,43 +54,40 @@ pub(crate) async fn pickup_span(pool: &PgPool, pickup: &Pickup<'_>) -> tracing::
         pickup = pickup.pickup,
         worker = pickup.worker,
         ended = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
-    let stored: Result<Option<Option<String>>, sqlx::Error> =
-        sqlx::query_scalar("SELECT traceparent FROM outlive_runs WHERE run_id = $1")
-            .bind(pickup.run_id)
-            .fetch_optional(pool)
-            .await;
-    match stored {
-        Ok(Some(Some(stored))) => match parse(&stored) {
-            Some(parent) => {
-                let parent = opentelemetry::Context::new().with_remote_span_context(parent);
-                if let Err(e) = span.set_parent(parent) {
-                    tracing::debug!(error = %e, "the run's trace is not continued");
-                }
-            }
-            None => tracing::debug!("the run's stored trace context does not parse"),
-        },
-        Ok(_) => store(pool, pickup.run_id, &span).await,
-        Err(e) => tracing::debug!(error = %e, "could not read the run's trace context"),
+    if let Some(parent) = parent
+        && let Err(e) = span.set_parent(parent)
+    {
+        tracing::debug!(error = %e, "the run's trace is not continued");
     }
     span
 }
 
-/// Keeps the context of `span` in the run's row, unless the row has one already.
-async fn store(pool: &PgPool, run_id: &str, span: &tracing::Span) {
-    let Some(traceparent) = format(span.context().span().span_context()) else {
-        return;
-    };
+/// The run's root: a `run` span, ended (so exported) at once, its context kept in the run's
+/// row (unless the row has one already). `None` without an OpenTelemetry layer.
+async fn root(pool: &PgPool, pickup: &Pickup<'_>, limit: Duration) -> Option<Context> {
+    let root = tracing::info_span!(
+        parent: None,
+        "run",
+        run_id = pickup.run_id,
+        task = pickup.task,
+    );
+    let context = root.context();
+    drop(root);
+    let traceparent = format(context.span().span_context())?;
     let stored = sqlx::query(
         "UPDATE outlive_runs SET traceparent = $2 WHERE run_id = $1 AND traceparent IS NULL",
     )
-    .bind(run_id)
+    .bind(pickup.run_id)
     .bind(traceparent)
-    .execute(pool)
-    .await;
-    if let Err(e) = stored {
-        tracing::debug!(error = %e, "could not keep the run's trace context");
+    .execute(pool);
+    match tokio::time::timeout(limit, stored).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not keep the run's trace context"),
+        Err(_) => tracing::debug!(?limit, "keeping the run's trace context timed out"),
     }
+    Some(context)
 }
 
 /// `00-TRACE-SPAN-FLAGS`, the W3C `traceparent` of a valid context.

@@ -314,12 +314,25 @@ async fn take(
             task: &job.task,
             pickup: lease.pickup(),
             worker: worker.name(),
+            traceparent: lease.traceparent.as_deref(),
         };
-        let span = trace::pickup_span(shared.store.pool(), &pickup).await;
-        let held = hold(&job, lease, &shared, &mut state)
+        let limit = shared.timing.heartbeat / 2;
+        let span = trace::pickup_span(shared.store.pool(), &pickup, limit).await;
+        let held = match hold(&job, lease, &shared, &mut state)
             .instrument(span.clone())
-            .await?;
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                span.record("ended", "error");
+                span.record("otel.status_code", "ERROR");
+                return Err(e);
+            }
+        };
         span.record("ended", held.outcome().unwrap_or("unrenewed"));
+        if matches!(held.outcome(), Some("failed" | "gave_up")) {
+            span.record("otel.status_code", "ERROR");
+        }
         if let (Some(m), Some(outcome)) = (metrics, held.outcome()) {
             m.finished(outcome);
         }

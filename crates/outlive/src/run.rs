@@ -321,6 +321,7 @@ fn run_span(run_id: &str) -> tracing::Span {
         checkpoints = Empty,
         sessions = Empty,
         error_code = Empty,
+        otel.status_code = Empty,
     )
 }
 
@@ -335,6 +336,9 @@ fn record_on_span(span: &tracing::Span, event: &WideEvent) {
     span.record("sessions", i64::from(event.sessions));
     if let Some(code) = &event.error_code {
         span.record("error_code", code.as_str());
+    }
+    if event.outcome != Outcome::Completed {
+        span.record("otel.status_code", "ERROR");
     }
 }
 

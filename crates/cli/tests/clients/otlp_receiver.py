@@ -49,6 +49,9 @@ def spans(request):
                     "span_id": span.span_id.hex(),
                     "parent_span_id": span.parent_span_id.hex(),
                     "name": span.name,
+                    "start_ns": span.start_time_unix_nano,
+                    "end_ns": span.end_time_unix_nano,
+                    "status": span.status.code,
                     "attributes": attributes(span.attributes),
                     "events": [
                         {"name": e.name, "attributes": attributes(e.attributes)}

@@ -125,7 +125,7 @@ where
             }
             Stop::Returned(out) => {
                 let cut = self.leave(&entry, &mut w);
-                self.returned(browser, &entry.ctx, entry.task, cut, out)
+                self.returned(browser, &entry.ctx, &entry.span, entry.task, cut, out)
                     .await
             }
             Stop::Died(death) => {
@@ -380,6 +380,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
+        span: &tracing::Span,
         task: Task<F::Entry>,
         cut: EntryEnd,
         out: TaskResult<T, E>,
@@ -389,7 +390,7 @@ where
                 ctx.retire();
                 Ended::Over(self.complete(browser, value).await)
             }
-            Ok(Err(e)) => self.task_failed(browser, ctx, task, cut, e).await,
+            Ok(Err(e)) => self.task_failed(browser, ctx, span, task, cut, e).await,
             Err(panic) => {
                 ctx.retire();
                 self.panicked(browser, panic).await
@@ -403,6 +404,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
+        span: &tracing::Span,
         task: Task<F::Entry>,
         cut: EntryEnd,
         e: E,
@@ -416,6 +418,9 @@ where
                     cause = death.cause.as_str(),
                     "the task failed because its browser or page failed"
                 );
+                // The entry failed, as if the death had been seen first.
+                span.record("ended", "failed");
+                span.record("cause", death.cause.as_str());
                 ctx.retire();
                 // Nothing is left of the entry: no grace to give.
                 drop(task);
@@ -503,6 +508,7 @@ fn entry_span(ctx: &Ctx, handed: Option<usize>) -> tracing::Span {
         progress_bytes = handed.map(|n| n as i64),
         ended = tracing::field::Empty,
         cause = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
 }
 
@@ -520,4 +526,7 @@ fn record_end<T, E>(span: &tracing::Span, stop: &Stop<TaskResult<T, E>>) {
         }
     };
     span.record("ended", ended);
+    if ended != "rotated" && ended != "returned" {
+        span.record("otel.status_code", "ERROR");
+    }
 }
