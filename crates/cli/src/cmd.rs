@@ -20,6 +20,7 @@ use outlive::{
 };
 
 use crate::error::{Error, ErrorKind};
+use crate::traces::Traces;
 
 /// Where browsers come from: local Chromium unless one of these is given.
 #[derive(Args)] // no Debug: it holds a secret (an API key or a database URL)
@@ -405,14 +406,30 @@ pub fn parse<C: clap::Parser>() -> Result<C, std::process::ExitCode> {
     })
 }
 
-/// Sends tracing to stderr, filtered by `RUST_LOG`, when it is set.
-pub fn log_to_stderr() {
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
+/// Sends tracing to stderr, filtered by `RUST_LOG`, when it is set; and outlive's spans to an
+/// OTLP collector, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Keep the answer until the
+/// process ends: dropping it sends the last spans.
+pub fn log_to_stderr() -> Option<Traces> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
+    let log = EnvFilter::try_from_env("RUST_LOG").ok().map(|filter| {
+        tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
-            .init();
+            .with_filter(filter)
+    });
+    let traces = Traces::from_env().unwrap_or_else(|e| {
+        // A build error may quote the endpoint, and a token in it.
+        let e = outlive::redact::redact(&e.to_string(), outlive::Diagnostics::Safe);
+        eprintln!("outlive: traces are off: {e}");
+        None
+    });
+    if log.is_none() && traces.is_none() {
+        return None;
     }
+    let otel = traces.as_ref().map(Traces::layer);
+    tracing_subscriber::registry().with(log).with(otel).init();
+    traces
 }
 
 /// An exit status as the process's.

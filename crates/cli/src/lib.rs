@@ -11,6 +11,8 @@
 //!   crate.
 //! * [`metrics`] — `--metrics ADDR`: `/metrics` for `run`, `serve` and `worker`; [`ui`] —
 //!   the runs page, at `/` there and under `outlive ui`; [`http`] — the listener of both.
+//! * [`traces`] — OpenTelemetry: outlive's spans to an OTLP collector, when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! * [`error`] — the one [`Error`] type.
 //!
 //! The demo's and the worker's test bed (Aurora Bank, a gateway, the bank task) is the
@@ -24,6 +26,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 mod sync;
+pub mod traces;
 pub mod ui;
 pub mod worker;
 

@@ -12,10 +12,13 @@ async fn main() -> anyhow::Result<ExitCode> {
         Ok(cli) => cli,
         Err(status) => return Ok(status),
     };
-    // The gateway sets up its own logging.
-    if !matches!(cli.command, Command::Gateway(_)) {
-        cmd::log_to_stderr();
-    }
+    // The gateway sets up its own logging. Traces are sent until this is dropped, as `main`
+    // returns.
+    let _traces = if matches!(cli.command, Command::Gateway(_)) {
+        None
+    } else {
+        cmd::log_to_stderr()
+    };
     // Returning (rather than `process::exit`) lets the runtime shut down: every task a command
     // spawned is dropped, and with it every browser it started and its profile.
     match cli.command {

@@ -80,6 +80,7 @@ pub(crate) async fn release_inherited(
                     Ok(Err(e)) => e.to_string(),
                     _ => format!("no answer within {RELEASE_TIMEOUT:?}"),
                 };
+                let error = outlive::redact::redact(&error, outlive::Diagnostics::Safe);
                 tracing::warn!(run_id, session = session.id, %error, "a session a previous worker held was not released");
             }
         }

@@ -82,6 +82,8 @@ pub(crate) struct Lease {
     pub(crate) takeover: crate::held::Takeover,
     /// At the run's first pickup: how long it waited in the queue.
     pub(crate) queued_for: Option<Duration>,
+    /// The run's trace context (W3C `traceparent`), when a pickup before kept one.
+    pub(crate) traceparent: Option<String>,
 }
 
 impl Lease {
@@ -98,21 +100,22 @@ impl Lease {
         loop {
             let sent = Instant::now();
             // With the pickup, the time since the run's submission (its queue wait, at the
-            // first pickup).
-            let claimed: Option<(i32, f64)> = sqlx::query_as(
+            // first pickup), and the run's trace context.
+            let claimed: Option<(i32, f64, Option<String>)> = sqlx::query_as(
                 "WITH claimed AS (
                     UPDATE outlive_runs SET status = 'running', worker = $2,
                     pickups = pickups + 1, lease_until = now() + $3, updated_at = now()
                     WHERE run_id = $1 AND (status = 'queued'
                        OR (status = 'running' AND (lease_until IS NULL OR lease_until < now())))
-                    RETURNING run_id, pickups, submitted_at
+                    RETURNING run_id, pickups, submitted_at, traceparent
                  ), picked AS (
                     INSERT INTO outlive_pickups (run_id, pickup, worker)
                     SELECT run_id, pickups, $2 FROM claimed
                     RETURNING pickup
                  )
                  SELECT picked.pickup,
-                        GREATEST(EXTRACT(EPOCH FROM now() - claimed.submitted_at), 0)::float8
+                        GREATEST(EXTRACT(EPOCH FROM now() - claimed.submitted_at), 0)::float8,
+                        claimed.traceparent
                  FROM picked, claimed",
             )
             .bind(run_id)
@@ -120,7 +123,7 @@ impl Lease {
             .bind(timing.takeover)
             .fetch_optional(pool)
             .await?;
-            if let Some((pickup, since_submitted)) = claimed {
+            if let Some((pickup, since_submitted, traceparent)) = claimed {
                 return Ok(Claim::Held(Lease {
                     pool: pool.clone(),
                     run_id: run_id.to_owned(),
@@ -131,6 +134,7 @@ impl Lease {
                     queued_for: (pickup == 1)
                         .then_some(since_submitted)
                         .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+                    traceparent,
                 }));
             }
             let (status, until, left): (String, Option<f64>, Option<f64>) = sqlx::query_as(

@@ -19,12 +19,14 @@
 //!   PostgreSQL advisory locks (a dead worker's locks go with its connections).
 //! * `schema` — [`setup`] and the tables, [`check_setup`] (creating nothing); `store` —
 //!   [`PgStore`], the sealed checkpoints.
+//! * `trace` — a run's trace across its pickups: the first stores its span's context in the
+//!   run's row, a takeover continues it.
 //!
 //! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`).
 //! This crate adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
-//! or error, the last wide event), `outlive_run_events` (each run's history), `outlive_tasks`
-//! (every task name a worker declared: what [`submit`] accepts besides its own [`Tasks`]) and
-//! `outlive_checkpoints` ([`PgStore`]).
+//! or error, the last wide event, the trace context), `outlive_run_events` (each run's
+//! history), `outlive_tasks` (every task name a worker declared: what [`submit`] accepts
+//! besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
 
 mod command;
 mod error;
@@ -40,6 +42,7 @@ mod slots;
 mod store;
 mod sync;
 mod task;
+mod trace;
 mod worker;
 
 pub use command::{MAX_INPUT_BYTES, parse_task};

@@ -3,7 +3,7 @@
 use apalis_postgres::PostgresStorage;
 
 use crate::error::{Error, ErrorKind, db};
-use crate::{PgStore, held, history};
+use crate::{PgStore, held, history, trace};
 
 const RUNS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_runs (
     run_id text PRIMARY KEY,
@@ -49,7 +49,7 @@ const TASKS_TABLE: &str = "CREATE TABLE IF NOT EXISTS outlive_tasks (
 ///
 /// # Errors
 ///
-/// [`ErrorKind::Database`](crate::ErrorKind::Database).
+/// [`ErrorKind::Database`].
 pub async fn setup(store: &PgStore) -> Result<(), Error> {
     // `CREATE … IF NOT EXISTS` is not safe against itself: two workers starting at once on a
     // fresh database both create, and one fails on a duplicate type. One at a time, under a
@@ -101,6 +101,7 @@ async fn create_tables(store: &PgStore) -> Result<(), Error> {
         RUNS_LEASE,
         RUNS_SUBMITTED,
         held::HELD_COLUMN,
+        trace::TRACEPARENT_COLUMN,
         PICKUPS_TABLE,
         TASKS_TABLE,
     ] {

@@ -14,6 +14,7 @@ use outlive::{BoxFuture, Durable, Options, Provider, Sealer, WideEvent};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDrop;
+use tracing::Instrument;
 
 use crate::error::{Error, ErrorKind, db};
 use crate::finish::Finished;
@@ -21,7 +22,7 @@ use crate::lease::{self, Claim, Lease, Lost};
 use crate::metrics::{InState, RunState, WorkerMetrics};
 use crate::queue::{QUEUE, RunJob};
 use crate::task::Task;
-use crate::{PgStore, Tasks, command, held, history};
+use crate::{PgStore, Tasks, command, held, history, trace};
 use outlive::history::{Event, Step};
 
 /// How workers share the queue. Every worker on a queue must use the same heartbeat and
@@ -310,8 +311,31 @@ async fn take(
         if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
             m.waited(waited);
         }
-        let (held, writer) = hold(&job, lease, &shared, worker.name(), &mut state).await?;
+        let pickup = trace::Pickup {
+            run_id: &run_id,
+            task: &job.task,
+            pickup: lease.pickup(),
+            worker: worker.name(),
+            traceparent: lease.traceparent.as_deref(),
+        };
+        let limit = shared.timing.heartbeat / 2;
+        let span = trace::pickup_span(shared.store.pool(), &pickup, limit).await;
+        let (held, writer) = match hold(&job, lease, &shared, worker.name(), &mut state)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                span.record("ended", "error");
+                span.record("otel.status_code", "ERROR");
+                return Err(e);
+            }
+        };
         let outcome = held.outcome();
+        span.record("ended", outcome.unwrap_or("unrenewed"));
+        if matches!(outcome, Some("failed" | "gave_up")) {
+            span.record("otel.status_code", "ERROR");
+        }
         if let (Some(m), Some(outcome)) = (metrics, outcome) {
             m.finished(outcome);
         }

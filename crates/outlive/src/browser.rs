@@ -95,23 +95,9 @@ pub(crate) struct CdpBrowser {
     live: Option<LiveSession>,
 }
 
-impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
-    type Page = Page;
-    type Browser = CdpBrowser;
-
-    fn stalls(&self) -> Option<Arc<Stalls>> {
-        Some(self.stalls.clone())
-    }
-
-    fn clients(&self) -> Option<Arc<Usage>> {
-        self.client.as_ref().map(|c| c.usage.clone())
-    }
-
-    fn client_use_is_progress(&self) -> bool {
-        self.client.as_ref().is_some_and(|c| c.use_is_progress)
-    }
-
-    async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
+impl<P: Provider + ?Sized> CdpBackend<'_, P> {
+    /// Launches a session through the provider and connects its browser, ready for the task.
+    async fn launch_and_connect(&self, options: &Options) -> Result<CdpBrowser, Error> {
         let metrics = options.metrics.as_ref();
         let provider = self.provider.name();
         let session = match self.provider.launch().await {
@@ -169,6 +155,40 @@ impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
                 Err(e)
             }
         }
+    }
+}
+
+impl<P: Provider + ?Sized> Backend for CdpBackend<'_, P> {
+    type Page = Page;
+    type Browser = CdpBrowser;
+
+    fn stalls(&self) -> Option<Arc<Stalls>> {
+        Some(self.stalls.clone())
+    }
+
+    fn clients(&self) -> Option<Arc<Usage>> {
+        self.client.as_ref().map(|c| c.usage.clone())
+    }
+
+    fn client_use_is_progress(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.use_is_progress)
+    }
+
+    /// Launches and connects a browser; logs `browser launched` with the provider and the
+    /// time it took. An event, not a span: the browser's own tasks, spawned during the launch,
+    /// would keep a span open as long as the browser lives.
+    async fn launch(&self, options: &Options) -> Result<CdpBrowser, Error> {
+        let started = tokio::time::Instant::now();
+        let launched = self.launch_and_connect(options).await;
+        if launched.is_ok() {
+            tracing::info!(
+                target: "outlive::milestone",
+                provider = %crate::redact::redact(self.provider.name(), options.diagnostics),
+                took_ms = started.elapsed().as_millis() as i64,
+                "browser launched"
+            );
+        }
+        launched
     }
 }
 
@@ -235,7 +255,7 @@ fn died_early(d: Death) -> Error {
 /// Spawns the handler pump: owned, and the first websocket error it reports is a death. It
 /// runs quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
 fn spawn_pump(mut handler: Handler, death_tx: DeathSender) -> AbortOnDropHandle<()> {
-    AbortOnDropHandle::new(crate::quiet::spawn(async move {
+    AbortOnDropHandle::new(crate::quiet::spawn_detached(async move {
         while let Some(event) = handler.next().await {
             if let Err(CdpError::Ws(_)) = event {
                 death_tx.declare(DeathCause::Closed);
@@ -251,7 +271,7 @@ fn spawn_exit_watch(
     exited: crate::provider::BoxFuture<'static, ()>,
     exit_tx: DeathSender,
 ) -> AbortOnDropHandle<()> {
-    AbortOnDropHandle::new(crate::quiet::spawn(async move {
+    AbortOnDropHandle::new(crate::quiet::spawn_detached(async move {
         exited.await;
         exit_tx.declare(DeathCause::ProcessExit);
     }))

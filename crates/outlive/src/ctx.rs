@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -405,8 +406,22 @@ impl Ctx {
         self.inner.switch.parked()
     }
 
-    /// One capture, offered to the store.
+    /// One capture, offered to the store, in a `checkpoint` span (its size and whether it
+    /// was kept recorded on it).
     async fn capture(&self) -> bool {
+        let span = tracing::info_span!(
+            "checkpoint",
+            attempt = i64::from(self.inner.attempt),
+            bytes = tracing::field::Empty,
+            kept = tracing::field::Empty,
+        );
+        let kept = self.capture_now().instrument(span.clone()).await;
+        span.record("kept", kept);
+        kept
+    }
+
+    /// One capture, offered to the store.
+    async fn capture_now(&self) -> bool {
         let started = Instant::now();
         // A cap too big to add (`Duration::MAX` as "no cap") is a year.
         let deadline = started
@@ -440,6 +455,7 @@ impl Ctx {
                     != self.inner.restored_progress.as_ref().map(|p| p.as_str());
                 cp.progress = progress;
                 let bytes = cp.bytes();
+                tracing::Span::current().record("bytes", bytes as i64);
                 #[cfg(feature = "durable")]
                 let plain = self.inner.rules.durable.as_ref().map(|_| cp.to_bytes());
                 let kept = self.inner.store.offer(cp);

@@ -482,7 +482,9 @@ impl Options {
         self
     }
 
+    /// Logs `milestone` (see `Milestone::trace`) and tells the milestone callback, if any.
     pub(crate) fn note(&self, milestone: Milestone) {
+        milestone.trace();
         if let Some(f) = &self.on_milestone {
             f(&milestone);
         }

@@ -155,6 +155,17 @@ where
     tokio::spawn(quietly(future.in_current_span()))
 }
 
+/// Like [`spawn`], in no span: for a task that lives as long as a browser or a page. In the
+/// current span it would hold that span (a `checkpoint`, an `entry`, the run) open, and
+/// unexported, until the browser goes.
+pub(crate) fn spawn_detached<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(quietly(future.instrument(tracing::Span::none())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,17 +208,22 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn the_current_span_is_the_subscribers_and_spawned_tasks_keep_it() {
+    async fn the_current_span_is_the_subscribers_and_spawned_tasks_keep_it_unless_detached() {
         let _guard = tracing::subscriber::set_default(tracing_subscriber::registry());
         let run = tracing::info_span!("run");
         let (inside, spawned) = quietly(async {
             let spawned = spawn(async { tracing::Span::current().id() });
-            (tracing::Span::current().id(), spawned.await.unwrap())
+            let detached = spawn_detached(async { tracing::Span::current().id() });
+            (
+                tracing::Span::current().id(),
+                (spawned.await.unwrap(), detached.await.unwrap()),
+            )
         })
         .instrument(run.clone())
         .await;
         assert_eq!(inside, run.id());
-        assert_eq!(spawned, run.id());
+        assert_eq!(spawned.0, run.id());
+        assert_eq!(spawned.1, None);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -321,3 +321,57 @@ pub enum Milestone {
         took: std::time::Duration,
     },
 }
+
+impl Milestone {
+    /// Logs the milestones a trace shows as events, in the current span (the run's), target
+    /// `outlive::milestone`. The others have a line or a span of their own already:
+    /// `browser launched` (every launch, by the backend), `entering the task`, `launch
+    /// failed`, the `checkpoint` span, a carried client's line.
+    pub(crate) fn trace(&self) {
+        // Numbers as `i64`: `tracing-opentelemetry` sends a `u64` as text.
+        let ms = |d: &std::time::Duration| d.as_millis() as i64;
+        match self {
+            Milestone::Restored { restore, navigate } => tracing::info!(
+                target: "outlive::milestone",
+                restore_ms = ms(restore),
+                navigate_ms = ms(navigate),
+                "checkpoint restored"
+            ),
+            Milestone::Died {
+                attempt,
+                cause,
+                confirmed,
+                lost_work,
+                ..
+            } => tracing::info!(
+                target: "outlive::milestone",
+                attempt = i64::from(*attempt),
+                cause = cause.as_str(),
+                confirmed = confirmed.map(|c| c.as_str()),
+                lost_work_ms = ms(lost_work),
+                "browser died"
+            ),
+            Milestone::SuccessorReady { took, standby } => tracing::info!(
+                target: "outlive::milestone",
+                took_ms = ms(took),
+                standby,
+                "successor ready"
+            ),
+            Milestone::Rotated { attempt, age, .. } => tracing::info!(
+                target: "outlive::milestone",
+                attempt = i64::from(*attempt),
+                age_ms = ms(age),
+                "rotated"
+            ),
+            Milestone::PageRecovered { took } => {
+                tracing::info!(target: "outlive::milestone", took_ms = ms(took), "page recovered");
+            }
+            Milestone::Launched { .. }
+            | Milestone::LaunchFailed { .. }
+            | Milestone::Entered { .. }
+            | Milestone::ClientCarried { .. }
+            | Milestone::Checkpointed { .. }
+            | Milestone::PageFailed { .. } => {}
+        }
+    }
+}

@@ -80,6 +80,9 @@ struct Reporter<'o> {
     stalls: Option<Arc<crate::relay::Stalls>>,
     /// What the front saw of a foreign client, if one uses the run's browsers.
     clients: Option<Arc<crate::front::Usage>>,
+    /// The run's span: the wide event is emitted in it, its outcome and counts recorded on
+    /// it.
+    span: tracing::Span,
     emitted: bool,
 }
 
@@ -133,7 +136,11 @@ impl Reporter<'_> {
         }
         self.emitted = true;
         let event = self.event(outcome, failure);
-        event.emit(self.options.on_event.as_deref());
+        // In the run's span even when emitted by `Drop`, outside it.
+        self.span.in_scope(|| {
+            record_on_span(&self.span, &event);
+            event.emit(self.options.on_event.as_deref());
+        });
     }
 
     fn outlive_error<E>(&mut self, e: Error) -> RunError<E> {
@@ -264,7 +271,7 @@ where
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), |d| d.run_id.clone());
     #[cfg(not(feature = "durable"))]
     let run_id = uuid::Uuid::new_v4().to_string();
-    let span = tracing::info_span!("outlive", run_id = %run_id);
+    let span = run_span(&run_id);
     let store = Arc::new(Store::default());
     let reporter = Reporter {
         run_id,
@@ -275,6 +282,7 @@ where
         budget: Budget::new(options),
         stalls: backend.stalls(),
         clients: backend.clients(),
+        span: span.clone(),
         emitted: false,
     };
     let mut run = Run {
@@ -297,6 +305,41 @@ where
         blind: false,
     };
     run.drive().instrument(span).await
+}
+
+/// The span of a run: its id now, its outcome and counts when it ends
+/// ([`record_on_span`]).
+fn run_span(run_id: &str) -> tracing::Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        "outlive",
+        run_id = %run_id,
+        outcome = Empty,
+        attempts = Empty,
+        relaunches = Empty,
+        rotations = Empty,
+        checkpoints = Empty,
+        sessions = Empty,
+        error_code = Empty,
+        otel.status_code = Empty,
+    )
+}
+
+/// Records the run's outcome and counts on its span. Counts as `i64`: OpenTelemetry has no
+/// unsigned integer, and `tracing-opentelemetry` sends a `u64` as text.
+fn record_on_span(span: &tracing::Span, event: &WideEvent) {
+    span.record("outcome", event.outcome.as_str());
+    span.record("attempts", i64::from(event.attempts));
+    span.record("relaunches", i64::from(event.relaunches));
+    span.record("rotations", i64::from(event.rotations));
+    span.record("checkpoints", i64::from(event.checkpoint_count));
+    span.record("sessions", i64::from(event.sessions));
+    if let Some(code) = &event.error_code {
+        span.record("error_code", code.as_str());
+    }
+    if event.outcome != Outcome::Completed {
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 /// A release in progress, capped by `release_timeout`.

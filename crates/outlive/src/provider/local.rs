@@ -216,7 +216,7 @@ impl LocalChromium {
         // The reaper owns the child: it waits for the exit and publishes it. It ends by itself
         // once the process is gone, which `LocalBrowser`'s drop makes sure of.
         let (exited_tx, exited) = watch::channel(false);
-        crate::quiet::spawn(async move {
+        crate::quiet::spawn_detached(async move {
             let _ = child.wait().await;
             let _ = exited_tx.send(true);
         });
@@ -236,7 +236,7 @@ impl LocalChromium {
         browser.endpoint = Some(CdpEndpoint::new(url)?);
         // Keep draining stderr so Chromium never blocks on a full pipe; the task ends at EOF,
         // when the process exits, or when the browser is dropped.
-        browser.drain = Some(crate::quiet::spawn(async move {
+        browser.drain = Some(crate::quiet::spawn_detached(async move {
             while let Ok(Some(_)) = lines.next_line().await {}
         }));
         tracing::debug!(pid, profile = %browser.profile_dir().display(), "chromium started");

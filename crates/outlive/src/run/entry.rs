@@ -40,6 +40,8 @@ struct Entry<Fut> {
     plan: Option<Plan>,
     /// When the entry's browser was launched: its age counts from there.
     born: Instant,
+    /// The entry's span: how it ended is recorded on it.
+    span: tracing::Span,
     task: Task<Fut>,
 }
 
@@ -109,6 +111,7 @@ where
         let stop = self.watch(&mut entry, &browser, &mut w).await;
         // An automatic checkpoint still being taken is dropped before anything else.
         w.periodic = None;
+        record_end(&entry.span, &stop);
         match stop {
             Stop::Switch => {
                 // At a safe point: the entry ends here, before anything after the checkpoint.
@@ -122,7 +125,7 @@ where
             }
             Stop::Returned(out) => {
                 let cut = self.leave(&entry, &mut w);
-                self.returned(browser, &entry.ctx, entry.task, cut, out)
+                self.returned(browser, &entry.ctx, &entry.span, entry.task, cut, out)
                     .await
             }
             Stop::Died(death) => {
@@ -149,6 +152,7 @@ where
             .as_ref()
             .and_then(|_| self.store.latest())
             .and_then(|cp| cp.progress.clone());
+        let handed = progress.as_ref().map(|p| p.len());
         let ctx = Ctx::new(
             attempt,
             resumed_from,
@@ -179,9 +183,10 @@ where
             resumed = ctx.resumed_from().is_some(),
             "entering the task"
         );
+        let span = entry_span(&ctx, handed);
         let task = AssertUnwindSafe(
             crate::quiet::as_caller(|| (self.task)(browser.page(), ctx.clone()))
-                .instrument(tracing::info_span!("entry", attempt)),
+                .instrument(span.clone()),
         )
         .catch_unwind();
         Entry {
@@ -190,6 +195,7 @@ where
             // Rotation: when to launch a successor, and when to move to it.
             plan: self.lifetime.plan(options.checkpoint_every),
             born: self.born,
+            span,
             task: Box::pin(task),
         }
     }
@@ -374,6 +380,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
+        span: &tracing::Span,
         task: Task<F::Entry>,
         cut: EntryEnd,
         out: TaskResult<T, E>,
@@ -383,7 +390,7 @@ where
                 ctx.retire();
                 Ended::Over(self.complete(browser, value).await)
             }
-            Ok(Err(e)) => self.task_failed(browser, ctx, task, cut, e).await,
+            Ok(Err(e)) => self.task_failed(browser, ctx, span, task, cut, e).await,
             Err(panic) => {
                 ctx.retire();
                 self.panicked(browser, panic).await
@@ -397,6 +404,7 @@ where
         &mut self,
         browser: B::Browser,
         ctx: &Ctx,
+        span: &tracing::Span,
         task: Task<F::Entry>,
         cut: EntryEnd,
         e: E,
@@ -410,6 +418,9 @@ where
                     cause = death.cause.as_str(),
                     "the task failed because its browser or page failed"
                 );
+                // The entry failed, as if the death had been seen first.
+                span.record("ended", "failed");
+                span.record("cause", death.cause.as_str());
                 ctx.retire();
                 // Nothing is left of the entry: no grace to give.
                 drop(task);
@@ -483,5 +494,39 @@ where
             restored,
             entry: cut,
         }
+    }
+}
+
+/// The span of an entry: its attempt, whether a checkpoint was restored, the size of the
+/// progress it was handed (never its content); how it ended is recorded later. Numbers as
+/// `i64`, which OpenTelemetry keeps as numbers.
+fn entry_span(ctx: &Ctx, handed: Option<usize>) -> tracing::Span {
+    tracing::info_span!(
+        "entry",
+        attempt = i64::from(ctx.attempt()),
+        resumed = ctx.resumed_from().is_some(),
+        progress_bytes = handed.map(|n| n as i64),
+        ended = tracing::field::Empty,
+        cause = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// Records on the entry's span how it ended: `rotated`, `returned`, `error`, `panicked`, or
+/// `failed` with the failure's cause.
+fn record_end<T, E>(span: &tracing::Span, stop: &Stop<TaskResult<T, E>>) {
+    let ended = match stop {
+        Stop::Switch => "rotated",
+        Stop::Returned(Ok(Ok(_))) => "returned",
+        Stop::Returned(Ok(Err(_))) => "error",
+        Stop::Returned(Err(_)) => "panicked",
+        Stop::Died(death) => {
+            span.record("cause", death.cause.as_str());
+            "failed"
+        }
+    };
+    span.record("ended", ended);
+    if ended != "rotated" && ended != "returned" {
+        span.record("otel.status_code", "ERROR");
     }
 }

@@ -44,7 +44,6 @@ where
                     };
                     let navigate = navigate_started.elapsed();
                     options.note(Milestone::Restored { restore, navigate });
-                    tracing::debug!(?restore, ?navigate, "checkpoint restored");
                     Ok((
                         Some(ResumedFrom {
                             url: cp.url.clone(),

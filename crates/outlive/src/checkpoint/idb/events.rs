@@ -68,7 +68,7 @@ impl IdbEvents {
         let (commands, mut todo) = mpsc::unbounded_channel();
         let (watched, stops, counted) = (feed.clone(), commands.clone(), seen.clone());
         let wake = stale.clone();
-        let watcher = crate::quiet::spawn(async move {
+        let watcher = crate::quiet::spawn_detached(async move {
             loop {
                 let next = futures::future::poll_fn(|cx| lock(&watched).events.poll_recv(cx)).await;
                 if !note(&counted, next.map(changed_key), &stops, &wake) {
@@ -77,7 +77,7 @@ impl IdbEvents {
             }
         });
         let page = page.clone();
-        let tracker = crate::quiet::spawn(async move {
+        let tracker = crate::quiet::spawn_detached(async move {
             while let Some(command) = todo.recv().await {
                 match command {
                     Command::Track(key, at) => {
