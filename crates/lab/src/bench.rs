@@ -13,6 +13,7 @@
 //! * [`silence`] — a silent death under a waiting call: library mode, `serve` and `run`;
 //! * [`carry`] — a death under a working client: library mode, `serve` carrying the client,
 //!   and `serve` closing its connection;
+//! * [`watching`] — metrics and traces on against off;
 //! * `summary` — [`summary()`], [`micro_summary()`] and [`timeline_runs()`].
 
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ pub mod silence;
 pub mod storage;
 mod summary;
 mod survival;
+pub mod watching;
 pub mod wizard;
 
 pub use micro::micro;

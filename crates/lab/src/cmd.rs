@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// deaths per arm, --foreign-rounds rounds; needs `scripts/clients`).
     #[arg(long)]
     pub carry_only: bool,
+    /// Metrics and traces on against off, on the relay and on checkpoints (rounds:
+    /// --foreign-rounds); writes watching.json and watching-summary.txt.
+    #[arg(long)]
+    pub watching_only: bool,
 }
 
 impl BenchArgs {
@@ -95,6 +99,11 @@ impl BenchArgs {
         if self.silence_only {
             let report = bench::silence::run(self.foreign_rounds, self.kills, &self.out).await?;
             print!("{}", bench::silence::summary(&report));
+            return Ok(());
+        }
+        if self.watching_only {
+            let report = bench::watching::run(self.foreign_rounds, &self.out).await?;
+            print!("{}", bench::watching::summary(&report));
             return Ok(());
         }
         if self.carry_only {
@@ -333,6 +342,29 @@ impl ProbeArgs {
 /// browser at `$OUTLIVE_CDP_URL`, then says so to the bench (not for use by hand).
 #[derive(Debug, Args)]
 pub struct SilenceProgramArgs {}
+
+/// `outlive-lab watching-arm`: one arm of `bench --watching-only`, in a process of its own.
+#[derive(Debug, Args)]
+pub struct WatchingArmArgs {
+    /// One of the works: round-trips, screenshots, checkpoints.
+    #[arg(long, value_parser = bench::watching::WORKS)]
+    pub work: String,
+    /// Metrics and traces on (traces to OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[arg(long)]
+    pub on: bool,
+}
+
+impl WatchingArmArgs {
+    /// Runs the arm; its steps' times go to stdout as JSON.
+    ///
+    /// # Errors
+    ///
+    /// As [`bench::watching::child`].
+    pub async fn run(self) -> Result<std::process::ExitCode, Error> {
+        bench::watching::child(&self.work, self.on).await?;
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}
 
 impl SilenceProgramArgs {
     /// Runs the program: exit status 0 at the last attempt, 1 (and nothing printed) when

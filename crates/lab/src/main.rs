@@ -33,6 +33,9 @@ enum Command {
     /// The program `bench --silence-only` runs under `run`.
     #[command(name = "silence-program", hide = true)]
     SilenceProgram(cmd::SilenceProgramArgs),
+    /// One arm of `bench --watching-only`.
+    #[command(name = "watching-arm", hide = true)]
+    WatchingArm(cmd::WatchingArmArgs),
 }
 
 #[tokio::main]
@@ -48,6 +51,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Probe(args) => cmd::until_interrupted(args.run()).await?,
         Command::Weather(args) => cmd::until_interrupted(args.run()).await?,
         Command::SilenceProgram(args) => args.run().await?,
+        Command::WatchingArm(args) => args.run().await?,
     };
     Ok(status)
 }
