@@ -311,31 +311,8 @@ async fn take(
         if let (Some(m), Some(waited)) = (metrics, lease.queued_for) {
             m.waited(waited);
         }
-        let pickup = trace::Pickup {
-            run_id: &run_id,
-            task: &job.task,
-            pickup: lease.pickup(),
-            worker: worker.name(),
-            traceparent: lease.traceparent.as_deref(),
-        };
-        let limit = shared.timing.heartbeat / 2;
-        let span = trace::pickup_span(shared.store.pool(), &pickup, limit).await;
-        let (held, writer) = match hold(&job, lease, &shared, worker.name(), &mut state)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(held) => held,
-            Err(e) => {
-                span.record("ended", "error");
-                span.record("otel.status_code", "ERROR");
-                return Err(e);
-            }
-        };
+        let (held, writer) = traced_hold(&job, lease, &shared, worker.name(), &mut state).await?;
         let outcome = held.outcome();
-        span.record("ended", outcome.unwrap_or("unrenewed"));
-        if matches!(outcome, Some("failed" | "gave_up")) {
-            span.record("otel.status_code", "ERROR");
-        }
         if let (Some(m), Some(outcome)) = (metrics, outcome) {
             m.finished(outcome);
         }
@@ -385,6 +362,37 @@ async fn take(
             }
         }
     }
+}
+
+/// [`hold`] in the pickup's span (a child of the run's trace), which records how it ended.
+async fn traced_hold(
+    job: &RunJob,
+    lease: Lease,
+    shared: &Shared,
+    worker: &str,
+    state: &mut Option<InState>,
+) -> Result<(Held, history::Writer), BoxDynError> {
+    let pickup = trace::Pickup {
+        run_id: lease.run_id(),
+        task: &job.task,
+        pickup: lease.pickup(),
+        worker,
+        traceparent: lease.traceparent.as_deref(),
+    };
+    let limit = shared.timing.heartbeat / 2;
+    let span = trace::pickup_span(shared.store.pool(), &pickup, limit).await;
+    let held = hold(job, lease, shared, worker, state)
+        .instrument(span.clone())
+        .await;
+    let outcome = match &held {
+        Ok((held, _)) => held.outcome().unwrap_or("unrenewed"),
+        Err(_) => "error",
+    };
+    span.record("ended", outcome);
+    if matches!(outcome, "error" | "failed" | "gave_up") {
+        span.record("otel.status_code", "ERROR");
+    }
+    held
 }
 
 /// Retries `step` (with a backoff up to 5 s, for up to 10 minutes) while the database does
