@@ -105,8 +105,12 @@ impl Traces {
         S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {
         let tracer = self.provider.tracer("outlive");
+        // The run's tasks enter its span at every poll: no busy/idle timing and no context
+        // activation there (nothing here reads `Context::current()`), so a span costs little.
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
+            .with_tracked_inactivity(false)
+            .with_context_activation(false)
             .with_filter(Targets::new().with_target("outlive", LevelFilter::INFO))
     }
 }
