@@ -55,9 +55,9 @@ pub struct Prepared {
 /// # Errors
 ///
 /// [`ErrorKind::Jobs`](crate::ErrorKind::Jobs) for a declaration that does not parse, whose
-/// program is not found, or whose name is taken (before anything is connected or started),
-/// for the database, and for `max_sessions` 0; [`ErrorKind::Bed`](crate::ErrorKind::Bed) if
-/// the embedded bed does not start.
+/// program is not found, or whose name is taken (before anything is connected or started).
+/// The same for the database, and for `max_sessions` 0.
+/// [`ErrorKind::Bed`](crate::ErrorKind::Bed) if the embedded bed does not start.
 pub async fn prepare(args: WorkerSettings) -> Result<Prepared, Error> {
     // Every declaration checked before anything is connected or started.
     let mut tasks = bank::tasks(None);

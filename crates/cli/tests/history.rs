@@ -14,8 +14,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outlive::history::Step;
-use outlive_jobs::{PgStore, RunEvent, RunStatus};
-use support::pg::{JobsBed, submit_bank, until};
+use outlive_jobs::{PgStore, RunEvent};
+use support::pg::{JobsBed, kill_holder, submit_bank, until_completed};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -129,20 +129,8 @@ async fn history_and_page_agree_for_a_run_taken_over_after_a_sigkill() {
     .await;
     let runs = outlive_jobs::runs(&jb.store).await.unwrap();
     let first = runs[0].worker.clone().expect("a worker holds it");
-    let victim = workers
-        .iter()
-        .position(|w| first.starts_with(&format!("outlive-{}-", w.pid())))
-        .expect("the worker is one of ours");
-    let mut dead = workers.remove(victim);
-    dead.child.start_kill().unwrap(); // SIGKILL
-    dead.child.wait().await.unwrap();
-    until(
-        &jb.store,
-        Duration::from_secs(60),
-        "the run completes",
-        |r| r[0].status == RunStatus::Completed,
-    )
-    .await;
+    kill_holder(&mut workers, &first).await;
+    until_completed(&jb.store, Duration::from_secs(60)).await;
     // Its history's end is written once its end is saved.
     let events = until_history(&jb.store, &run_id, "the end in the history", |e| {
         count(e, "finished") > 0
@@ -275,13 +263,7 @@ async fn three_deaths_show_as_four_session_bars_in_chromium() {
     let worker = jb.worker(&["--concurrency", "1"]);
     let run_id = submit_bank(&jb.store, 40, 100).await;
     kill_browsers(&jb, &run_id, 3).await;
-    until(
-        &jb.store,
-        Duration::from_secs(60),
-        "the run completes",
-        |r| r[0].status == RunStatus::Completed,
-    )
-    .await;
+    until_completed(&jb.store, Duration::from_secs(60)).await;
     let events = outlive_jobs::history(&jb.store, &run_id).await.unwrap();
     assert_eq!((count(&events, "launched"), count(&events, "died")), (4, 3));
     let (_ui, base) = start_ui(&jb.db.url).await;

@@ -11,7 +11,7 @@ mod support;
 use outlive_jobs::RunStatus;
 use std::time::Duration;
 
-use support::pg::{JobsBed, submit_bank, until};
+use support::pg::{JobsBed, kill_holder, submit_bank, until, until_completed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_sign_in() {
@@ -46,13 +46,7 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
         .to_owned();
     assert_eq!(held[0]["provider"], "solari", "{held}");
     assert!(!held.to_string().contains("token"), "{held}");
-    let victim = workers
-        .iter()
-        .position(|w| first.starts_with(&format!("outlive-{}-", w.pid())))
-        .expect("the worker is one of ours");
-    let mut dead = workers.remove(victim);
-    dead.child.start_kill().unwrap(); // SIGKILL
-    dead.child.wait().await.unwrap();
+    kill_holder(&mut workers, &first).await;
     let polls_at_kill = bed.bank().counters().polls_served;
 
     // Once the run is taken over, the dead worker's session is released within a heartbeat.
@@ -77,13 +71,7 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_a_second_si
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let runs = until(
-        &store,
-        Duration::from_secs(90),
-        "the run completes",
-        |runs| runs[0].status == RunStatus::Completed,
-    )
-    .await;
+    let runs = until_completed(&store, Duration::from_secs(90)).await;
     let run = &runs[0];
     println!("{run:#?}");
     assert_eq!(run.run_id, run_id);

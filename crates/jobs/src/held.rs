@@ -1,7 +1,7 @@
 //! The sessions a worker holds for a run, recorded in the run's row (`held_sessions`: the
-//! provider's name and the session's id, never a token), so that the worker that takes the
-//! run over releases what a dead worker left: a remote session would otherwise stay up,
-//! billed, until the provider's own timeout.
+//! provider's name and the session's id, never a token). The worker that takes the run over
+//! releases what a dead worker left: a remote session would otherwise stay up, billed, until
+//! the provider's own timeout.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,10 +23,10 @@
 //!   run's row, a takeover continues it.
 //!
 //! Tables: apalis keeps its queue in the `apalis` schema (`apalis.jobs`, `apalis.workers`).
-//! This crate adds `outlive_runs` (one row per run: task, status, worker pickups, lease, result
-//! or error, the last wide event, the trace context), `outlive_run_events` (each run's
-//! history), `outlive_tasks` (every task name a worker declared: what [`submit`] accepts
-//! besides its own [`Tasks`]) and `outlive_checkpoints` ([`PgStore`]).
+//! This crate adds four. `outlive_runs` has one row per run: task, status, worker pickups,
+//! lease, result or error, the last wide event, the trace context. `outlive_run_events` holds
+//! each run's history. `outlive_tasks` lists every task name a worker declared: what
+//! [`submit`] accepts besides its own [`Tasks`]. `outlive_checkpoints` is [`PgStore`]'s.
 
 mod command;
 mod error;

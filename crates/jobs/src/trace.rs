@@ -1,9 +1,9 @@
 //! A durable run's trace across the workers that take it.
 //!
 //! Each pickup of a run runs in a `job` span. The first pickup makes the trace's root, a short
-//! `run` span that ends (and is exported) at once, and stores its W3C trace context in the
-//! run's row (`outlive_runs.traceparent`); every pickup's `job` span is its child, a
-//! takeover's too, through the context the claim reads back. So a run is one trace, with its
+//! `run` span that ends (and is exported) at once. It stores the root's W3C trace context in
+//! the run's row (`outlive_runs.traceparent`). Every pickup's `job` span is the root's child,
+//! a takeover's too, through the context the claim reads back. So a run is one trace, with its
 //! root, however many workers had it, even one killed. Without an OpenTelemetry layer in the
 //! process, nothing is stored.
 
@@ -30,9 +30,9 @@ pub(crate) struct Pickup<'a> {
     pub(crate) traceparent: Option<&'a str>,
 }
 
-/// The `job` span of one pickup, in the run's trace: parented on the context the row holds
-/// or, when it holds none (the first pickup), on a new `run` root span, ended at once, whose
-/// context the row keeps from now on. Storing it is bounded by `limit`; a database error or
+/// The `job` span of one pickup, in the run's trace, parented on the context the row holds.
+/// When it holds none (the first pickup), the parent is a new `run` root span, ended at once,
+/// whose context the row keeps from now on. Storing it is bounded by `limit`; a database error or
 /// a timeout leaves the takeovers out of this trace, and the run goes on. Without an
 /// OpenTelemetry layer, nothing is stored.
 pub(crate) async fn pickup_span(pool: &PgPool, pickup: &Pickup<'_>, limit: Duration) -> Span {

@@ -113,8 +113,8 @@ pub struct Worker {
 impl Worker {
     /// A worker for `tasks`, launching browsers through `provider` (wrap it in a
     /// [`SessionLimit`](crate::SessionLimit) to cap sessions across workers), sealing with
-    /// `sealer`, each run with `options` (its durability is set by the worker, and its
-    /// milestones also go to the run's history, [`history`](crate::history())).
+    /// `sealer`. Each run has `options`: the worker sets its durability, and its milestones
+    /// also go to the run's history ([`history`](crate::history())).
     pub fn new(
         store: PgStore,
         sealer: Sealer,

@@ -4,10 +4,13 @@
 //! (`js/`), restored into a fresh one through intercepted documents: `docs/survives.md`. A
 //! checkpoint is a credential: its `Debug` shows sizes, its strings are zeroed on drop.
 //!
-//! The parts: `model` (the data model), `capture` (`frames`, `expressions`, `warm`), `cache`
-//! (parts held by hash), `idb` (IndexedDB change tracking), `files` (Cache Storage and OPFS
-//! caps), `page_state` (typed fields, scroll), `restore` (`plan`, `serve`, `write`), `persist`
-//! (a checkpoint as bytes) and `script` (running the page scripts, and their value codec).
+//! The parts:
+//! * `model`: the data model; `persist`: a checkpoint as bytes;
+//! * `capture` (`frames`, `expressions`, `warm`); `cache`: parts held by hash;
+//! * `idb`: IndexedDB change tracking; `files`: Cache Storage and OPFS caps;
+//! * `page_state`: typed fields, scroll;
+//! * `restore` (`plan`, `serve`, `write`);
+//! * `script`: running the page scripts, and their value codec.
 
 mod cache;
 mod capture;

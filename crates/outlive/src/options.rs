@@ -290,9 +290,9 @@ impl Options {
         /// The cost: each checkpoint walks every origin's OPFS tree (names, sizes, times) and
         /// reads its files only when that changed; it reads every Cache Storage entry and body
         /// each time (there is no cheap sign of a change). Unchanged data crosses the wire as
-        /// a hash. The read has half the frame's time: if it takes longer, that checkpoint
-        /// holds no Cache Storage or files for the frame (its Web Storage and IndexedDB are
-        /// kept), and a restore leaves the browser's as they are.
+        /// a hash. The read has half the frame's time. If it takes longer, that checkpoint
+        /// holds no Cache Storage or files for the frame, but keeps its Web Storage and
+        /// IndexedDB; a restore leaves the browser's as they are.
         ///
         /// # Default
         ///

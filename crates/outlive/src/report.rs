@@ -68,11 +68,10 @@ pub struct WideEvent {
     /// Times the task's page failed (crashed, was closed, hung) and a fresh page in the same
     /// browser took over, without a relaunch. Not in the TypeScript original.
     pub page_recoveries: u32,
-    /// Client-side state the run could not carry across: database records whose values
-    /// cannot be serialised (or databases over
-    /// [`Options::indexed_db_max_bytes`](crate::Options::indexed_db_max_bytes)) in the
-    /// checkpoint that held most of them, frames whose storage could not be read, and writes
-    /// that failed while restoring. 0 means everything captured came back. Not in the
+    /// Client-side state the run could not carry across, counted in the checkpoint that held
+    /// most of it. Database records whose values cannot be serialised, or databases over
+    /// [`Options::indexed_db_max_bytes`](crate::Options::indexed_db_max_bytes); frames whose
+    /// storage could not be read; writes that failed while restoring. 0 means everything captured came back. Not in the
     /// TypeScript original.
     pub state_left_out: u64,
     /// Times the task moved to a new browser ahead of a predicted death, at a safe point

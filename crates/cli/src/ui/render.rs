@@ -266,6 +266,31 @@ mod tests {
 
     use super::*;
 
+    /// A completed run of `events`, read whole.
+    fn completed(events: Vec<ViewEvent>) -> RunView {
+        RunView {
+            id: "r".into(),
+            task: None,
+            status: "completed".into(),
+            over: true,
+            worker: None,
+            events,
+            left_out: false,
+            totals: None,
+        }
+    }
+
+    /// Event `seq`, `seq` seconds in, of no pickup.
+    fn at(seq: i64, step: Step) -> ViewEvent {
+        ViewEvent {
+            seq,
+            at_ms: seq * 1000,
+            pickup: None,
+            worker: None,
+            step,
+        }
+    }
+
     #[test]
     fn text_from_a_run_is_escaped() {
         let run = RunView {
@@ -300,13 +325,6 @@ mod tests {
 
     #[test]
     fn a_finished_run_does_not_refresh_and_draws_its_sessions() {
-        let at = |seq: i64, step| ViewEvent {
-            seq,
-            at_ms: seq * 1000,
-            pickup: None,
-            worker: None,
-            step,
-        };
         let died = Step::Died {
             attempt: 1,
             cause: "reset".into(),
@@ -314,26 +332,17 @@ mod tests {
             lost_ms: 0,
             redone_ms: 300,
         };
-        let run = RunView {
-            id: "r".into(),
-            task: None,
-            status: "completed".into(),
-            over: true,
-            worker: None,
-            events: vec![
-                at(1, Step::Launched { took_ms: 0 }),
-                at(2, died),
-                at(3, Step::Launched { took_ms: 0 }),
-                at(
-                    4,
-                    Step::Finished {
-                        outcome: "completed".into(),
-                    },
-                ),
-            ],
-            left_out: false,
-            totals: None,
-        };
+        let run = completed(vec![
+            at(1, Step::Launched { took_ms: 0 }),
+            at(2, died),
+            at(3, Step::Launched { took_ms: 0 }),
+            at(
+                4,
+                Step::Finished {
+                    outcome: "completed".into(),
+                },
+            ),
+        ]);
         let page = super::run(&run, 10_000);
         assert!(!page.contains("refresh"));
         assert_eq!(page.matches("class=\"session\"").count(), 2);
@@ -345,18 +354,6 @@ mod tests {
     #[test]
     fn a_run_read_in_part_says_so_and_counts_from_its_totals() {
         let run = RunView {
-            id: "r".into(),
-            task: None,
-            status: "completed".into(),
-            over: true,
-            worker: None,
-            events: vec![ViewEvent {
-                seq: 1,
-                at_ms: 1000,
-                pickup: None,
-                worker: None,
-                step: Step::Launched { took_ms: 0 },
-            }],
             left_out: true,
             totals: Some(super::super::Totals {
                 attempts: 7,
@@ -364,6 +361,7 @@ mod tests {
                 first_ms: Some(1000),
                 last_ms: Some(5000),
             }),
+            ..completed(vec![at(1, Step::Launched { took_ms: 0 })])
         };
         let page = super::run(&run, 10_000);
         assert!(page.contains("Only its first 1 events are shown"), "{page}");

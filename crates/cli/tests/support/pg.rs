@@ -87,6 +87,26 @@ impl WorkerProcess {
     }
 }
 
+/// SIGKILLs the one of `workers` named `holder` (`outlive-PID-…`, as a run's row names its
+/// worker) and waits for it to end.
+pub async fn kill_holder(workers: &mut Vec<WorkerProcess>, holder: &str) {
+    let victim = workers
+        .iter()
+        .position(|w| holder.starts_with(&format!("outlive-{}-", w.pid())))
+        .expect("the worker is one of ours");
+    let mut dead = workers.remove(victim);
+    dead.child.start_kill().unwrap();
+    dead.child.wait().await.unwrap();
+}
+
+/// Waits (up to `within`) until the only run has completed; answers the rows.
+pub async fn until_completed(store: &PgStore, within: Duration) -> Vec<outlive_jobs::RunRow> {
+    until(store, within, "the run completes", |r| {
+        r[0].status == outlive_jobs::RunStatus::Completed
+    })
+    .await
+}
+
 pub fn key_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let path = dir.path().join("seal.key");
     std::fs::write(&path, "42".repeat(32)).unwrap();

@@ -24,15 +24,16 @@ pub(super) const CHANGE_EVENTS: &[&str] = &[
     "Storage.indexedDBListUpdated",
 ];
 
-/// Chromium's change events on this session, and the two tasks that keep up with them. The
-/// watcher counts each event by its storage key as it comes, and asks for a key's tracking to
-/// stop at its first change without waiting for it (so no event waits uncounted behind a round
-/// trip); a capture counts whatever is already delivered before it decides anything
-/// ([`IdbEvents::count_delivered`]), so an event the relay has handed over is counted
-/// however the tasks are scheduled. The tracker sends Chromium the starts and stops of
-/// tracking in the order they were asked for (one start per key at a time: see `Seen::ask`)
-/// and notes a key tracked once Chromium said so, unless a change came since. Both tasks stop
-/// with this value.
+/// Chromium's change events on this session, and the two tasks that keep up with them.
+///
+/// The watcher counts each event by its storage key as it comes. It asks for a key's tracking
+/// to stop at its first change without waiting for it, so no event waits uncounted behind a
+/// round trip. A capture counts whatever is already delivered before it decides anything
+/// ([`IdbEvents::count_delivered`]): an event the relay has handed over is counted however
+/// the tasks are scheduled. The tracker sends Chromium the starts and stops of tracking in
+/// the order they were asked for (one start per key at a time: see `Seen::ask`). It notes a
+/// key tracked once Chromium said so, unless a change came since. Both tasks stop with this
+/// value.
 pub(super) struct IdbEvents {
     feed: Arc<Mutex<Feed>>,
     commands: mpsc::UnboundedSender<Command>,

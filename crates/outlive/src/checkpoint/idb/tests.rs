@@ -141,8 +141,8 @@ fn changes(watch: &Tracking) -> u64 {
 
 /// Waits (bounded) until more than `n` change events were counted. Chromium's event for a
 /// commit usually reaches outlive before the commit's completion reaches the page, not
-/// always (see `Tracking`): a test that captures right after a write waits for its event
-/// first, so it tests what a capture does with the event.
+/// always (see `Tracking`). So a test that captures right after a write waits for its event
+/// first: it tests what a capture does with the event.
 async fn until_changed(watch: &Tracking, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while changes(watch) <= n {
@@ -219,9 +219,9 @@ async fn indexeddb_is_read_again_only_after_a_change() {
     );
 }
 
-/// A change reported after a capture that took the frame's read as standing (Chromium
-/// reports a commit after the page learned of it, now and then) wakes `stale`, so the run
-/// takes a new checkpoint at once; that one holds it. A capture that took nothing as
+/// A change reported after a capture that took the frame's read as standing wakes `stale`
+/// (Chromium reports a commit after the page learned of it, now and then). So the run takes
+/// a new checkpoint at once; that one holds it. A capture that took nothing as
 /// standing leaves `stale` asleep.
 #[tokio::test]
 async fn a_change_reported_after_a_capture_that_took_it_as_standing_wakes_stale() {
@@ -290,8 +290,8 @@ async fn a_change_during_a_capture_is_in_it() {
 }
 
 /// A cross-site iframe's IndexedDB (partitioned under the top's site, in a renderer of its
-/// own) is tracked too: once tracked, it is not read again — on the frame's next document
-/// either — until a change, which the next capture has.
+/// own) is tracked too. Once tracked, it is not read again until a change, on the frame's
+/// next document either; the next capture has the change.
 #[tokio::test]
 async fn a_cross_site_frames_indexeddb_is_read_again_only_after_a_change() {
     let (t, port) = page_on_two_sites().await;
