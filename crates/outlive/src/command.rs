@@ -10,6 +10,7 @@
 //! browsers must accept a second one. How it stays invisible: `docs/run-and-serve.md`.
 
 mod child;
+mod pages;
 
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -22,7 +23,6 @@ use tokio::sync::watch;
 
 use crate::browser::CdpBackend;
 use crate::ctx::{Ctx, ResumedFrom};
-use crate::endpoint::CdpEndpoint;
 use crate::error::{Error, ErrorKind, RunError};
 use crate::front::{Client, Front};
 use crate::options::Options;
@@ -263,7 +263,7 @@ where
                 // The task's page and the client's tabs reopened after it.
                 let mut keep = usage.tab_order(endpoint.expose());
                 keep.push(page.target_id().as_ref().to_owned());
-                only_these_pages(&endpoint, &keep).await;
+                pages::only_these(&endpoint, &keep).await;
                 let _served = front.serve(endpoint, ctx.clone());
                 let _ = stop.wait_for(|s| *s).await;
                 Ok(())
@@ -320,7 +320,7 @@ where
                 // Every real backend has an endpoint; without one, the client finds no browser.
                 let mut _served = None;
                 if let Some(endpoint) = ctx.link().endpoint.clone() {
-                    only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
+                    pages::only_these(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
                     _served = Some(front.serve(endpoint, ctx.clone()));
                 }
                 let entry = (lock(task))(EntryStart::of(&ctx));
@@ -477,7 +477,7 @@ async fn entry(
             "this browser has no CDP endpoint to serve",
         )));
     };
-    only_these_pages(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
+    pages::only_these(&endpoint, &[page.target_id().as_ref().to_owned()]).await;
     let served = front.serve(endpoint, ctx.clone());
     // At most one program alive: the last entry's is gone before this one starts.
     let child = programs
@@ -558,58 +558,4 @@ fn process(
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// Closes every page but those in `keep`, so the program finds only the task's page (a browser
-/// starts with a tab of its own; outlive opened another) and, under `serve`, the tabs reopened.
-/// Best effort: a page left over only means the program sees one more.
-async fn only_these_pages(endpoint: &CdpEndpoint, keep: &[String]) {
-    let closed = tokio::time::timeout(Duration::from_secs(5), close_others(endpoint, keep)).await;
-    if !matches!(closed, Ok(Ok(()))) {
-        tracing::debug!("could not close the browser's other pages");
-    }
-}
-
-async fn close_others(endpoint: &CdpEndpoint, keep: &[String]) -> Result<(), Error> {
-    use async_tungstenite::tungstenite::Message;
-    use futures::StreamExt;
-    let cdp = |e| Error::new(ErrorKind::Cdp, "the browser's other pages").with_source(e);
-    let mut ws = crate::websocket::connect(endpoint, |socket| socket)
-        .await
-        .map_err(cdp)?;
-    let mut closing = std::collections::HashSet::new();
-    // `Target.closeTarget` answers before the target is gone: ask again until it is, so the
-    // program, which may connect the moment the browser is served, finds one page.
-    for id in 1u64.. {
-        let ask = serde_json::json!({"id": id, "method": "Target.getTargets"});
-        ws.send(Message::text(ask.to_string())).await.map_err(cdp)?;
-        let targets = loop {
-            let Some(Ok(Message::Text(t))) = ws.next().await else {
-                return Ok(());
-            };
-            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap_or_default();
-            if v["id"].as_u64() == Some(id) {
-                break v;
-            }
-        };
-        let others: Vec<String> = targets["result"]["targetInfos"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|t| t["type"] == "page" && !keep.iter().any(|k| t["targetId"] == k.as_str()))
-            .filter_map(|t| t["targetId"].as_str().map(str::to_owned))
-            .collect();
-        if others.is_empty() {
-            break;
-        }
-        for target in others.into_iter().filter(|t| closing.insert(t.clone())) {
-            let close = serde_json::json!({"id": 0, "method": "Target.closeTarget", "params": {"targetId": target}});
-            ws.send(Message::text(close.to_string()))
-                .await
-                .map_err(cdp)?;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = ws.close(None).await;
-    Ok(())
 }
