@@ -554,6 +554,9 @@ impl LiveBrowser for CdpBrowser {
 
     async fn navigate(&self, url: &str) -> Result<(), Error> {
         // The cap is applied by the caller through `navigation_timeout`; see run.rs.
+        if checkpoint::stands_on(&self.page, url).await {
+            return Ok(()); // the back/forward list's rebuild loaded it
+        }
         self.page
             .goto(NavigateParams::new(url))
             .await

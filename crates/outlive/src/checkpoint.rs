@@ -29,7 +29,7 @@ mod tabs;
 #[cfg(test)]
 mod test_support;
 
-pub(crate) use back_forward::rebuild as rebuild_back_forward;
+pub(crate) use back_forward::{rebuild as rebuild_back_forward, stands_on};
 pub(crate) use cache::PartCache;
 pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
 pub(crate) use contexts::remake as remake_contexts;

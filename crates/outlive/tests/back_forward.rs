@@ -48,7 +48,9 @@ async fn list(page: &outlive::Page) -> Result<(Vec<(String, String)>, i64), CdpE
 /// moved within its document; answers where it stands then (URL and title).
 async fn go(page: &outlive::Page, delta: i32) -> Result<(String, String), CdpError> {
     let mut loaded = page.event_listener::<EventLoadEventFired>().await?;
-    let mut within = page.event_listener::<EventNavigatedWithinDocument>().await?;
+    let mut within = page
+        .event_listener::<EventNavigatedWithinDocument>()
+        .await?;
     let mut navigated = page.event_listener::<EventFrameNavigated>().await?;
     page.evaluate(format!("history.go({delta})")).await?;
     let cached = async {
@@ -68,10 +70,11 @@ async fn go(page: &outlive::Page, delta: i32) -> Result<(String, String), CdpErr
     tokio::time::timeout(Duration::from_secs(10), moved)
         .await
         .expect("the page moved in its back/forward list");
-    let at: (String, String) = page
-        .evaluate("[location.href, document.title]")
-        .await?
-        .into_value()?;
+    // A document that came back from the cache says so as it commits: wait for its load.
+    let loaded = "(async () => { if (document.readyState !== 'complete') \
+        await new Promise((r) => addEventListener('load', r, { once: true })); \
+        return [location.href, document.title]; })()";
+    let at: (String, String) = page.evaluate(loaded).await?.into_value()?;
     Ok(at)
 }
 
@@ -164,10 +167,18 @@ async fn back_and_forward_go_where_they_went_before_a_death() {
         let (seen, steps) = through_a_death(Options::new(), how, 3, back_and_forth).await;
         let (entries, current) = &seen.before;
         assert!(entries.len() >= 4, "three pages and a pushed entry");
-        assert_eq!(seen.after, seen.before, "{how:?}: the same entries, at the same place");
+        assert_eq!(
+            seen.after, seen.before,
+            "{how:?}: the same entries, at the same place"
+        );
         // Back twice from the pushed entry, then Forward twice: each as before the death.
         let at = |i: i64| entries[i as usize].clone();
-        let expected = vec![at(current - 1), at(current - 2), at(current - 1), at(*current)];
+        let expected = vec![
+            at(current - 1),
+            at(current - 2),
+            at(current - 1),
+            at(*current),
+        ];
         assert_eq!(steps, expected, "{how:?}");
         assert!(steps[1].0.ends_with("/p/2?token=SECRET-IN-URL"));
         assert_eq!(steps[3].1, "page 3 pushed");
@@ -185,7 +196,12 @@ async fn page_state_off_leaves_the_list_empty() {
     let resumed = &before[*current as usize];
     assert!(before.len() >= 4);
     // A new tab's first entry (`about:blank`), then the resumed page: none of the others.
-    let after: Vec<_> = seen.after.0.iter().filter(|e| e.0 != "about:blank").collect();
+    let after: Vec<_> = seen
+        .after
+        .0
+        .iter()
+        .filter(|e| e.0 != "about:blank")
+        .collect();
     assert_eq!(after, [resumed], "only the resumed page");
 }
 

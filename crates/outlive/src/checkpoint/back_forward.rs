@@ -18,8 +18,8 @@ use chromiumoxide::cdp::browser_protocol::fetch::{
 };
 use chromiumoxide::cdp::browser_protocol::network::ResourceType;
 use chromiumoxide::cdp::browser_protocol::page::{
-    EventLoadEventFired, EventNavigatedWithinDocument, GetNavigationHistoryParams,
-    NavigateParams, NavigateToHistoryEntryParams, ReloadParams, ResetNavigationHistoryParams,
+    EventLoadEventFired, EventNavigatedWithinDocument, GetNavigationHistoryParams, NavigateParams,
+    NavigateToHistoryEntryParams, ReloadParams, ResetNavigationHistoryParams,
 };
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -142,7 +142,8 @@ pub(super) async fn read(
 
 /// Rebuilds the list `part` holds in `page` (see the module doc), within [`REBUILD_WITHIN`].
 /// Leaves the page on the current entry's stub, for the resume load to replace (or, where
-/// the current URL has a fragment, on the real page: a load to it would stay in the stub).
+/// the current URL has a fragment, on the real page: a load to it would stay in the stub;
+/// see [`stands_on`]).
 /// Answers the entries not rebuilt: on a failure, all but the current one, and the page's
 /// list is cut to the entry it stands on. A list whose current entry is not `url` (the page
 /// moved between the two reads) is not rebuilt.
@@ -169,9 +170,28 @@ pub(crate) async fn rebuild(page: &Page, part: &Part, url: &str) -> u64 {
         ),
     };
     tracing::debug!(error = %failed, "the back/forward list was not rebuilt; the tab keeps only its current page");
+    // Off any stub, so the resume load is a load whatever its URL.
     let _ = page.execute(fetch::DisableParams::default()).await;
+    let blank = page.goto(NavigateParams::new("about:blank"));
+    let _ = tokio::time::timeout(Duration::from_secs(5), blank).await;
     let _ = page.execute(ResetNavigationHistoryParams::default()).await;
     lost
+}
+
+/// Whether `page` stands on `url` already, a URL with a fragment: a rebuild loads such a page
+/// itself (see [`rebuild`]), and a load to it now would only step within the document.
+pub(crate) async fn stands_on(page: &Page, url: &str) -> bool {
+    if !url.contains('#') {
+        return false;
+    }
+    let Ok(history) = page.execute(GetNavigationHistoryParams::default()).await else {
+        return false;
+    };
+    let history = history.result;
+    let current = usize::try_from(history.current_index).ok();
+    current
+        .and_then(|i| history.entries.get(i))
+        .is_some_and(|e| e.url == url)
 }
 
 /// The steps of [`rebuild`], with interception on while stubs are loaded.
@@ -201,15 +221,20 @@ async fn rebuild_list(page: &Page, list: &List) -> Result<(), Error> {
 
 /// Navigates through every entry in order, each on a stub titled as its entry was; then
 /// back to the current one. The page's earlier entries (restore documents) are dropped.
-async fn walk(page: &Page, list: &List, stub: &watch::Sender<Zeroizing<String>>) -> Result<(), Error> {
+async fn walk(
+    page: &Page,
+    list: &List,
+    stub: &watch::Sender<Zeroizing<String>>,
+) -> Result<(), Error> {
     let mut previous: Option<&str> = None;
     for (i, (url, title)) in list.entries.iter().enumerate() {
         stub.send_replace(stub_document(title));
-        if previous == Some(url.as_str()) {
-            // A load of the URL the page is on would replace its entry: a pushed one stands
-            // for it, in the same stub.
+        if previous.is_some_and(|p| same_document(p, url)) {
+            // A fragment step, or a second entry of one URL (a load of the URL the page is on
+            // would replace its entry): pushed in the same stub, as the page's own would be.
             let push = format!(
-                "history.pushState(null, '', location.href); document.title = {}; 1",
+                "history.pushState(null, '', {}); document.title = {}; 1",
+                serde_json::to_string(url).expect("strings serialise"),
                 serde_json::to_string(title).expect("strings serialise")
             );
             evaluate_quietly(page, push).await?;
@@ -217,14 +242,6 @@ async fn walk(page: &Page, list: &List, stub: &watch::Sender<Zeroizing<String>>)
             page.goto(NavigateParams::new(url.clone()))
                 .await
                 .map_err(|e| cdp_error("loading a back/forward stub", e))?;
-            if previous.is_some_and(|p| same_document(p, url)) {
-                // A fragment step stays in the stub: its entry takes the title now.
-                let name = format!(
-                    "document.title = {}; 1",
-                    serde_json::to_string(title).expect("strings serialise")
-                );
-                evaluate_quietly(page, name).await?;
-            }
         }
         if i == 0 {
             page.execute(ResetNavigationHistoryParams::default())
@@ -257,10 +274,11 @@ async fn walk(page: &Page, list: &List, stub: &watch::Sender<Zeroizing<String>>)
     until_loaded(page, page.execute(NavigateToHistoryEntryParams::new(id))).await
 }
 
-/// Whether going from `a` to `b` stays in one document: they differ only in the fragment.
+/// Whether going from `a` to `b` stays in one stub: the same URL again, or a step to a
+/// fragment of the same page.
 fn same_document(a: &str, b: &str) -> bool {
     let base = |u: &str| u.split('#').next().unwrap_or("").to_owned();
-    b.contains('#') && base(a) == base(b)
+    a == b || (b.contains('#') && base(a) == base(b))
 }
 
 /// Sends `command` and waits for the top document's load, or a navigation within it.
@@ -350,6 +368,179 @@ async fn serve_stubs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::test_support::{chromium_page, site};
+    use chromiumoxide::cdp::browser_protocol::page::{EventFrameNavigated, NavigationType};
+
+    /// `expression`'s value in the top document the page has now (chromiumoxide's own
+    /// `evaluate` may still name the context of the one before).
+    async fn read_value<T: serde::de::DeserializeOwned>(page: &Page, expression: String) -> T {
+        let params = super::super::script::evaluate_params(expression, None).unwrap();
+        let reply = page.execute(params).await.expect("the check runs").result;
+        assert!(reply.exception_details.is_none(), "the check threw");
+        serde_json::from_value(reply.result.value.unwrap_or_default()).expect("the check answers")
+    }
+
+    /// The page's list as Chromium reports it.
+    async fn list_of(page: &Page) -> (Vec<(String, String)>, i64) {
+        let history = page
+            .execute(GetNavigationHistoryParams::default())
+            .await
+            .unwrap()
+            .result;
+        let entries = history.entries.into_iter().map(|e| (e.url, e.title));
+        (entries.collect(), history.current_index)
+    }
+
+    /// `history.go(delta)`, once the page has loaded, come back from the back/forward cache or
+    /// moved within its document; answers its URL and title then.
+    async fn go(page: &Page, delta: i32) -> (String, String) {
+        let mut navigated = page.event_listener::<EventFrameNavigated>().await.unwrap();
+        let cached = async move {
+            while let Some(e) = navigated.next().await {
+                if e.r#type == NavigationType::BackForwardCacheRestore {
+                    return;
+                }
+            }
+        };
+        let step = until_loaded(page, page.evaluate(format!("history.go({delta})")));
+        let moved = async {
+            tokio::select! {
+                r = step => r.unwrap(),
+                () = cached => {}
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), moved)
+            .await
+            .expect("the page moved");
+        read_value(page, LOADED.into()).await
+    }
+
+    /// The URL and title, once the document has loaded.
+    const LOADED: &str = "(async () => { if (document.readyState !== 'complete') \
+        await new Promise((r) => addEventListener('load', r, { once: true })); \
+        return [location.href, document.title]; })()";
+
+    /// Whether the page is one of outlive's stubs (the test site's pages have no icon link).
+    async fn on_stub(page: &Page) -> bool {
+        read_value(page, "!!document.querySelector('link[rel=icon]')".into()).await
+    }
+
+    /// A list with entries after the current one, two entries of one URL in a row and a
+    /// fragment step comes back whole in a fresh page. It ends on the current entry's stub;
+    /// the resume load (the same URL) brings the real page and keeps the entries after it.
+    /// Where the current URL has a fragment, the rebuild loads the real page itself.
+    #[tokio::test]
+    async fn a_list_with_entries_after_the_current_one_comes_back_whole() {
+        let (_chromium, browser, _pump, page) = chromium_page().await;
+        let (base, _server) = site().await;
+        let at = |path: &str| format!("{base}{path}");
+        for path in ["/a", "/b", "/b#x", "/c", "/d"] {
+            match path.split_once('#') {
+                // A fragment step answers no load, which `goto` would wait for.
+                Some((_, hash)) => {
+                    let _: i64 = read_value(&page, format!("location.hash = '{hash}', 1")).await;
+                }
+                None => {
+                    page.goto(at(path)).await.unwrap();
+                }
+            }
+        }
+        let _: i64 = read_value(
+            &page,
+            "history.pushState(null, '', location.href), 1".into(),
+        )
+        .await;
+        assert_eq!(go(&page, -2).await, (at("/c"), "/c".to_owned()));
+        let before = list_of(&page).await;
+        let urls: Vec<_> = before.0.iter().map(|e| e.0.as_str()).collect();
+        let expected = [
+            "about:blank",
+            &at("/a"),
+            &at("/b"),
+            &at("/b#x"),
+            &at("/c"),
+            &at("/d"),
+            &at("/d"),
+        ];
+        assert_eq!((urls.as_slice(), before.1), (expected.as_slice(), 4));
+        let part = read(&page, &PartCache::default(), None, MAX_ENTRIES)
+            .await
+            .expect("read");
+
+        let fresh = browser.new_page("about:blank").await.unwrap();
+        assert_eq!(rebuild(&fresh, &part, &at("/c")).await, 0);
+        assert_eq!(list_of(&fresh).await, before, "rebuilt");
+        assert!(on_stub(&fresh).await, "on the current entry's stub");
+        fresh.goto(at("/c")).await.unwrap();
+        assert_eq!(
+            list_of(&fresh).await,
+            before,
+            "the resume load replaced the stub"
+        );
+        assert!(!on_stub(&fresh).await, "the real page");
+        assert_eq!(go(&fresh, 1).await, (at("/d"), "/d".to_owned()));
+        assert_eq!(go(&fresh, 1).await, (at("/d"), "/d".to_owned()));
+        assert!(!on_stub(&fresh).await, "the real page");
+        assert_eq!(go(&fresh, -3).await, (at("/b#x"), "/b".to_owned()));
+        assert!(!on_stub(&fresh).await, "the real page");
+
+        // The same list standing on the fragment entry.
+        let mut list: List = serde_json::from_str(&part.json).unwrap();
+        list.current = 3;
+        let part = list.to_part("h".into(), 0);
+        let fresh = browser.new_page("about:blank").await.unwrap();
+        assert_eq!(rebuild(&fresh, &part, &at("/b#x")).await, 0);
+        assert!(
+            !on_stub(&fresh).await,
+            "a fragment URL's real page is loaded by the rebuild"
+        );
+        assert!(
+            stands_on(&fresh, &at("/b#x")).await,
+            "no resume load is due"
+        );
+        let after = list_of(&fresh).await;
+        assert_eq!((after.0, after.1), (before.0.clone(), 3));
+        assert_eq!(go(&fresh, 2).await, (at("/d"), "/d".to_owned()));
+    }
+
+    /// The sign the page state read answers stands while the tab stays put, and moves with
+    /// a pushed entry, a new document and a step back. While it stands, the list outlive
+    /// holds is answered with no round trip.
+    #[tokio::test]
+    async fn the_list_is_read_again_only_once_the_tab_moved() {
+        use crate::checkpoint::model::Checkpoint;
+        use crate::checkpoint::page_state::{Caps, read_with_sign};
+        let (_chromium, _browser, _pump, page) = chromium_page().await;
+        let (base, _server) = site().await;
+        let cache = PartCache::default();
+        let sign = || async { read_with_sign(&page, &cache, Caps::default()).await.nav };
+        page.goto(format!("{base}/a")).await.unwrap();
+        let first = sign().await;
+        assert!(first.is_some(), "a web page has a sign");
+        assert_eq!(sign().await, first, "nothing moved");
+        let _: i64 = read_value(&page, "history.pushState(null, '', '/a2'), 1".into()).await;
+        let pushed = sign().await;
+        assert_ne!(pushed, first, "a pushed entry");
+        page.goto(format!("{base}/b")).await.unwrap();
+        let next = sign().await;
+        assert_ne!(next, pushed, "a new document");
+        let _ = go(&page, -1).await;
+        let back = sign().await;
+        assert!(![&first, &pushed, &next].contains(&&back), "a step back");
+
+        let held = read(&page, &cache, back.as_deref(), MAX_ENTRIES)
+            .await
+            .unwrap();
+        let mut cp = Checkpoint::at_url("about:blank", tokio::time::Instant::now());
+        cp.history = Some(held.clone());
+        cache.remember(&cp);
+        let again = read(&page, &cache, back.as_deref(), MAX_ENTRIES)
+            .await
+            .unwrap();
+        assert!(Arc::ptr_eq(&held, &again), "the held list, by its sign");
+        let list: List = serde_json::from_str(&again.json).unwrap();
+        assert_eq!(list.entries[list.current].0, format!("{base}/a2"));
+    }
 
     fn entries(urls: &[&str]) -> Vec<(String, String)> {
         urls.iter()
@@ -360,7 +551,12 @@ mod tests {
     #[test]
     fn entries_that_cannot_be_rebuilt_are_left_out_and_counted() {
         let (list, left_out) = List::of(
-            entries(&["about:blank", "https://a/1", "data:text/html,x", "https://a/2"]),
+            entries(&[
+                "about:blank",
+                "https://a/1",
+                "data:text/html,x",
+                "https://a/2",
+            ]),
             3,
             MAX_ENTRIES,
         );
@@ -395,7 +591,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_fragment_step_stays_in_the_document() {
+    fn only_a_fragment_step_or_the_same_url_stays_in_the_stub() {
+        assert!(same_document("https://a/p", "https://a/p"));
         assert!(same_document("https://a/p", "https://a/p#x"));
         assert!(same_document("https://a/p#x", "https://a/p#y"));
         assert!(!same_document("https://a/p#x", "https://a/p"));

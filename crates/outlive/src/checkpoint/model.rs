@@ -345,7 +345,11 @@ impl Checkpoint {
     /// Every tab's page state and back/forward list.
     fn page_parts(&self) -> impl Iterator<Item = &Arc<Part>> {
         let own = self.page.iter().chain(&self.history);
-        own.chain(self.tabs.iter().flat_map(|t| t.page.iter().chain(&t.history)))
+        own.chain(
+            self.tabs
+                .iter()
+                .flat_map(|t| t.page.iter().chain(&t.history)),
+        )
     }
 
     /// Every part this checkpoint holds, in every context and tab, page states included.

@@ -85,9 +85,17 @@ pub(crate) async fn load(
     if !super::model::is_storable_origin(url) {
         return 0;
     }
-    let goto = page.goto(NavigateParams::new(url.to_owned()));
+    let goto = async {
+        match super::back_forward::stands_on(page, url).await {
+            true => Ok(()), // the back/forward list's rebuild loaded it
+            false => page
+                .goto(NavigateParams::new(url.to_owned()))
+                .await
+                .map(|_| ()),
+        }
+    };
     match tokio::time::timeout(navigation, goto).await {
-        Ok(Ok(_)) => match state {
+        Ok(Ok(())) => match state {
             Some(state) => super::page_state::apply(page, state).await.unmatched,
             None => 0,
         },
