@@ -269,10 +269,13 @@ mod tests {
         );
         cp.contexts.push(context);
         cp.page = part(r#"{"fields":[["k",0,"typed"]],"scroll":[]}"#);
+        cp.history = part(r#"{"entries":[["https://bank.example/a","A"]],"current":0}"#);
         let taken = Instant::now();
         let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
         let page = back.page.as_ref().expect("the page state");
         assert_eq!(page.json, cp.page.as_ref().unwrap().json);
+        let history = back.history.as_ref().expect("the back/forward list");
+        assert_eq!(history.json, cp.history.as_ref().unwrap().json);
         assert_eq!(back.contexts.len(), 1, "a context the client made");
         assert!(back.contexts[0].cookies == cp.cookies);
         let shop = key("https://shop.example", "https://shop.example");
