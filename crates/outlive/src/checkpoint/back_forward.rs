@@ -61,21 +61,17 @@ impl Drop for List {
 /// it is). Not `data:`, `blob:`, `file:`, `chrome:` and the like: a stub cannot stand for
 /// them, and loading them again could run what they hold.
 fn rebuildable(url: &str) -> bool {
-    is_web(url) || url == "about:blank"
-}
-
-fn is_web(url: &str) -> bool {
-    url.starts_with("http://") || url.starts_with("https://")
+    url.starts_with("http://") || url.starts_with("https://") || url == "about:blank"
 }
 
 impl List {
     /// The list from `entries` (URL, title) and the current index, within `cap` entries.
     /// Entries that cannot be rebuilt, and those over the cap, are left out (the count).
-    /// A tab whose current page is not a web page keeps no list: its page is not loaded again.
+    /// A tab whose current page cannot be rebuilt keeps no list.
     pub(super) fn of(entries: Vec<(String, String)>, current: usize, cap: usize) -> (List, u64) {
         let total = entries.len() as u64;
-        let web_current = entries.get(current).is_some_and(|(url, _)| is_web(url));
-        if !web_current || cap == 0 {
+        let kept_current = entries.get(current).is_some_and(|(url, _)| rebuildable(url));
+        if !kept_current || cap == 0 {
             return (List::default(), total.saturating_sub(1));
         }
         let mut kept = Vec::with_capacity(entries.len());
@@ -563,7 +559,7 @@ mod tests {
         let urls: Vec<_> = list.entries.iter().map(|e| e.0.as_str()).collect();
         assert_eq!(urls, ["about:blank", "https://a/1", "https://a/2"]);
         assert_eq!((list.current, left_out), (2, 1));
-        // A tab on a page that is not a web page keeps no list.
+        // A tab on a page that cannot be rebuilt keeps no list.
         let (list, left_out) = List::of(entries(&["https://a/1", "chrome://version"]), 1, 25);
         assert_eq!((list.entries.len(), left_out), (0, 1));
     }
