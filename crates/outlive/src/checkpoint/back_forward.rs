@@ -70,7 +70,9 @@ impl List {
     /// A tab whose current page cannot be rebuilt keeps no list.
     pub(super) fn of(entries: Vec<(String, String)>, current: usize, cap: usize) -> (List, u64) {
         let total = entries.len() as u64;
-        let kept_current = entries.get(current).is_some_and(|(url, _)| rebuildable(url));
+        let kept_current = entries
+            .get(current)
+            .is_some_and(|(url, _)| rebuildable(url));
         if !kept_current || cap == 0 {
             return (List::default(), total.saturating_sub(1));
         }
