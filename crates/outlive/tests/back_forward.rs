@@ -15,6 +15,7 @@ use outlive::chromiumoxide::cdp::browser_protocol::page::{
     EventFrameNavigated, EventLoadEventFired, EventNavigatedWithinDocument,
     GetNavigationHistoryParams, NavigateParams, NavigationType,
 };
+use outlive::chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use outlive::chromiumoxide::error::CdpError;
 use outlive::{Options, Outcome, WideEvent, outlive};
 use support::Kill;
@@ -74,7 +75,16 @@ async fn go(page: &outlive::Page, delta: i32) -> Result<(String, String), CdpErr
     let loaded = "(async () => { if (document.readyState !== 'complete') \
         await new Promise((r) => addEventListener('load', r, { once: true })); \
         return [location.href, document.title]; })()";
-    let at: (String, String) = page.evaluate(loaded).await?.into_value()?;
+    // Evaluated in the top document there is now (chromiumoxide's `evaluate` may still name
+    // the context of the one before).
+    let params = EvaluateParams::builder()
+        .expression(loaded)
+        .await_promise(true)
+        .return_by_value(true)
+        .build()
+        .expect("an expression is set");
+    let reply = page.execute(params).await?.result;
+    let at = serde_json::from_value(reply.result.value.unwrap_or_default())?;
     Ok(at)
 }
 
