@@ -219,7 +219,7 @@ pub struct RunOptionArgs {
     /// Keep a warm standby browser for deaths nobody predicted.
     #[arg(long)]
     pub standby: bool,
-    /// Do not keep typed form fields and scroll positions across a death.
+    /// Do not keep typed form fields, scroll positions and back/forward lists across a death.
     ///
     /// Kept by default, except passwords, `autocomplete="off"` and file fields.
     #[arg(long)]

@@ -509,6 +509,10 @@ impl LiveBrowser for CdpBrowser {
     ) -> Result<u64, Error> {
         let calls = self.relay.calls();
         let mut failed = checkpoint::restore(&self.page, &calls, checkpoint, prior).await?;
+        // The list ends on the current entry's stub, which the resume load replaces.
+        if let Some(list) = &checkpoint.history {
+            failed += checkpoint::rebuild_back_forward(&self.page, list, &checkpoint.url).await;
+        }
         if let (Some(usage), Some(endpoint)) = (&self.usage, self.endpoint()) {
             // The contexts the client made, ready for it to make again.
             let (ids, f) = checkpoint::remake_contexts(&self.browser, &calls, checkpoint).await;
@@ -550,6 +554,9 @@ impl LiveBrowser for CdpBrowser {
 
     async fn navigate(&self, url: &str) -> Result<(), Error> {
         // The cap is applied by the caller through `navigation_timeout`; see run.rs.
+        if checkpoint::stands_on(&self.page, url).await {
+            return Ok(()); // the back/forward list's rebuild loaded it
+        }
         self.page
             .goto(NavigateParams::new(url))
             .await

@@ -8,10 +8,11 @@
 //! * `model`: the data model; `persist`: a checkpoint as bytes;
 //! * `capture` (`frames`, `expressions`, `warm`); `cache`: parts held by hash;
 //! * `idb`: IndexedDB change tracking; `files`: Cache Storage and OPFS caps;
-//! * `page_state`: typed fields, scroll;
+//! * `page_state`: typed fields, scroll; `back_forward`: each tab's back/forward list;
 //! * `restore` (`plan`, `serve`, `write`);
 //! * `script`: running the page scripts, and their value codec.
 
+mod back_forward;
 mod cache;
 mod capture;
 mod contexts;
@@ -28,6 +29,7 @@ mod tabs;
 #[cfg(test)]
 mod test_support;
 
+pub(crate) use back_forward::{rebuild as rebuild_back_forward, stands_on};
 pub(crate) use cache::PartCache;
 pub(crate) use capture::{CaptureOptions, WarmUp, capture, install_on_new_document};
 pub(crate) use contexts::remake as remake_contexts;

@@ -321,6 +321,11 @@ impl Options {
         /// excess, and fields the restored page no longer has, are counted in
         /// [`WideEvent::state_left_out`]. An unchanged page costs no extra round trip.
         ///
+        /// Each tab's back/forward list comes back too (its entries' URLs and titles, and where
+        /// it stood), so Back and Forward go where they went: at most 25 entries per tab, the
+        /// rest counted in `state_left_out`. Other entries come back as stubs that load their
+        /// page afresh when gone to (`docs/survives.md`).
+        ///
         /// # Default
         ///
         /// `true`.

@@ -15,6 +15,7 @@ use chromiumoxide::cdp::browser_protocol::page::GetFrameTreeParams;
 use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
 use tokio::time::Instant;
 
+use super::back_forward;
 use super::cache::PartCache;
 use super::files;
 use super::idb::{IdbAnswers, Tracking};
@@ -111,14 +112,21 @@ pub(crate) async fn capture_page(
             Cookies::LeaveToOwnPage => None,
         }
     };
-    // The page state rides beside the storage read: the same round trip.
+    // The page state rides beside the storage read: the same round trip. So does the sign
+    // of the back/forward list, which is read only once that has moved.
     let read_page = async {
         match options.page_state {
-            true => page_state::read(page, cache, page_state::Caps::default()).await,
-            false => None,
+            true => {
+                let read =
+                    page_state::read_with_sign(page, cache, page_state::Caps::default()).await;
+                let sign = read.nav.as_deref();
+                let list = back_forward::read(page, cache, sign, back_forward::MAX_ENTRIES);
+                (read.state, list.await)
+            }
+            false => (None, None),
         }
     };
-    let (cookies, top, tree, remote, page_state) = futures::join!(
+    let (cookies, top, tree, remote, (page_state, history)) = futures::join!(
         read_cookies,
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
@@ -165,6 +173,7 @@ pub(crate) async fn capture_page(
         taken,
         progress: None,
         page: page_state,
+        history,
     };
     idb.settle(page, calls, answers).await;
     Ok(checkpoint)

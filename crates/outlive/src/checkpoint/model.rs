@@ -189,6 +189,8 @@ pub(crate) struct TabState {
     pub(crate) session: BTreeMap<StorageKey, FrameState>,
     /// Its typed fields and scroll positions (see `page_state`).
     pub(crate) page: Option<Arc<Part>>,
+    /// Its back/forward list (see `back_forward`).
+    pub(crate) history: Option<Arc<Part>>,
     /// The context the client made it in (its place in `Checkpoint::contexts`); `None`: the
     /// default context.
     pub(crate) context: Option<usize>,
@@ -199,6 +201,7 @@ impl TabState {
         self.url.len()
             + storage_bytes(&self.session)
             + self.page.as_ref().map_or(0, |p| p.json.len())
+            + self.history.as_ref().map_or(0, |p| p.json.len())
     }
 }
 
@@ -254,6 +257,8 @@ pub(crate) struct Checkpoint {
     /// The resumed tab's typed fields and scroll positions (see `page_state`); `None` where
     /// not read (off, or the page did not answer).
     pub(crate) page: Option<Arc<Part>>,
+    /// The resumed tab's back/forward list (see `back_forward`); `None` where not read.
+    pub(crate) history: Option<Arc<Part>>,
 }
 
 /// The task's progress, serialised (JSON); zeroed when the last holder drops it.
@@ -275,6 +280,7 @@ impl Checkpoint {
             taken,
             progress: None,
             page: None,
+            history: None,
         }
     }
 
@@ -292,6 +298,7 @@ impl Checkpoint {
             taken: Instant::now(),
             progress: None,
             page: None,
+            history: None,
         }
     }
 
@@ -304,19 +311,17 @@ impl Checkpoint {
             + self.contexts.iter().map(ContextState::bytes).sum::<usize>()
             + self.tabs.iter().map(TabState::bytes).sum::<usize>()
             + self.page.as_ref().map_or(0, |p| p.json.len())
+            + self.history.as_ref().map_or(0, |p| p.json.len())
     }
 
     /// What this checkpoint could not hold: IndexedDB values that cannot be serialised or
     /// that are over the size cap, Cache Storage entries and private files that are
-    /// unreadable or over their caps, frames whose storage could not be read, and form fields
-    /// over the page state's caps.
+    /// unreadable or over their caps, frames whose storage could not be read, form fields over
+    /// the page state's caps, and back/forward entries over the list's cap or not rebuildable.
     pub(crate) fn left_out(&self) -> u64 {
         let storages =
             std::iter::once(&self.storage).chain(self.contexts.iter().map(|c| &c.storage));
-        let pages = self
-            .page
-            .iter()
-            .chain(self.tabs.iter().flat_map(|t| &t.page));
+        let pages = self.page_parts();
         self.frames_unread
             + storages
                 .flat_map(BTreeMap::values)
@@ -337,12 +342,19 @@ impl Checkpoint {
         }
     }
 
+    /// Every tab's page state and back/forward list.
+    fn page_parts(&self) -> impl Iterator<Item = &Arc<Part>> {
+        let own = self.page.iter().chain(&self.history);
+        own.chain(
+            self.tabs
+                .iter()
+                .flat_map(|t| t.page.iter().chain(&t.history)),
+        )
+    }
+
     /// Every part this checkpoint holds, in every context and tab, page states included.
     pub(crate) fn parts(&self) -> impl Iterator<Item = &Arc<Part>> {
-        let pages = self
-            .page
-            .iter()
-            .chain(self.tabs.iter().flat_map(|t| &t.page));
+        let pages = self.page_parts();
         std::iter::once(&self.storage)
             .chain(self.contexts.iter().map(|c| &c.storage))
             .chain(self.tabs.iter().map(|t| &t.session))

@@ -65,6 +65,9 @@ struct RawRead {
     data: Option<String>,
     #[serde(default)]
     left_out: u64,
+    /// The back/forward list's sign (see `back_forward`); `None` where the page has none.
+    #[serde(default)]
+    nav: Option<String>,
 }
 
 impl Drop for RawRead {
@@ -87,10 +90,25 @@ pub(crate) struct Applied {
     pub(crate) unmatched: u64,
 }
 
+/// What a read answers: the page state, and the back/forward list's sign.
+#[derive(Default)]
+pub(super) struct Read {
+    /// `None` where it could not be read.
+    pub(super) state: Option<Arc<Part>>,
+    /// Moves with every navigation of the tab (see `back_forward`); `None` where unknown.
+    pub(super) nav: Option<String>,
+}
+
 /// Reads the page state of `page`'s top frame and its same-origin frames; `None` where it
 /// could not be read (logged at debug, never the values). The part comes from `cache` when the
 /// page answered only its hash.
+#[cfg(test)]
 pub(super) async fn read(page: &Page, cache: &PartCache, caps: Caps) -> Option<Arc<Part>> {
+    read_with_sign(page, cache, caps).await.state
+}
+
+/// [`read`], with the back/forward list's sign the page answered beside it.
+pub(super) async fn read_with_sign(page: &Page, cache: &PartCache, caps: Caps) -> Read {
     let known = serde_json::to_string(&cache.known()).expect("strings serialise");
     let caps = serde_json::json!({ "maxFields": caps.fields, "maxBytes": caps.bytes });
     let call = format!("read({known}, {caps})");
@@ -98,10 +116,10 @@ pub(super) async fn read(page: &Page, cache: &PartCache, caps: Caps) -> Option<A
         Ok(raw) => raw,
         Err(e) => {
             tracing::debug!(error = %e, "the page state could not be read");
-            return None;
+            return Read::default();
         }
     };
-    match raw.data.as_ref() {
+    let state = match raw.data.as_ref() {
         Some(json) => Some(Arc::new(Part {
             hash: raw.hash.clone(),
             json: json.clone(),
@@ -116,6 +134,10 @@ pub(super) async fn read(page: &Page, cache: &PartCache, caps: Caps) -> Option<A
             }
             held
         }
+    };
+    Read {
+        state,
+        nav: raw.nav.clone(),
     }
 }
 

@@ -30,6 +30,9 @@ struct Persisted {
     /// The page's typed fields and scroll positions: absent where there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     page: Option<PersistedPart>,
+    /// The tab's back/forward list: absent where there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    history: Option<PersistedPart>,
     /// Wall-clock time of the capture, milliseconds since the Unix epoch.
     at_ms: u64,
     progress: Option<String>,
@@ -91,6 +94,7 @@ impl Checkpoint {
             contexts: self.contexts.iter().map(PersistedContext::from).collect(),
             frames_unread: self.frames_unread,
             page: self.page.as_deref().map(PersistedPart::from),
+            history: self.history.as_deref().map(PersistedPart::from),
             at_ms: self
                 .at
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -132,6 +136,7 @@ impl Checkpoint {
             targets: Vec::new(),
             frames_unread: p.frames_unread,
             page: p.page.as_ref().map(|p| Arc::new(Part::from(p))),
+            history: p.history.as_ref().map(|p| Arc::new(Part::from(p))),
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(p.at_ms),
             taken,
             progress: p
@@ -264,10 +269,13 @@ mod tests {
         );
         cp.contexts.push(context);
         cp.page = part(r#"{"fields":[["k",0,"typed"]],"scroll":[]}"#);
+        cp.history = part(r#"{"entries":[["https://bank.example/a","A"]],"current":0}"#);
         let taken = Instant::now();
         let back = Checkpoint::from_bytes(&cp.to_bytes(), taken).unwrap();
         let page = back.page.as_ref().expect("the page state");
         assert_eq!(page.json, cp.page.as_ref().unwrap().json);
+        let history = back.history.as_ref().expect("the back/forward list");
+        assert_eq!(history.json, cp.history.as_ref().unwrap().json);
         assert_eq!(back.contexts.len(), 1, "a context the client made");
         assert!(back.contexts[0].cookies == cp.cookies);
         let shop = key("https://shop.example", "https://shop.example");

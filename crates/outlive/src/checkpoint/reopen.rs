@@ -1,7 +1,8 @@
 //! The client's other tabs, opened again after a death under `serve`, each in its context.
-//! Each gets its sessionStorage written in, as the task's page gets its state. Then it goes to
-//! its URL, where its typed fields and scroll positions are put back (or a carried client
-//! loads it: `front::loads`). The front shows the tabs to the client in the order they come.
+//! Each gets its sessionStorage written in, as the task's page gets its state, and its
+//! back/forward list rebuilt (`back_forward`). Then it goes to its URL, where its typed fields
+//! and scroll positions are put back (or a carried client loads it: `front::loads`). The
+//! front shows the tabs to the client in the order they come.
 
 use std::time::Duration;
 
@@ -57,13 +58,16 @@ async fn reopen_one(
     navigation: Option<Duration>,
 ) -> u64 {
     let session = Checkpoint::holding(tab.session.clone());
-    let failed = match super::restore(page, calls, &session, None).await {
+    let mut failed = match super::restore(page, calls, &session, None).await {
         Ok(failed) => failed,
         Err(e) => {
             tracing::debug!(error = %e, "a tab's sessionStorage could not be written");
             1
         }
     };
+    if let Some(list) = &tab.history {
+        failed += super::back_forward::rebuild(page, list, &tab.url).await;
+    }
     match navigation {
         Some(navigation) => failed + load(page, &tab.url, tab.page.as_deref(), navigation).await,
         None => failed,
@@ -81,9 +85,17 @@ pub(crate) async fn load(
     if !super::model::is_storable_origin(url) {
         return 0;
     }
-    let goto = page.goto(NavigateParams::new(url.to_owned()));
+    let goto = async {
+        match super::back_forward::stands_on(page, url).await {
+            true => Ok(()), // the back/forward list's rebuild loaded it
+            false => page
+                .goto(NavigateParams::new(url.to_owned()))
+                .await
+                .map(|_| ()),
+        }
+    };
     match tokio::time::timeout(navigation, goto).await {
-        Ok(Ok(_)) => match state {
+        Ok(Ok(())) => match state {
             Some(state) => super::page_state::apply(page, state).await.unmatched,
             None => 0,
         },

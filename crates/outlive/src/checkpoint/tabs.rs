@@ -228,6 +228,7 @@ fn assemble(
     // The focused tab first: its read of a key wins, sessionStorage included.
     let focused = tabs.remove(focus);
     let page = focused.checkpoint.page.clone();
+    let history = focused.checkpoint.history.clone();
     let order = std::iter::once((true, &focused)).chain(tabs.iter().map(|r| (false, r)));
     let mut storage = BTreeMap::new();
     let mut others = Vec::new();
@@ -270,6 +271,7 @@ fn assemble(
     // The task's page read the default context's cookies (and the capture's times).
     checkpoint.url = url;
     checkpoint.page = page;
+    checkpoint.history = history;
     checkpoint.frames_unread = frames_unread;
     checkpoint.storage = storage;
     checkpoint.contexts = contexts;
@@ -278,7 +280,7 @@ fn assemble(
     checkpoint
 }
 
-/// A tab's URL, sessionStorage and page state.
+/// A tab's URL, sessionStorage, page state and back/forward list.
 fn tab_state(read: &Checkpoint, context: Option<usize>) -> TabState {
     let session = read
         .storage
@@ -296,6 +298,7 @@ fn tab_state(read: &Checkpoint, context: Option<usize>) -> TabState {
         url: read.url.clone(),
         session,
         page: read.page.clone(),
+        history: read.history.clone(),
         context,
     }
 }

@@ -5,6 +5,7 @@
 // - read(known, { maxFields, maxBytes }): this document's and its same-origin frames' state as
 //   a part { hash, data?, leftOut }, `data` left out when `hash` is among `known`. While no
 //   frame's version moved, the last read is answered without walking the DOM.
+//   The part also carries `nav`, the back/forward list's sign (see `navSign`).
 // - apply(data, { withinMs }): puts a read back, retrying on animation frames until every
 //   field and scroll position is in place or `withinMs` has passed. Answers { restored,
 //   unmatched, leftAlone }.
@@ -19,6 +20,16 @@
   const bump = () => { memo.version++; };
   const listen = { capture: true, passive: true };
   for (const type of ['input', 'change', 'reset', 'scroll']) addEventListener(type, bump, listen);
+  // Every navigation of the tab moves the back/forward list's sign: a new document makes a
+  // new token; in this one, an entry change or a return from the back/forward cache counts.
+  const nav = { token: Math.random().toString(36).slice(2), moves: 0 };
+  const moved = () => { nav.moves++; };
+  addEventListener('pageshow', moved, listen);
+  try { navigation.addEventListener('currententrychange', moved); } catch (e) { nav.token = null; }
+  const navSign = () => {
+    const entry = nav.token && globalThis.navigation && navigation.currentEntry;
+    return entry ? [nav.token, nav.moves, history.length, entry.id].join(':') : null;
+  };
   // A contenteditable's text before its first edit: its default, which the DOM does not keep.
   addEventListener('beforeinput', (e) => {
     const el = e.target;
@@ -211,7 +222,7 @@
       const { text, leftOut } = snapshot(wins, caps);
       last = memo.last = { key, hash: digest(text), text, leftOut };
     }
-    const part = { hash: last.hash, leftOut: last.leftOut };
+    const part = { hash: last.hash, leftOut: last.leftOut, nav: navSign() };
     if (!known.includes(last.hash)) part.data = last.text;
     return part;
   };
