@@ -1,8 +1,8 @@
 //! A tab's back/forward list: its entries' URLs and titles and where it stood. Read with
 //! `Page.getNavigationHistory`, only when the sign the page state read answers has moved (see
 //! `js/page_state.js`): an unchanged list costs nothing beyond that read. CDP cannot write the
-//! list, so [`rebuild`] navigates a fresh page through stub documents served by `Fetch`
-//! interception, one per entry, ending on the current entry's stub; the ordinary resume load
+//! list. So [`rebuild`] navigates a fresh page through stub documents served by `Fetch`
+//! interception, one per entry, ending on the current entry's stub. The ordinary resume load
 //! then replaces that stub with the real page and keeps the entries after it. The stubs are
 //! `no-store`, so going Back later loads the real page. URLs and titles are user data: held
 //! as a [`Part`] (zeroed on drop, sealed when durable), never logged. See `docs/survives.md`.

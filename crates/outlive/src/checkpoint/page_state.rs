@@ -107,7 +107,8 @@ pub(super) async fn read(page: &Page, cache: &PartCache, caps: Caps) -> Option<A
     read_with_sign(page, cache, caps).await.state
 }
 
-/// [`read`], with the back/forward list's sign the page answered beside it.
+/// Reads the page state as `read` does, with the back/forward list's sign the page answered
+/// beside it.
 pub(super) async fn read_with_sign(page: &Page, cache: &PartCache, caps: Caps) -> Read {
     let known = serde_json::to_string(&cache.known()).expect("strings serialise");
     let caps = serde_json::json!({ "maxFields": caps.fields, "maxBytes": caps.bytes });
