@@ -155,35 +155,6 @@ where
     tokio::spawn(quietly(future.in_current_span()))
 }
 
-/// Like [`spawn`], for a task polled at every CDP message that logs below INFO only (the
-/// relay, its readers, the CDP pump). It runs in the current span only when the subscriber
-/// wants such lines: entering a span at every poll is most of what tracing costs a call.
-pub(crate) fn spawn_busy<F>(future: F) -> tokio::task::JoinHandle<F::Output>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    if busy_lines_wanted() {
-        spawn(future)
-    } else {
-        spawn_detached(future)
-    }
-}
-
-/// Whether the subscriber in place wants a line a busy task logs: the relay's DEBUG and
-/// TRACE lines, or chromiumoxide's connection errors from the pump.
-fn busy_lines_wanted() -> bool {
-    use tracing::Level;
-    tracing::enabled!(target: "outlive::wire", Level::TRACE)
-        || tracing::enabled!(target: "outlive::relay", Level::DEBUG)
-        || tracing::enabled!(target: "outlive::relay::driver", Level::DEBUG)
-        || tracing::enabled!(target: "outlive::relay::watchdog", Level::DEBUG)
-        || tracing::enabled!(target: "outlive::relay::gate", Level::DEBUG)
-        || tracing::enabled!(target: "outlive::relay::calls", Level::DEBUG)
-        || tracing::enabled!(target: "outlive::relay::wire", Level::DEBUG)
-        || tracing::enabled!(target: "chromiumoxide::handler", Level::ERROR)
-}
-
 /// Like [`spawn`], in no span: for a task that lives as long as a browser or a page. In the
 /// current span it would hold that span (a `checkpoint`, an `entry`, the run) open, and
 /// unexported, until the browser goes.
@@ -253,22 +224,6 @@ mod tests {
         assert_eq!(inside, run.id());
         assert_eq!(spawned.0, run.id());
         assert_eq!(spawned.1, None);
-    }
-
-    #[test]
-    fn busy_tasks_run_in_the_span_only_when_their_lines_are_wanted() {
-        use tracing_subscriber::filter::{LevelFilter, Targets};
-        use tracing_subscriber::layer::SubscriberExt;
-        // As a trace exporter filters: outlive's spans at INFO, no line of a busy task.
-        let spans_only = Targets::new().with_target("outlive", LevelFilter::INFO);
-        let subscriber = tracing_subscriber::registry().with(spans_only);
-        tracing::subscriber::with_default(subscriber, || assert!(!busy_lines_wanted()));
-        let wire = Targets::new().with_target("outlive::wire", LevelFilter::TRACE);
-        let subscriber = tracing_subscriber::registry().with(wire);
-        tracing::subscriber::with_default(subscriber, || assert!(busy_lines_wanted()));
-        // A log at WARN still shows the pump's connection errors in the run's span.
-        let subscriber = tracing_subscriber::registry().with(LevelFilter::WARN);
-        tracing::subscriber::with_default(subscriber, || assert!(busy_lines_wanted()));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -52,7 +52,7 @@ impl Relay {
         let (control, control_rx) = mpsc::unbounded_channel();
         let (cut_tx, cut_rx) = oneshot::channel();
         let taps = Taps::open();
-        let task = crate::quiet::spawn_busy(driver::run(driver::Task {
+        let task = crate::quiet::spawn(driver::run(driver::Task {
             listener,
             path,
             upstream: upstream_ws,
