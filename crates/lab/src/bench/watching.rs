@@ -1,9 +1,10 @@
 //! `outlive-lab bench --watching-only`: what metrics and traces cost (issue 49). Each arm is
 //! a child process (`outlive-lab watching-arm`). "Off" has no subscriber and no registry, as
 //! `outlive run` without flags. "On" records into a Prometheus registry and exports every
-//! span through the CLI's own OTLP/HTTP exporter, to a sink in this process on 127.0.0.1. The works, the same in both arms, under `outlive::outlive` on the bed: 600
-//! `Browser.getVersion` round trips and 60 screenshots (the relay), and 100 checkpoints of the
-//! bank's login page with a changed localStorage key each time. Arms alternate, by round.
+//! span through the CLI's own OTLP/HTTP exporter, to a sink in this process on 127.0.0.1.
+//! Both arms do the same work under `outlive::outlive` on the bed. It is 600
+//! `Browser.getVersion` round trips and 60 screenshots (the relay). Then 100 checkpoints of
+//! the bank's login page, with a changed localStorage key each time. Arms alternate, by round.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
