@@ -255,14 +255,17 @@ fn died_early(d: Death) -> Error {
 /// Spawns the handler pump: owned, and the first websocket error it reports is a death. It
 /// runs quietly (see `quiet`): chromiumoxide's raw CDP traffic carries cookies.
 fn spawn_pump(mut handler: Handler, death_tx: DeathSender) -> AbortOnDropHandle<()> {
-    AbortOnDropHandle::new(crate::quiet::spawn(async move {
-        while let Some(event) = handler.next().await {
-            if let Err(CdpError::Ws(_)) = event {
-                death_tx.declare(DeathCause::Closed);
-                break;
+    AbortOnDropHandle::new(crate::quiet::spawn_busy(
+        crate::quiet::Busy::Pump,
+        async move {
+            while let Some(event) = handler.next().await {
+                if let Err(CdpError::Ws(_)) = event {
+                    death_tx.declare(DeathCause::Closed);
+                    break;
+                }
             }
-        }
-    }))
+        },
+    ))
 }
 
 /// Spawns the watch that feeds the provider's own signal (a local process exiting) into the

@@ -155,6 +155,56 @@ where
     tokio::spawn(quietly(future.in_current_span()))
 }
 
+/// A task polled at every CDP message, which logs below INFO only: it runs in the caller's
+/// span only when the subscriber wants its lines (see [`spawn_busy`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Busy {
+    /// The relay's driver and its frame readers.
+    Relay,
+    /// chromiumoxide's handler pump: only its connection errors are ever logged.
+    Pump,
+}
+
+/// Like [`spawn`], for a [`Busy`] task. It runs in the current span only when the subscriber
+/// wants the task's lines: entering a span at every poll is most of what tracing costs a call.
+pub(crate) fn spawn_busy<F>(busy: Busy, future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if busy.lines_wanted() {
+        spawn(future)
+    } else {
+        spawn_detached(future)
+    }
+}
+
+/// Whether a span at `$target` and `$level` would be recorded. A probe span, not
+/// `enabled!`: under per-layer filters `enabled!` leaves the thread's filter state set when no
+/// span or event follows, and the next event then misses layers that wanted it.
+macro_rules! wanted {
+    ($($target:literal at $level:ident),+ $(,)?) => {
+        false $(|| !tracing::span!(target: $target, tracing::Level::$level, "probe").is_disabled())+
+    };
+}
+
+impl Busy {
+    fn lines_wanted(self) -> bool {
+        match self {
+            Busy::Relay => wanted!(
+                "outlive::wire" at TRACE,
+                "outlive::relay" at DEBUG,
+                "outlive::relay::driver" at DEBUG,
+                "outlive::relay::watchdog" at DEBUG,
+                "outlive::relay::gate" at DEBUG,
+                "outlive::relay::calls" at DEBUG,
+                "outlive::relay::wire" at DEBUG,
+            ),
+            Busy::Pump => wanted!("chromiumoxide::handler" at ERROR),
+        }
+    }
+}
+
 /// Like [`spawn`], in no span: for a task that lives as long as a browser or a page. In the
 /// current span it would hold that span (a `checkpoint`, an `entry`, the run) open, and
 /// unexported, until the browser goes.
@@ -224,6 +274,65 @@ mod tests {
         assert_eq!(inside, run.id());
         assert_eq!(spawned.0, run.id());
         assert_eq!(spawned.1, None);
+    }
+
+    #[test]
+    fn busy_tasks_run_in_the_span_only_when_their_lines_are_wanted() {
+        use tracing_subscriber::filter::{LevelFilter, Targets};
+        use tracing_subscriber::layer::SubscriberExt;
+        // As a trace exporter filters: outlive's spans at INFO, no line of a busy task.
+        let spans_only = Targets::new().with_target("outlive", LevelFilter::INFO);
+        let subscriber = tracing_subscriber::registry().with(spans_only);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!Busy::Relay.lines_wanted());
+            assert!(!Busy::Pump.lines_wanted());
+        });
+        let wire = Targets::new().with_target("outlive::wire", LevelFilter::TRACE);
+        let subscriber = tracing_subscriber::registry().with(wire);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(Busy::Relay.lines_wanted());
+            assert!(!Busy::Pump.lines_wanted());
+        });
+        // A log at WARN still shows the pump's connection errors in the run's span.
+        let subscriber = tracing_subscriber::registry().with(LevelFilter::WARN);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!Busy::Relay.lines_wanted());
+            assert!(Busy::Pump.lines_wanted());
+        });
+    }
+
+    /// Counts the events that reach it.
+    #[derive(Clone, Default)]
+    struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_event(&self, _: &Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn asking_leaves_no_filter_state_behind() {
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::filter::{LevelFilter, Targets};
+        use tracing_subscriber::layer::SubscriberExt;
+        // A log that wants the relay's lines and a trace layer that does not, each filtered.
+        let (log, traces) = (Count::default(), Count::default());
+        let subscriber = tracing_subscriber::registry()
+            .with(log.clone().with_filter(LevelFilter::DEBUG))
+            .with(
+                traces
+                    .clone()
+                    .with_filter(Targets::new().with_target("outlive", LevelFilter::INFO)),
+            );
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..3 {
+                assert!(Busy::Relay.lines_wanted());
+                tracing::info!(target: "outlive::run", "browser launched");
+            }
+        });
+        let count = |c: &Count| c.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!((count(&log), count(&traces)), (3, 3));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -121,7 +121,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Reader<R> {
             reading,
         };
         let (tx, frames) = mpsc::channel(FRAMES_AHEAD);
-        let task = crate::quiet::spawn(reader.run(tx));
+        let task = crate::quiet::spawn_busy(crate::quiet::Busy::Relay, reader.run(tx));
         Spawned {
             frames,
             reading: reading_rx,

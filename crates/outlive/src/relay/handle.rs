@@ -52,22 +52,25 @@ impl Relay {
         let (control, control_rx) = mpsc::unbounded_channel();
         let (cut_tx, cut_rx) = oneshot::channel();
         let taps = Taps::open();
-        let task = crate::quiet::spawn(driver::run(driver::Task {
-            listener,
-            path,
-            upstream: upstream_ws,
-            flows,
-            heartbeat,
-            signals: Signals {
-                death: death_tx.clone(),
-                page_death: page_death_tx.clone(),
-            },
-            control: control_rx,
-            cut: cut_rx,
-            taps: taps.clone(),
-            second: link.second_connection.then(|| upstream.clone()),
-            stalls: link.stalls,
-        }));
+        let task = crate::quiet::spawn_busy(
+            crate::quiet::Busy::Relay,
+            driver::run(driver::Task {
+                listener,
+                path,
+                upstream: upstream_ws,
+                flows,
+                heartbeat,
+                signals: Signals {
+                    death: death_tx.clone(),
+                    page_death: page_death_tx.clone(),
+                },
+                control: control_rx,
+                cut: cut_rx,
+                taps: taps.clone(),
+                second: link.second_connection.then(|| upstream.clone()),
+                stalls: link.stalls,
+            }),
+        );
         Ok(Relay {
             client_url,
             death,
