@@ -263,7 +263,7 @@ async fn library_arm(kills: u32) -> Result<Vec<CarryDeath>, Error> {
             let (task, mut stop) = (&task, stop_rx.clone());
             async move {
                 if ctx.attempt() == 1 {
-                    task.sign_in(&page).await?;
+                    sign_in_through_forms(task, &page).await?;
                 }
                 let work = keep_working(task, &page, &ctx);
                 tokio::select! {
@@ -284,6 +284,68 @@ async fn library_arm(kills: u32) -> Result<Vec<CarryDeath>, Error> {
     ran.map_err(|e| bench_error(format!("the library task failed: {e}")))?;
     bed.shutdown().await?;
     Ok(deaths)
+}
+
+/// Signs in as `bank_login.py` does, through the bank's forms, so that the page's
+/// back/forward list is the client's (login, TOTP, account) and each restore rebuilds as
+/// many entries as the served arms'.
+async fn sign_in_through_forms(task: &BankTask, page: &outlive::Page) -> Result<(), BankError> {
+    task.goto(page, "/login").await?;
+    let quoted = |s: &str| serde_json::to_string(s).expect("strings serialise");
+    let fill = format!(
+        "document.querySelector('#username').value = {}; \
+         document.querySelector('#password').value = {}; true",
+        quoted(&task.username),
+        quoted(&task.password)
+    );
+    submit(task, page, "submit the password", &fill, "/totp").await?;
+    let code = task.totp.current_code();
+    let fill = format!(
+        "document.querySelector('#code').value = {}; true",
+        quoted(&code)
+    );
+    submit(task, page, "submit the TOTP", &fill, "/account").await
+}
+
+/// Fills the page's form with `fill`, clicks its submit button and waits until the page
+/// that answers it, at `path`, has loaded.
+async fn submit(
+    task: &BankTask,
+    page: &outlive::Page,
+    what: &'static str,
+    fill: &str,
+    path: &str,
+) -> Result<(), BankError> {
+    use futures::StreamExt;
+    use outlive::chromiumoxide::cdp::browser_protocol::page::EventLoadEventFired;
+    let failed =
+        |e: outlive::chromiumoxide::error::CdpError| BankError::Unexpected(format!("{what}: {e}"));
+    let mut loaded = page
+        .event_listener::<EventLoadEventFired>()
+        .await
+        .map_err(failed)?;
+    let _: bool = task.eval(page, what, fill).await?;
+    // The click answers before the form's navigation starts; the load after it is the next
+    // page's.
+    let _: bool = task
+        .eval(
+            page,
+            what,
+            "document.querySelector('#submit').click(), true",
+        )
+        .await?;
+    let arrived = async {
+        while loaded.next().await.is_some() {
+            let at: String = task.eval(page, what, "location.pathname").await?;
+            if at == path {
+                return Ok(());
+            }
+        }
+        Err(BankError::Unexpected(format!("{what}: the page closed")))
+    };
+    tokio::time::timeout(STEP, arrived)
+        .await
+        .map_err(|_| BankError::Unexpected(format!("{what}: no {path} within {STEP:?}")))?
 }
 
 /// The library task's rounds, as the client's: the account page, its user, an evaluation,
