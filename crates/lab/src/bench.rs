@@ -23,6 +23,7 @@ use crate::error::Error;
 
 pub mod carry;
 pub mod durable;
+pub mod forms;
 mod micro;
 pub mod records;
 pub mod rotation;

@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// --foreign-rounds); writes watching.json and watching-summary.txt.
     #[arg(long)]
     pub watching_only: bool,
+    /// Only the typed-fields figures (issue 48): checkpoints of a page with 200 filled fields
+    /// against the same page without (--foreign-rounds rounds of --samples each), then
+    /// --kills deaths per page; writes forms.json and forms-summary.txt.
+    #[arg(long)]
+    pub forms_only: bool,
 }
 
 impl BenchArgs {
@@ -104,6 +109,12 @@ impl BenchArgs {
         if self.watching_only {
             let report = bench::watching::run(self.foreign_rounds, &self.out).await?;
             print!("{}", bench::watching::summary(&report));
+            return Ok(());
+        }
+        if self.forms_only {
+            let (rounds, samples, kills) = (self.foreign_rounds, self.samples, self.kills);
+            let report = bench::forms::run(rounds, samples, kills, &self.out).await?;
+            print!("{}", bench::forms::summary(&report));
             return Ok(());
         }
         if self.carry_only {
