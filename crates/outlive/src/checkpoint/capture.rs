@@ -112,26 +112,12 @@ pub(crate) async fn capture_page(
             Cookies::LeaveToOwnPage => None,
         }
     };
-    // The page state rides beside the storage read: the same round trip. So does the sign
-    // of the back/forward list, which is read only once that has moved.
-    let read_page = async {
-        match options.page_state {
-            true => {
-                let read =
-                    page_state::read_with_sign(page, cache, page_state::Caps::default()).await;
-                let sign = read.nav.as_deref();
-                let list = back_forward::read(page, cache, sign, back_forward::MAX_ENTRIES);
-                (read.state, list.await)
-            }
-            false => (None, None),
-        }
-    };
     let (cookies, top, tree, remote, (page_state, history)) = futures::join!(
         read_cookies,
         read_top(page, &arguments),
         page.execute(GetFrameTreeParams::default()),
         read_remote_frames(page, calls, &arguments, options.frame_timeout),
-        read_page,
+        read_page_state(page, cache, options.page_state),
     );
     tracing::trace!(elapsed = ?taken.elapsed(), "capture round trip");
     let cookies = match cookies {
@@ -177,6 +163,22 @@ pub(crate) async fn capture_page(
     };
     idb.settle(page, calls, answers).await;
     Ok(checkpoint)
+}
+
+/// The page state and the back/forward list, when `on`. The page state is read beside the
+/// storage, in the same round trip's time; the list only once its sign has moved.
+async fn read_page_state(
+    page: &Page,
+    cache: &PartCache,
+    on: bool,
+) -> (Option<Arc<Part>>, Option<Arc<Part>>) {
+    if !on {
+        return (None, None);
+    }
+    let read = page_state::read_with_sign(page, cache, page_state::Caps::default()).await;
+    let sign = read.nav.as_deref();
+    let list = back_forward::read(page, cache, sign, back_forward::MAX_ENTRIES).await;
+    (read.state, list)
 }
 
 /// The frames' storage under the top origin, by storage key: the first read of each storable

@@ -204,7 +204,6 @@ pub(super) fn first(cp: &Checkpoint) -> &FrameState {
 
 /// A script that fills the page's storage afresh: four 64 KiB items (each ending in
 /// `lone`) in localStorage, four in sessionStorage, one 4 KiB IndexedDB record.
-/// `lone`) in localStorage, four in sessionStorage, one 4 KiB IndexedDB record.
 pub(super) fn seed(lone: &str) -> String {
     format!(
         "(async () => {{
