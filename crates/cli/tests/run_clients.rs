@@ -754,6 +754,37 @@ async fn serve_carries_a_node_playwright_client_with_two_tabs() {
     bed.finish().await;
 }
 
+/// The back/forward list comes back at each death under `serve`: a client connected once
+/// goes Back twice and Forward twice after each of 3 deaths (close, reset, silence) and lands
+/// where it did before them, through a `pushState` entry, with the same titles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_carries_the_back_forward_list_through_deaths() {
+    const DEATHS: u32 = 3;
+    let bed = Bed::start(lasting(Duration::from_secs(600))).await;
+    let serve = Serving::start(&bed, &[]).await;
+    let result = serve
+        .through_deaths(&bed, "serve_back_forward.py", DEATHS, "back_forward.json")
+        .await;
+    assert_eq!(result["connected"], true, "{result}");
+    let (account, transfer) = ("Account · Aurora Bank", "Transfer · Aurora Bank");
+    let expected = json!({
+        "after": ["/transfer?step=2", transfer],
+        "back1": ["/transfer", transfer],
+        "back2": ["/account", account],
+        "forward1": ["/transfer", transfer],
+        "forward2": ["/transfer?step=2", transfer],
+    });
+    assert_eq!(result["before"], expected, "the live browser: {result}");
+    let rounds = result["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), DEATHS as usize, "{result}");
+    for (n, round) in rounds.iter().enumerate() {
+        assert_eq!(round, &expected, "after death {}: {result}", n + 1);
+    }
+    assert_navigation_errors(&result, DEATHS);
+    serve.stop().await;
+    bed.finish().await;
+}
+
 /// Playwright MCP on `serve`, driven with its own tools through 3 deaths: each round's
 /// navigate, snapshot, type and evaluate work, with at most one tool error per death.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -218,6 +218,13 @@ struct Navigated {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
+struct MovedWithin {
+    frame_id: String,
+    url: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 struct Answer {
     identifier: Option<String>,
     execution_context_id: Option<i64>,
@@ -317,6 +324,7 @@ impl Link {
             "Target.attachedToTarget" => self.attached(browser_frame, &frame, client_session),
             "Target.detachedFromTarget" => self.detached(&frame),
             "Page.frameNavigated" => self.navigated(&frame, client_session.as_deref(), &mut out),
+            "Page.navigatedWithinDocument" => self.moved_within(&frame, client_session.as_deref()),
             _ => {}
         }
         out.client.push(frame);
@@ -421,6 +429,19 @@ impl Link {
             self.urls.insert(s.target.clone(), n.frame.url);
         }
         self.loaded(session, out);
+    }
+
+    /// A main frame moved within its document (`pushState`, a fragment): its URL is noted, so
+    /// that the load after a death goes where the page stood. (A page's main frame id is its
+    /// target id.)
+    fn moved_within(&mut self, frame: &str, session: Option<&str>) {
+        let m: MovedWithin = read(member(frame, "params"));
+        let Some(s) = session.and_then(|s| self.sessions.get(s)) else {
+            return;
+        };
+        if m.frame_id == s.target {
+            self.urls.insert(s.target.clone(), m.url);
+        }
     }
 
     /// A kept page's load committed (or failed): its page state is put back, then once all

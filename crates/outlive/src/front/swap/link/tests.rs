@@ -214,6 +214,23 @@ fn the_load_reaches_the_client_in_its_ids_then_what_waited_goes() {
     assert_eq!(v(&out.client[0])["sessionId"], "S1");
 }
 
+/// A `pushState` (or fragment) step moves the URL the page is loaded at on the next
+/// browser; one in a child frame does not.
+#[test]
+fn the_load_goes_where_a_step_within_the_document_left_the_page() {
+    let mut link = playwright_on_one_page();
+    let within = |frame: &str, url: &str| {
+        json!({"method": "Page.navigatedWithinDocument", "sessionId": "S1",
+               "params": {"frameId": frame, "url": url, "navigationType": "historyApi"}})
+    };
+    browser(&mut link, within("T1", "http://a.test/page?step=2"));
+    browser(&mut link, within("F9", "http://a.test/child#x"));
+    link.died().unwrap();
+    let (load, _) = rebound(&mut link, &HashMap::new());
+    assert_eq!(load.len(), 1, "{load:?}");
+    assert_eq!(load[0]["params"]["url"], "http://a.test/page?step=2");
+}
+
 #[test]
 fn a_navigation_in_flight_is_the_pages_load_on_the_next_browser() {
     let mut link = playwright_on_one_page();
