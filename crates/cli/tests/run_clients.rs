@@ -754,8 +754,8 @@ async fn serve_carries_a_node_playwright_client_with_two_tabs() {
     bed.finish().await;
 }
 
-/// The back/forward list comes back at each death under `serve`: a client connected once
-/// goes Back twice and Forward twice after each of 3 deaths (close, reset, silence) and lands
+/// The back/forward list comes back at each death under `serve`. A client connected once
+/// goes Back twice and Forward twice after each of 3 deaths (close, reset, silence). It lands
 /// where it did before them, through a `pushState` entry, with the same titles.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_carries_the_back_forward_list_through_deaths() {

@@ -1,6 +1,7 @@
 //! `outlive-lab bench --watching-only`: what metrics and traces cost (issue 49). Each arm is
-//! a child process (`outlive-lab watching-arm`). "Off" has no subscriber and no registry, as
-//! `outlive run` without flags. "On" records into a Prometheus registry and exports every
+//! a child process (`outlive-lab watching-arm`).
+//! The off arm has no subscriber and no registry, like `outlive run` without flags.
+//! The on arm records into a Prometheus registry and exports every
 //! span through the CLI's own OTLP/HTTP exporter, to a sink in this process on 127.0.0.1.
 //! Both arms do the same work under `outlive::outlive` on the bed. It is 600
 //! `Browser.getVersion` round trips and 60 screenshots (the relay). Then 100 checkpoints of
